@@ -1,0 +1,47 @@
+# GPU Steward. `make test` and `make demo` do all set-up on a fresh machine (as root for apt).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: test demo bench lint typecheck rules-check unit prometheus-bin deps clean manifests
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+deps: $(STAMP) prometheus-bin
+
+# Debian's prometheus brings prometheus and promtool; alertmanager for amtool checks.
+prometheus-bin:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+	  echo "installing Debian's prometheus"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null; \
+	fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+rules-check: prometheus-bin
+	promtool check rules --lint=all rules/*.yaml alerts/*.yaml
+
+unit: deps
+	$(VENV)/bin/pytest -q
+
+test: deps lint typecheck rules-check unit
+
+demo: deps
+	$(PY) deploy/demo/run_demo.py
+
+bench: deps
+	$(PY) -m tests.bench.run_all
+
+clean:
+	rm -rf $(VENV) .demo .bench .mypy_cache .ruff_cache .pytest_cache

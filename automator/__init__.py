@@ -1,0 +1,1 @@
+"""GPU Steward automator."""

@@ -1,0 +1,2 @@
+"""GPU Steward exporter."""
+__version__ = "0.1.0"
