@@ -1,0 +1,140 @@
+"""Whether a pod may run on a node, apart from free capacity: cordon, readiness, nodeSelector, required
+node affinity and NoSchedule/NoExecute taints. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from automator.model import JsonObj
+from automator.resources import labels_of
+
+# Reasons a node is ruled out, used to summarise unresolved preemptors.
+CORDONED = "cordoned"
+NOT_READY = "not Ready"
+SELECTOR = "nodeSelector/affinity mismatch"
+TAINT = "untolerated taint"
+
+
+def node_ready(node: JsonObj) -> bool:
+    """Ready unless its Ready condition says otherwise.
+
+    A node with no Ready condition at all is taken as ready: the API server always reports one, so only a
+    hand-written snapshot lacks it; a real node that is not ready also carries the not-ready taint.
+    """
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return True
+
+
+def _int_label(value: Any) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _requirement(op: Any, present: bool, value: Any, values: Sequence[Any]) -> bool:
+    if op == "In":
+        return present and value in values
+    if op == "NotIn":
+        return not present or value not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        left, right = _int_label(value), _int_label(values[0])
+        if left is None or right is None:
+            return False
+        return left > right if op == "Gt" else left < right
+    return False  # unknown operator: does not match (the API server would have rejected it)
+
+
+def _term_matches(term: Mapping[str, Any], node_labels: Mapping[str, Any], name: str) -> bool:
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term matches no node
+    for expr in expressions:
+        key = expr.get("key")
+        if not _requirement(
+            expr.get("operator"), key in node_labels, node_labels.get(key), expr.get("values") or []
+        ):
+            return False
+    for expr in fields:
+        if expr.get("key") != "metadata.name":
+            return False
+        if not _requirement(expr.get("operator"), True, name, expr.get("values") or []):
+            return False
+    return True
+
+
+def affinity_matches(pod: JsonObj, node: JsonObj) -> bool:
+    spec = pod.get("spec") or {}
+    node_labels = labels_of(node)
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if node_labels.get(key) != value:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is None:
+        return True
+    name = str((node.get("metadata") or {}).get("name"))
+    # Terms are ORed, the expressions of a term ANDed.
+    return any(_term_matches(term, node_labels, name) for term in required.get("nodeSelectorTerms") or [])
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return not key or key == taint.get("key")
+    if key != taint.get("key"):
+        return False
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taint(pod: JsonObj, node: JsonObj) -> dict[str, Any] | None:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue  # PreferNoSchedule is a preference only
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return dict(taint)
+    return None
+
+
+def static_misfit(pod: JsonObj, node: JsonObj) -> tuple[str, str] | None:
+    """(category, detail) why the pod can never run on the node whatever is evicted, or None."""
+    if (node.get("spec") or {}).get("unschedulable") is True:
+        return CORDONED, "node is cordoned (spec.unschedulable)"
+    if not node_ready(node):
+        return NOT_READY, "node is not Ready"
+    if not affinity_matches(pod, node):
+        return SELECTOR, "nodeSelector or required node affinity does not match"
+    taint = untolerated_taint(pod, node)
+    if taint is not None:
+        value = f"={taint.get('value')}" if taint.get("value") else ""
+        return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
+    return None
+
+
+def scheduling_signature(pod: JsonObj) -> str:
+    """Pods with equal signatures fit the same nodes statically (used to cache static_misfit per pass)."""
+    spec = pod.get("spec") or {}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    return repr(
+        (
+            sorted((spec.get("nodeSelector") or {}).items()),
+            node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+            spec.get("tolerations"),
+        )
+    )

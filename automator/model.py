@@ -1,0 +1,129 @@
+"""Plain data shared by the planner (pure), the snapshot adapter, the live adapters and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
+JsonObj = dict[str, Any]
+
+# Annotation keys. Victim-side keys are the scheduler plugin's, so existing PriorityClasses keep working.
+RECLAIM_ANNOTATION = "gpu-steward.io/reclaim-idle-gpus"
+LAST_RECLAIM_ANNOTATION = "gpu-steward.io/last-reclaim-time"
+PLUGIN_PREFIX = "reclaim-idle-resource.scheduling.x-k8s.io/"
+ANN_MIN_PREEMPTABLE_PRIORITY = PLUGIN_PREFIX + "minimum-preemptable-priority"
+ANN_TOLERATION_SECONDS = PLUGIN_PREFIX + "toleration-seconds"
+ANN_GPU_IDLE_SECONDS = PLUGIN_PREFIX + "gpu-idle-seconds"
+ANN_GPU_IDLE_THRESHOLD = PLUGIN_PREFIX + "gpu-idle-usage-threshold"
+ANN_CPU_IDLE_SECONDS = PLUGIN_PREFIX + "cpu-idle-seconds"
+ANN_CPU_IDLE_THRESHOLD = PLUGIN_PREFIX + "cpu-idle-usage-threshold"
+
+
+@dataclass(frozen=True, order=True)
+class PodKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> PodKey:
+        """Parse "namespace/name"; ValueError otherwise."""
+        parts = text.split("/")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ValueError(f"expected NAMESPACE/NAME, got {text!r}")
+        return cls(parts[0], parts[1])
+
+    @classmethod
+    def of(cls, obj: JsonObj) -> PodKey:
+        """Key of a Kubernetes object from its metadata (namespace defaults to "default")."""
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    gpu_activity: float | None  # 0-1 average over the pod's window, max over its GPUs; None = unknown
+    coverage: float = 1.0  # fraction of the window with samples, 0-1
+    cpu_cores: float | None = None  # average CPU cores over the pod's cpu window; None = unknown
+
+
+@dataclass
+class ClusterState:
+    nodes: list[JsonObj]
+    pods: list[JsonObj]
+    priority_classes: list[JsonObj]
+    pdbs: list[JsonObj]
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    default_gpu_idle_seconds: int = 1800
+    default_gpu_idle_threshold: float = 0.05
+    default_toleration_seconds: int = 0
+    min_coverage: float = 0.8
+    cooldown_seconds: int = 300
+
+
+@dataclass(frozen=True)
+class UsageWindow:
+    gpu_seconds: int  # > 0 always (a zero/unset window falls back to the default: never a [0s] window)
+    cpu_seconds: int  # 0 = CPU not checked for this pod
+
+
+@dataclass(frozen=True)
+class Victim:
+    pod: PodKey
+    gpus: int
+    priority: int
+    gpu_activity: float | None
+    cpu_cores: float | None
+    scheduled_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    preemptor: PodKey
+    preemptor_priority: int
+    gpus_requested: int
+    node: str
+    victims: tuple[Victim, ...]
+    gpus_freed: int
+    free_gpus_before: int
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    preemptor: PodKey
+    reason: str
+
+
+@dataclass(frozen=True)
+class AnnotationWarning:
+    priority_class: str
+    annotation: str
+    value: str
+    message: str
+    pods: tuple[PodKey, ...]  # pods of that class (where to emit the warning Event)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    preemptor: PodKey
+    eligible: bool
+    rule: str  # e.g. "0-pdb", "1-minimum-preemptable-priority", "2-toleration-negative", ..., "8-idle"
+    reason: str  # human sentence with the measured numbers
+
+
+@dataclass
+class Plan:
+    decisions: list[Decision]
+    unresolved: list[Unresolved]
+    warnings: list[AnnotationWarning]
+    # per candidate victim, per preemptor considered: why eligible / protected (for explain and logs)
+    verdicts: dict[PodKey, list[Verdict]]
+    skipped_cooldown: list[PodKey]

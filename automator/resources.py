@@ -1,0 +1,231 @@
+"""Pure readers of Kubernetes objects: quantities, priorities, pod status and times.
+
+Every reader raises FieldError (a ValueError naming the field path) on malformed data, so the snapshot
+adapter can turn it into an InputError and the live planner can treat the object safely.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from automator.model import JsonObj
+
+
+class FieldError(ValueError):
+    """Malformed field of a Kubernetes object; `field` is its path, e.g. spec.containers[0].resources."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What a pod takes from its node: whole GPUs, cpu in millicores, memory in bytes."""
+
+    gpus: int
+    cpu_m: int
+    memory: int
+
+
+def quantity(value: Any, field: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise FieldError(field, f"{value!r} is not a quantity")
+    try:
+        result: Decimal = parse_quantity(value)
+    except (ValueError, InvalidOperation, TypeError) as exc:
+        raise FieldError(field, f"{value!r} is not a quantity") from exc
+    if not result.is_finite() or result < 0:
+        raise FieldError(field, f"{value!r} is not a non-negative quantity")
+    return result
+
+
+def whole(value: Any, field: str) -> int:
+    """A GPU count: extended resources are whole numbers."""
+    result = quantity(value, field)
+    if result != result.to_integral_value():
+        raise FieldError(field, f"{value!r} is not a whole number of devices")
+    return int(result)
+
+
+def _ceil_int(value: Decimal) -> int:
+    return math.ceil(value)
+
+
+def _container_requests(
+    container: Mapping[str, Any], gpu_resources: Iterable[str], field: str
+) -> tuple[int, int, int]:
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+        raise FieldError(f"{field}.resources", "limits and requests must be maps")
+    gpus = 0
+    for name in gpu_resources:
+        # Extended resources are set as limits; a request alone is invalid in Kubernetes but harmless here.
+        if name in limits:
+            gpus += whole(limits[name], f"{field}.resources.limits.{name}")
+        elif name in requests:
+            gpus += whole(requests[name], f"{field}.resources.requests.{name}")
+    amounts: list[int] = []
+    for name, scale in (("cpu", 1000), ("memory", 1)):
+        # Kubernetes defaults a missing request to the limit.
+        if name in requests:
+            amounts.append(_ceil_int(quantity(requests[name], f"{field}.resources.requests.{name}") * scale))
+        elif name in limits:
+            amounts.append(_ceil_int(quantity(limits[name], f"{field}.resources.limits.{name}") * scale))
+        else:
+            amounts.append(0)
+    return gpus, amounts[0], amounts[1]
+
+
+def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
+    """Effective requests as the scheduler computes them.
+
+    max(sum over app containers + restartable (sidecar) init containers, the peak during init), where an
+    init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
+    """
+    names = tuple(gpu_resources)
+    spec = pod.get("spec") or {}
+    total = [0, 0, 0]
+    for i, container in enumerate(spec.get("containers") or []):
+        for j, amount in enumerate(_container_requests(container, names, f"spec.containers[{i}]")):
+            total[j] += amount
+    sidecars = [0, 0, 0]
+    init_peak = [0, 0, 0]
+    for i, container in enumerate(spec.get("initContainers") or []):
+        amounts = _container_requests(container, names, f"spec.initContainers[{i}]")
+        for j, amount in enumerate(amounts):
+            init_peak[j] = max(init_peak[j], sidecars[j] + amount)
+        if container.get("restartPolicy") == "Always":
+            for j, amount in enumerate(amounts):
+                sidecars[j] += amount
+    effective = [max(total[j] + sidecars[j], init_peak[j]) for j in range(3)]
+    overhead = spec.get("overhead") or {}
+    if "cpu" in overhead:
+        effective[1] += _ceil_int(quantity(overhead["cpu"], "spec.overhead.cpu") * 1000)
+    if "memory" in overhead:
+        effective[2] += _ceil_int(quantity(overhead["memory"], "spec.overhead.memory"))
+    return Requests(effective[0], effective[1], effective[2])
+
+
+def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    gpus = sum(
+        whole(allocatable[name], f"status.allocatable.{name}")
+        for name in gpu_resources
+        if name in allocatable
+    )
+    cpu = quantity(allocatable.get("cpu", 0), "status.allocatable.cpu")
+    memory = quantity(allocatable.get("memory", 0), "status.allocatable.memory")
+    return Requests(gpus, math.floor(cpu * 1000), math.floor(memory))
+
+
+def integer(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FieldError(field, f"{value!r} is not an integer")
+    return value
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    """RFC 3339 as Kubernetes writes it (trailing Z, optional fraction); always timezone-aware."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise FieldError(field, f"{value!r} is not an RFC 3339 time") from exc
+    else:
+        raise FieldError(field, f"{value!r} is not an RFC 3339 time")
+    if parsed.tzinfo is None:
+        raise FieldError(field, f"{value!r} has no time zone")
+    return parsed.astimezone(UTC)
+
+
+def priority_class_value(pc: JsonObj) -> int:
+    return integer(pc.get("value", 0), "value")
+
+
+def pod_priority(pod: JsonObj, classes: Mapping[str, JsonObj], global_default: JsonObj | None) -> int:
+    """spec.priority (set by admission), else its PriorityClass value, else the globalDefault, else 0."""
+    spec = pod.get("spec") or {}
+    if spec.get("priority") is not None:
+        return integer(spec["priority"], "spec.priority")
+    name = spec.get("priorityClassName")
+    if name and name in classes:
+        return priority_class_value(classes[name])
+    if global_default is not None:
+        return priority_class_value(global_default)
+    return 0
+
+
+def find_global_default(classes: Iterable[JsonObj]) -> JsonObj | None:
+    # Kubernetes allows only one; if a snapshot has several, the lowest value is the cautious choice.
+    defaults = [pc for pc in classes if pc.get("globalDefault") is True]
+    if not defaults:
+        return None
+    return min(defaults, key=lambda pc: pc.get("value", 0) if isinstance(pc.get("value"), int) else 0)
+
+
+def is_finished(pod: JsonObj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_terminating(pod: JsonObj) -> bool:
+    return (pod.get("metadata") or {}).get("deletionTimestamp") is not None
+
+
+def node_name(pod: JsonObj) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _condition(pod: JsonObj, kind: str) -> Mapping[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return None
+
+
+def scheduled_at(pod: JsonObj) -> datetime | None:
+    """When the pod was scheduled: PodScheduled=True lastTransitionTime; None when not (yet) scheduled."""
+    condition = _condition(pod, "PodScheduled")
+    if condition is None or condition.get("status") != "True" or not condition.get("lastTransitionTime"):
+        return None
+    return parse_time(condition["lastTransitionTime"], "status.conditions[PodScheduled].lastTransitionTime")
+
+
+def is_unschedulable(pod: JsonObj) -> bool:
+    """Pending, not bound, and the scheduler said Unschedulable."""
+    if (pod.get("status") or {}).get("phase") != "Pending" or node_name(pod) or is_terminating(pod):
+        return False
+    condition = _condition(pod, "PodScheduled")
+    return (
+        condition is not None
+        and condition.get("status") == "False"
+        and condition.get("reason") == "Unschedulable"
+    )
+
+
+def created_at(obj: JsonObj) -> datetime:
+    value = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not value:
+        # Unknown age sorts last among equal priorities.
+        return datetime.max.replace(tzinfo=UTC)
+    return parse_time(value, "metadata.creationTimestamp")
+
+
+def annotations_of(obj: JsonObj) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def labels_of(obj: JsonObj) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}

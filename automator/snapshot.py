@@ -1,0 +1,173 @@
+"""Offline adapter: a cluster snapshot (`kubectl get -o yaml` List or multi-document YAML) and a usage file.
+
+Unlike the live path, which plans around malformed objects safely, a snapshot is checked up front: any
+malformed field is an InputError naming the object and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from automator.eligibility import selector_matches
+from automator.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.resources import (
+    FieldError,
+    integer,
+    node_allocatable,
+    parse_time,
+    pod_requests,
+)
+
+KINDS = ("Node", "Pod", "PriorityClass", "PodDisruptionBudget")
+
+
+class InputError(Exception):
+    """Bad input; the message names the object and the field."""
+
+
+def _documents(path: Path) -> Iterator[Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        yield from yaml.safe_load_all(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML/JSON: {exc}") from exc
+
+
+def _flatten(doc: Any, where: str) -> Iterator[tuple[JsonObj, str]]:
+    if doc is None:
+        return
+    if not isinstance(doc, Mapping):
+        raise InputError(f"{where}: expected a Kubernetes object, got {type(doc).__name__}")
+    kind = doc.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+        items = doc.get("items") or []
+        if not isinstance(items, list):
+            raise InputError(f"{where}: items: expected a list")
+        for i, item in enumerate(items):
+            yield from _flatten(item, f"{where} items[{i}]")
+        return
+    yield dict(doc), where
+
+
+def _name(obj: JsonObj, kind: str, where: str, namespaced: bool) -> str:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise InputError(f"{kind} at {where}: metadata.name: missing")
+    if namespaced:
+        return f"{kind} {PodKey.of(obj)}"
+    return f"{kind} {meta['name']}"
+
+
+def _check(label: str, check: Any, *args: Any) -> None:
+    try:
+        check(*args)
+    except FieldError as exc:
+        raise InputError(f"{label}: {exc}") from exc
+
+
+def _check_pod(pod: JsonObj, label: str, gpu_resources: tuple[str, ...]) -> None:
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InputError(f"{label}: spec: missing")
+    _check(label, pod_requests, pod, gpu_resources)
+    if spec.get("priority") is not None:
+        _check(label, integer, spec["priority"], "spec.priority")
+    meta = pod.get("metadata") or {}
+    for key in ("creationTimestamp", "deletionTimestamp"):
+        if meta.get(key) is not None:
+            _check(label, parse_time, meta[key], f"metadata.{key}")
+    for i, condition in enumerate((pod.get("status") or {}).get("conditions") or []):
+        if isinstance(condition, Mapping) and condition.get("lastTransitionTime") is not None:
+            _check(
+                label,
+                parse_time,
+                condition["lastTransitionTime"],
+                f"status.conditions[{i}].lastTransitionTime",
+            )
+
+
+def _check_pdb(pdb: JsonObj, label: str) -> None:
+    spec = pdb.get("spec") or {}
+    try:
+        selector_matches(spec.get("selector"), {})
+    except ValueError as exc:
+        raise InputError(f"{label}: {exc}") from exc
+    allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
+    if allowed is not None:
+        _check(label, integer, allowed, "status.disruptionsAllowed")
+
+
+def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)) -> ClusterState:
+    state = ClusterState([], [], [], [])
+    lists = {
+        "Node": state.nodes,
+        "Pod": state.pods,
+        "PriorityClass": state.priority_classes,
+        "PodDisruptionBudget": state.pdbs,
+    }
+    seen: set[str] = set()
+    for d, doc in enumerate(_documents(path)):
+        for obj, where in _flatten(doc, f"{path} document {d}"):
+            kind = obj.get("kind")
+            if kind not in KINDS:
+                continue  # other kinds (Services, Deployments...) play no part
+            label = _name(obj, str(kind), where, kind in ("Pod", "PodDisruptionBudget"))
+            if label in seen:
+                raise InputError(f"{label}: listed twice")
+            seen.add(label)
+            if kind == "Pod":
+                _check_pod(obj, label, gpu_resources)
+            elif kind == "Node":
+                _check(label, node_allocatable, obj, gpu_resources)
+            elif kind == "PriorityClass":
+                _check(label, integer, obj.get("value", 0), "value")
+            else:
+                _check_pdb(obj, label)
+            lists[str(kind)].append(obj)
+    return state
+
+
+def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{label}: {field}: {value!r} is not a number")
+    if value < 0 or (upper is not None and value > upper):
+        bound = f"between 0 and {upper}" if upper is not None else ">= 0"
+        raise InputError(f"{label}: {field}: {value!r} is not {bound}")
+    return float(value)
+
+
+def load_usage(path: Path) -> dict[PodKey, PodUsage]:
+    """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores}]`; a pod not listed is unknown."""
+    docs = [d for d in _documents(path) if d is not None]
+    if len(docs) != 1 or not isinstance(docs[0], Mapping):
+        raise InputError(f"{path}: expected one YAML mapping with a `pods` list")
+    pods = docs[0].get("pods")
+    if not isinstance(pods, list):
+        raise InputError(f"{path}: pods: expected a list")
+    usage: dict[PodKey, PodUsage] = {}
+    for i, entry in enumerate(pods):
+        where = f"{path} pods[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InputError(f"{where}: expected a mapping")
+        for field in ("namespace", "name"):
+            if not isinstance(entry.get(field), str) or not entry[field]:
+                raise InputError(f"{where}: {field}: missing")
+        key = PodKey(entry["namespace"], entry["name"])
+        label = f"usage of Pod {key} ({where})"
+        if key in usage:
+            raise InputError(f"{label}: listed twice")
+        activity = _number(entry.get("gpu_activity"), label, "gpu_activity", 1.0)
+        coverage = _number(entry.get("coverage", 1.0), label, "coverage", 1.0)
+        cpu = _number(entry.get("cpu_cores"), label, "cpu_cores", None)
+        usage[key] = PodUsage(activity, 1.0 if coverage is None else coverage, cpu)
+    return usage

@@ -1,0 +1,177 @@
+"""Small factories for Kubernetes objects as `kubectl get -o json` writes them (camelCase)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from automator.model import (
+    ANN_GPU_IDLE_SECONDS,
+    RECLAIM_ANNOTATION,
+    ClusterState,
+    JsonObj,
+    PodKey,
+    PodUsage,
+)
+
+NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
+
+
+def ts(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(seconds: float) -> str:
+    return ts(NOW - timedelta(seconds=seconds))
+
+
+def node(
+    name: str,
+    gpus: int = 8,
+    cpu: str = "64",
+    memory: str = "512Gi",
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    unschedulable: bool = False,
+    ready: str | None = "True",
+) -> JsonObj:
+    obj: JsonObj = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {},
+        "status": {"allocatable": {GPU: str(gpus), "cpu": cpu, "memory": memory, "pods": "110"}},
+    }
+    if taints:
+        obj["spec"]["taints"] = taints
+    if unschedulable:
+        obj["spec"]["unschedulable"] = True
+    if ready is not None:
+        obj["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+    return obj
+
+
+def pod(
+    name: str,
+    gpus: int | str = 1,
+    node_name: str | None = None,
+    namespace: str = "ml",
+    priority: int | None = 100,
+    priority_class: str | None = None,
+    scheduled_ago: float | None = 7200,
+    created_ago: float = 7200,
+    cpu: str | None = None,
+    memory: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    phase: str | None = None,
+    terminating: bool = False,
+    **spec_extra: Any,
+) -> JsonObj:
+    """A running pod on node_name, or (node_name None) a pending Unschedulable pod."""
+    limits: dict[str, Any] = {GPU: gpus} if gpus != 0 else {}
+    requests: dict[str, Any] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"limits": limits, "requests": requests}}]
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    spec.update(spec_extra)
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels or {}),
+        "annotations": dict(annotations or {}),
+        "creationTimestamp": ago(created_ago),
+    }
+    if terminating:
+        meta["deletionTimestamp"] = ts(NOW)
+    if node_name is None:
+        status: dict[str, Any] = {
+            "phase": phase or "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+    else:
+        status = {"phase": phase or "Running", "conditions": []}
+        if scheduled_ago is not None:
+            status["conditions"].append(
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": ago(scheduled_ago)}
+            )
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def preemptor(
+    name: str, gpus: int = 4, priority: int = 1000, priority_class: str = "reclaim", **kw: Any
+) -> JsonObj:
+    return pod(name, gpus=gpus, node_name=None, priority=priority, priority_class=priority_class, **kw)
+
+
+def priority_class(
+    name: str, value: int, annotations: dict[str, str] | None = None, global_default: bool = False
+) -> JsonObj:
+    obj: JsonObj = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "value": value,
+    }
+    if global_default:
+        obj["globalDefault"] = True
+    return obj
+
+
+def reclaim_class(name: str = "reclaim", value: int = 1000) -> JsonObj:
+    obj = priority_class(name, value, {RECLAIM_ANNOTATION: "true"})
+    obj["preemptionPolicy"] = "Never"
+    return obj
+
+
+def victim_class(name: str = "batch", value: int = 100, /, **ann: str) -> JsonObj:
+    """A class with plugin annotations; keyword names use _ for - (gpu_idle_seconds=...)."""
+    prefix = ANN_GPU_IDLE_SECONDS.rsplit("/", 1)[0] + "/"
+    return priority_class(name, value, {prefix + k.replace("_", "-"): v for k, v in ann.items()})
+
+
+def pdb(name: str, selector: dict[str, Any] | None, allowed: int | None, namespace: str = "ml") -> JsonObj:
+    obj: JsonObj = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": selector},
+        "status": {},
+    }
+    if allowed is not None:
+        obj["status"]["disruptionsAllowed"] = allowed
+    return obj
+
+
+def cluster(*objs: JsonObj) -> ClusterState:
+    state = ClusterState([], [], [], [])
+    for obj in objs:
+        kind = obj["kind"]
+        {
+            "Node": state.nodes,
+            "Pod": state.pods,
+            "PriorityClass": state.priority_classes,
+            "PodDisruptionBudget": state.pdbs,
+        }[kind].append(obj)
+    if not any(pc["metadata"]["name"] == "reclaim" for pc in state.priority_classes):
+        state.priority_classes.append(reclaim_class())
+    return state
+
+
+def idle(*names: str, activity: float = 0.0, namespace: str = "ml", **kw: Any) -> dict[PodKey, PodUsage]:
+    return {PodKey(namespace, n): PodUsage(activity, **kw) for n in names}
+
+
+def busy(*names: str, activity: float = 0.9, namespace: str = "ml") -> dict[PodKey, PodUsage]:
+    return {PodKey(namespace, n): PodUsage(activity) for n in names}
