@@ -1,0 +1,465 @@
+"""One reclaim pass: snapshot, usage, plan, then act (enforce) or only report (dry-run).
+
+Orchestration over two ports, KubeAdapter and UsageSource, so it runs the same against the live adapters
+(kube.py, prom.py), the snapshot file and the in-memory fakes. The decisions themselves are the planner's.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from automator import planner
+from automator.kube import EvictionOutcome, EvictionResult, KubernetesUnavailable
+from automator.metrics import AutomatorMetrics
+from automator.model import (
+    LAST_RECLAIM_ANNOTATION,
+    ClusterState,
+    Decision,
+    JsonObj,
+    Plan,
+    PlannerConfig,
+    PodKey,
+    PodUsage,
+    Unresolved,
+    UsageWindow,
+    Victim,
+)
+from automator.prom import PrometheusUnavailable
+
+log = logging.getLogger(__name__)
+
+# Event reasons (CamelCase, as Kubernetes components write them).
+REASON_VICTIM = "GpuIdleReclaimed"
+REASON_PREEMPTOR = "GpuReclaimPreemptor"
+REASON_EVICTION_FAILED = "GpuReclaimEvictionFailed"
+REASON_INVALID_ANNOTATION = "InvalidReclaimAnnotation"
+# A malformed annotation on a big class would otherwise write thousands of Events at once.
+MAX_WARNING_EVENTS_PER_CLASS = 50
+
+
+class Mode(StrEnum):
+    DRY_RUN = "dry-run"
+    ENFORCE = "enforce"
+
+
+class KubeAdapter(Protocol):
+    def snapshot(self) -> ClusterState: ...
+
+    def evict(self, pod: PodKey) -> EvictionResult: ...
+
+    def annotate_preemptor(self, pod: PodKey, when: datetime) -> None: ...
+
+    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None: ...
+
+
+class UsageSource(Protocol):
+    queries_last_call: int
+
+    def usage(
+        self, windows: Mapping[PodKey, UsageWindow], at: datetime | None = None
+    ) -> dict[PodKey, PodUsage]: ...
+
+
+@dataclass
+class ActuatorState:
+    """What the service remembers between passes (per process; lost on failover, which is harmless)."""
+
+    # Warnings already turned into Events: (class, annotation, value, pod).
+    warned: set[tuple[str, str, str, PodKey]] = field(default_factory=set)
+    # Preemptors we evicted for, and when: a backstop for the annotation if patching it failed or the
+    # next list does not show it yet, so a pass never evicts twice for the same preemptor.
+    reclaimed: dict[PodKey, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # evict, annotate, event
+    pod: str
+    result: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "pod": self.pod, "result": self.result, "detail": self.detail}
+
+
+@dataclass
+class PassResult:
+    mode: Mode
+    at: datetime
+    result: str  # one of metrics.PASS_RESULTS
+    reason: str = ""
+    plan: Plan | None = None  # enforce: the decisions acted on; dry-run: the plan as computed
+    actions: list[Action] = field(default_factory=list)
+    prometheus_queries: int = 0
+    replans: int = 0
+    duration_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.result == "ok"
+
+    @property
+    def acted(self) -> bool:
+        return any(a.kind == "evict" and a.result in ("ok", "not_found") for a in self.actions)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = (
+            planner.plan_to_json(self.plan)
+            if self.plan is not None
+            else {
+                "decisions": [],
+                "unresolved": [],
+            }
+        )
+        body.update(
+            mode=str(self.mode),
+            timestamp=_rfc3339(self.at),
+            result=self.result,
+            reason=self.reason,
+            acted=self.acted,
+            actions=[a.to_json() for a in self.actions],
+            prometheus_queries=self.prometheus_queries,
+            replans=self.replans,
+            duration_seconds=round(self.duration_seconds, 6),
+        )
+        return body
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def with_reclaim_memory(cluster: ClusterState, reclaimed: Mapping[PodKey, datetime]) -> ClusterState:
+    """The cluster with our remembered reclaim times written into preemptors whose annotation is older."""
+    if not reclaimed:
+        return cluster
+    pods: list[JsonObj] = []
+    for pod in cluster.pods:
+        when = reclaimed.get(PodKey.of(pod))
+        if when is not None:
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            seen = _parse_time(str(annotations.get(LAST_RECLAIM_ANNOTATION, "")))
+            if LAST_RECLAIM_ANNOTATION not in annotations or (seen is not None and seen < when):
+                pod = copy.deepcopy(pod)
+                pod.setdefault("metadata", {}).setdefault("annotations", {})[LAST_RECLAIM_ANNOTATION] = (
+                    _rfc3339(when)
+                )
+        pods.append(pod)
+    return replace(cluster, pods=pods)
+
+
+def simulate(cluster: ClusterState, gone: set[PodKey], placed: Mapping[PodKey, str]) -> ClusterState:
+    """The cluster as a re-plan should see it: evicted pods gone, served preemptors running where planned.
+
+    A served preemptor is bound without a PodScheduled=True condition, so the planner neither serves it
+    again nor offers it as a victim, and its GPUs stay taken on its node.
+    """
+    pods: list[JsonObj] = []
+    for pod in cluster.pods:
+        key = PodKey.of(pod)
+        if key in gone:
+            continue
+        if key in placed:
+            pod = copy.deepcopy(pod)
+            pod.setdefault("spec", {})["nodeName"] = placed[key]
+            pod.setdefault("status", {})["phase"] = "Running"
+        pods.append(pod)
+    return replace(cluster, pods=pods)
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    return "unknown" if value is None else f"{value:.3f}{unit}"
+
+
+def describe_victim(v: Victim, window: UsageWindow | None) -> str:
+    span = f" over {window.gpu_seconds}s" if window is not None else ""
+    cpu = f", CPU {_fmt(v.cpu_cores, ' cores')}" if v.cpu_cores is not None else ""
+    return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, GPU activity {_fmt(v.gpu_activity)}{span}{cpu})"
+
+
+def log_plan(plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> None:
+    verb = "would evict" if mode is Mode.DRY_RUN else "evicting"
+    for d in plan.decisions:
+        log.info(
+            "decision mode=%s preemptor=%s priority=%d gpus=%d node=%s free_before=%d: %s %s",
+            mode,
+            d.preemptor,
+            d.preemptor_priority,
+            d.gpus_requested,
+            d.node,
+            d.free_gpus_before,
+            verb,
+            "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims) or "nothing (already fits)",
+        )
+    for u in plan.unresolved:
+        log.info("unresolved preemptor=%s: %s", u.preemptor, u.reason)
+    for key in plan.skipped_cooldown:
+        log.info("cooldown preemptor=%s: skipped", key)
+    for w in plan.warnings:
+        log.warning(
+            "invalid annotation class=%s %s=%r: %s (%d pods)",
+            w.priority_class,
+            w.annotation,
+            w.value,
+            w.message,
+            len(w.pods),
+        )
+
+
+@dataclass
+class _Enforcer:
+    kube: KubeAdapter
+    cluster: ClusterState
+    usage: Mapping[PodKey, PodUsage]
+    windows: Mapping[PodKey, UsageWindow]
+    config: PlannerConfig
+    now: datetime
+    state: ActuatorState
+    metrics: AutomatorMetrics | None
+    should_continue: Callable[[], bool]
+    max_replans: int
+    actions: list[Action] = field(default_factory=list)
+    replans: int = 0
+
+    def __post_init__(self) -> None:
+        self.uids = {PodKey.of(p): (p.get("metadata") or {}).get("uid") for p in self.cluster.pods}
+
+    def _event(self, pod: PodKey, type_: str, reason: str, message: str) -> None:
+        uid = self.uids.get(pod)
+        try:
+            self.kube.event(pod, type_, reason, message, uid=str(uid) if uid else None)
+            self.actions.append(Action("event", str(pod), "ok", reason))
+        except KubernetesUnavailable as e:
+            # An Event is a courtesy: losing one must not stop the pass.
+            log.error("event %s on %s failed: %s", reason, pod, e)
+            self.actions.append(Action("event", str(pod), "error", f"{reason}: {e}"))
+
+    def _evict(self, pod: PodKey) -> EvictionResult:
+        try:
+            result = self.kube.evict(pod)
+            if result.outcome is EvictionOutcome.CONFLICT:
+                log.info("eviction of %s: conflict, retrying once", pod)
+                self._count(result)
+                result = self.kube.evict(pod)
+        except KubernetesUnavailable as e:
+            result = EvictionResult(EvictionOutcome.ERROR, None, str(e))
+        self._count(result)
+        return result
+
+    def _count(self, result: EvictionResult) -> None:
+        if self.metrics is not None:
+            self.metrics.evictions.labels(result=str(result.outcome)).inc()
+
+    def run(self, plan: Plan) -> Plan:
+        gone: set[PodKey] = set()
+        exclude: set[PodKey] = set()
+        placed: dict[PodKey, str] = {}
+        evicted_for: dict[PodKey, list[Victim]] = {}
+        last_decision: dict[PodKey, Decision] = {}
+        current = plan
+        stopped = False
+        while True:
+            refused = False
+            for d in current.decisions:
+                if not self.should_continue():
+                    log.warning("lost leadership: stopping before %s", d.preemptor)
+                    stopped = True
+                    break
+                last_decision[d.preemptor] = d
+                for v in d.victims:
+                    result = self._evict(v.pod)
+                    detail = f"for {d.preemptor}"
+                    if result.outcome is not EvictionOutcome.OK:
+                        detail += f": {result.status or 'no answer'} {result.message}"
+                    self.actions.append(Action("evict", str(v.pod), str(result.outcome), detail))
+                    if result.outcome in (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND):
+                        log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
+                        gone.add(v.pod)
+                        evicted_for.setdefault(d.preemptor, []).append(v)
+                        continue
+                    log.warning("eviction of %s for %s refused: %s", v.pod, d.preemptor, result)
+                    self._event(
+                        v.pod,
+                        "Warning",
+                        REASON_EVICTION_FAILED,
+                        f"gpu-steward could not evict it for {d.preemptor}: "
+                        f"{result.outcome} {result.message}",
+                    )
+                    exclude.add(v.pod)
+                    refused = True
+                    break
+                if refused:
+                    break
+                placed[d.preemptor] = d.node
+            if not refused or stopped:
+                break
+            if self.replans >= self.max_replans:
+                log.warning(
+                    "re-plan limit (%d) reached: remaining preemptors wait for the next pass", self.replans
+                )
+                break
+            self.replans += 1
+            if self.metrics is not None:
+                self.metrics.replans.inc()
+            current = planner.plan(
+                simulate(self.cluster, gone, placed),
+                self.usage,
+                self.config,
+                self.now,
+                exclude=frozenset(exclude),
+            )
+
+        done: list[Decision] = []
+        for preemptor, victims in evicted_for.items():
+            d = replace(
+                last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
+            )
+            done.append(d)
+            self._finish(d, complete=preemptor in placed)
+        served = set(placed) | set(evicted_for)
+        unresolved = [u for u in current.unresolved if u.preemptor not in served]
+        unresolved += [
+            Unresolved(d.preemptor, "eviction refused and re-plans exhausted or leadership lost")
+            for d in current.decisions
+            if d.preemptor not in served
+        ]
+        return replace(plan, decisions=done, unresolved=unresolved)
+
+    def _finish(self, d: Decision, complete: bool) -> None:
+        """Cooldown annotation and Events once victims were evicted for a preemptor."""
+        self.state.reclaimed[d.preemptor] = self.now
+        try:
+            self.kube.annotate_preemptor(d.preemptor, self.now)
+            self.actions.append(Action("annotate", str(d.preemptor), "ok", LAST_RECLAIM_ANNOTATION))
+        except KubernetesUnavailable as e:
+            log.error("cooldown annotation on %s failed (kept in memory): %s", d.preemptor, e)
+            self.actions.append(Action("annotate", str(d.preemptor), "error", str(e)))
+        victims = "; ".join(describe_victim(v, self.windows.get(v.pod)) for v in d.victims)
+        partial = "" if complete else " (partial: an eviction was refused)"
+        self._event(
+            d.preemptor,
+            "Normal",
+            REASON_PREEMPTOR,
+            f"gpu-steward evicted idle GPU pods on node {d.node} to free {d.gpus_freed} GPUs "
+            f"for it{partial}: {victims}",
+        )
+        for v in d.victims:
+            window = self.windows.get(v.pod)
+            span = f" over {window.gpu_seconds}s" if window is not None else ""
+            self._event(
+                v.pod,
+                "Normal",
+                REASON_VICTIM,
+                f"Evicted by gpu-steward for pending pod {d.preemptor} (priority {d.preemptor_priority}, "
+                f"{d.gpus_requested} GPU) on node {d.node}: GPU activity {_fmt(v.gpu_activity)}{span}"
+                + (f", CPU {_fmt(v.cpu_cores, ' cores')}" if v.cpu_cores is not None else ""),
+            )
+
+    def warn(self, plan: Plan) -> None:
+        for w in plan.warnings:
+            for pod in w.pods[:MAX_WARNING_EVENTS_PER_CLASS]:
+                key = (w.priority_class, w.annotation, w.value, pod)
+                if key in self.state.warned:
+                    continue
+                self.state.warned.add(key)
+                self._event(
+                    pod,
+                    "Warning",
+                    REASON_INVALID_ANNOTATION,
+                    f"PriorityClass {w.priority_class}: {w.annotation}={w.value!r}: {w.message}; "
+                    "pods of this class are protected from GPU reclaim",
+                )
+
+
+def run_pass(
+    kube: KubeAdapter,
+    prom: UsageSource,
+    config: PlannerConfig,
+    mode: Mode,
+    now: datetime,
+    state: ActuatorState | None = None,
+    metrics: AutomatorMetrics | None = None,
+    should_continue: Callable[[], bool] = lambda: True,
+    max_replans: int = 5,
+) -> PassResult:
+    """One pass. Never raises; never evicts without usage data or in dry-run."""
+    state = state if state is not None else ActuatorState()
+    started = time.monotonic()
+    result = PassResult(mode=mode, at=now, result="ok")
+    try:
+        _run(kube, prom, config, mode, now, state, metrics, should_continue, max_replans, result)
+    except KubernetesUnavailable as e:
+        result.result, result.reason = "kubernetes_error", f"Kubernetes API: {e}"
+        log.error("pass failed: %s", result.reason)
+    except PrometheusUnavailable as e:
+        result.result = "prometheus_unavailable"
+        result.reason = f"Prometheus unavailable, no eviction this pass: {e.reason}"
+        log.warning("%s", result.reason)
+    except Exception as e:  # a bug must not kill the scheduler thread; the pass counts as failed
+        log.exception("pass failed")
+        result.result, result.reason = "error", f"{type(e).__name__}: {e}"
+    result.duration_seconds = time.monotonic() - started
+    if metrics is not None:
+        metrics.passes.labels(result=result.result).inc()
+        metrics.pass_duration.observe(result.duration_seconds)
+        if result.ok:
+            metrics.last_success.set(now.timestamp())
+    return result
+
+
+def _run(
+    kube: KubeAdapter,
+    prom: UsageSource,
+    config: PlannerConfig,
+    mode: Mode,
+    now: datetime,
+    state: ActuatorState,
+    metrics: AutomatorMetrics | None,
+    should_continue: Callable[[], bool],
+    max_replans: int,
+    result: PassResult,
+) -> None:
+    cooldown = timedelta(seconds=config.cooldown_seconds)
+    for key in [k for k, t in state.reclaimed.items() if now - t >= cooldown]:
+        del state.reclaimed[key]
+    cluster = with_reclaim_memory(kube.snapshot(), state.reclaimed)
+    windows = planner.usage_windows(cluster, config)
+    try:
+        usage = prom.usage(windows, at=now)
+    finally:
+        result.prometheus_queries = prom.queries_last_call
+        if metrics is not None:
+            metrics.queries_per_pass.set(prom.queries_last_call)
+    plan = planner.plan(cluster, usage, config, now)
+    log_plan(plan, mode, windows)
+    result.plan = plan
+    if mode is Mode.DRY_RUN:
+        if metrics is not None:
+            metrics.decisions.labels(mode=str(mode)).inc(len(plan.decisions))
+            metrics.unresolved.set(len(plan.unresolved))
+        return
+    enforcer = _Enforcer(
+        kube, cluster, usage, windows, config, now, state, metrics, should_continue, max_replans
+    )
+    enforcer.warn(plan)
+    result.plan = enforcer.run(plan)
+    result.actions = enforcer.actions
+    result.replans = enforcer.replans
+    if metrics is not None:
+        metrics.decisions.labels(mode=str(mode)).inc(len(result.plan.decisions))
+        metrics.unresolved.set(len(result.plan.unresolved))

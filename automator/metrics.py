@@ -1,0 +1,73 @@
+"""The automator's own metrics (prefix gpu_steward_automator_), on a registry the caller owns."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "gpu_steward_automator_"
+
+PASS_RESULTS = ("ok", "prometheus_unavailable", "kubernetes_error", "error")
+EVICTION_RESULTS = ("ok", "refused_pdb", "error", "not_found", "conflict")
+MODES = ("dry-run", "enforce")
+
+
+class AutomatorMetrics:
+    """Every series the service exposes; label values are pre-created so rate() works from the first event."""
+
+    def __init__(self, registry: CollectorRegistry, version: str = "unknown", mode: str = "dry-run") -> None:
+        self.registry = registry
+        self.passes = Counter(PREFIX + "passes", "Reclaim passes by result.", ["result"], registry=registry)
+        self.decisions = Counter(
+            PREFIX + "decisions",
+            "Preemptors for which victims were chosen (acted on in enforce mode, only logged in dry-run).",
+            ["mode"],
+            registry=registry,
+        )
+        self.evictions = Counter(
+            PREFIX + "evictions", "Eviction API calls by result.", ["result"], registry=registry
+        )
+        self.replans = Counter(
+            PREFIX + "replans",
+            "Re-plans after an eviction was refused (429) or failed (500).",
+            registry=registry,
+        )
+        self.pass_duration = Histogram(
+            PREFIX + "pass_duration_seconds",
+            "Duration of a reclaim pass (snapshot, queries, plan, actions).",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.query_duration = Histogram(
+            PREFIX + "prometheus_query_duration_seconds",
+            "Duration of each Prometheus query, failed ones included.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry,
+        )
+        self.queries_per_pass = Gauge(
+            PREFIX + "prometheus_queries_per_pass",
+            "Prometheus queries made by the last pass (one per distinct window, whatever the pod count).",
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            PREFIX + "last_successful_pass_timestamp_seconds",
+            "Unix time the last pass finished without error.",
+            registry=registry,
+        )
+        self.is_leader = Gauge(
+            PREFIX + "is_leader", "1 if this replica holds the lease and runs passes.", registry=registry
+        )
+        self.unresolved = Gauge(
+            PREFIX + "unresolved_preemptors",
+            "Preemptors the last pass could not make room for.",
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            PREFIX + "build_info", "Always 1; labels say what runs.", ["version", "mode"], registry=registry
+        )
+        self.build_info.labels(version=version, mode=mode).set(1)
+        for result in PASS_RESULTS:
+            self.passes.labels(result=result)
+        for result in EVICTION_RESULTS:
+            self.evictions.labels(result=result)
+        for m in MODES:
+            self.decisions.labels(mode=m)

@@ -1,0 +1,254 @@
+"""Prometheus adapter: query shapes against a real Prometheus, failures against a scripted HTTP server."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from automator.model import PodKey, UsageWindow
+from automator.prom import (
+    GPU_SERIES,
+    PrometheusAdapter,
+    PrometheusUnavailable,
+    coverage,
+    cpu_query,
+    gpu_query,
+)
+from tests.promserver import Prometheus, free_port, start_prometheus
+
+RULE_INTERVAL = 30
+# Query instant: samples sit at T - 15 - 30*i, so range boundaries never fall on a sample.
+T = (int(time.time()) // 60) * 60 - 120
+
+
+def _gpu_samples(ns: str, pod: str, values: list[float]) -> list[str]:
+    """values[i] at T - 15 - 30*i (newest first)."""
+    rows = [
+        f'{GPU_SERIES}{{namespace="{ns}",pod="{pod}"}} {v} {T - 15 - RULE_INTERVAL * i}'
+        for i, v in enumerate(values)
+    ]
+    return list(reversed(rows))  # OpenMetrics wants time order
+
+
+def _openmetrics() -> str:
+    lines = [f"# TYPE {GPU_SERIES} gauge"]
+    lines += _gpu_samples("ml", "busy", [0.9] * 80)  # 40 min of 0.9
+    lines += _gpu_samples("ml", "idle", [0.0] * 80)
+    lines += _gpu_samples("ml", "gappy", [0.0] * 20)  # only the last 10 min
+    # idle for the last 10 min, busy before: a 600 s window sees 0, a 1800 s window 1/3 busy.
+    lines += _gpu_samples("ml", "recent-idle", [0.0] * 20 + [0.6] * 60)
+    lines += _gpu_samples("other", "idle", [0.02] * 80)
+    lines.append("# TYPE container_cpu_usage_seconds counter")
+    for pod, cores in (("idle", 0.5), ("busy", 3.0)):
+        # The pod-level cgroup series (container="", image="") must not be counted twice.
+        for container, image in (("main", "img"), ("", "")):
+            for i in reversed(range(80)):  # one series at a time, in time order (OpenMetrics)
+                ts = T - 15 - RULE_INTERVAL * i
+                lines.append(
+                    f'container_cpu_usage_seconds_total{{namespace="ml",pod="{pod}",container="{container}",'
+                    f'image="{image}"}} {cores * (ts - (T - 3600))} {ts}'
+                )
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    if shutil.which("promtool") is None or shutil.which("prometheus") is None:
+        pytest.skip("prometheus/promtool not installed (make deps)")
+    work = tmp_path_factory.mktemp("prom")
+    src = work / "backfill.om"
+    src.write_text(_openmetrics())
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(src), str(work / "data")],
+        check=True,
+        capture_output=True,
+    )
+    prom = start_prometheus(work, scrape_targets={})
+    try:
+        prom.wait_for(f"count_over_time({GPU_SERIES}[1h] @ {T})", timeout=30)
+        yield prom
+    finally:
+        prom.stop()
+
+
+AT = datetime.fromtimestamp(T, tz=UTC)
+
+
+@pytest.mark.integration
+def test_gpu_query_shape_against_real_prometheus(prometheus: Prometheus) -> None:
+    adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
+    long, short = UsageWindow(1800, 0), UsageWindow(600, 0)
+    windows = {
+        PodKey("ml", "busy"): long,
+        PodKey("ml", "idle"): long,
+        PodKey("ml", "gappy"): long,
+        PodKey("ml", "recent-idle"): short,
+        PodKey("other", "idle"): long,
+        PodKey("ml", "no-data"): long,
+    }
+    usage = adapter.usage(windows, at=AT)
+
+    assert adapter.queries_last_call == 2  # two distinct GPU windows, no CPU window
+    assert PodKey("ml", "no-data") not in usage  # unknown, not idle
+    assert usage[PodKey("ml", "busy")].gpu_activity == pytest.approx(0.9)
+    assert usage[PodKey("ml", "busy")].coverage == pytest.approx(1.0)
+    assert usage[PodKey("ml", "idle")].gpu_activity == pytest.approx(0.0)
+    assert usage[PodKey("other", "idle")].gpu_activity == pytest.approx(0.02)
+    # 20 samples of a 30 s rule over 1800 s.
+    assert usage[PodKey("ml", "gappy")].coverage == pytest.approx(20 * 30 / 1800)
+    assert usage[PodKey("ml", "recent-idle")].gpu_activity == pytest.approx(0.0)
+    assert usage[PodKey("ml", "recent-idle")].coverage == pytest.approx(1.0)
+    assert usage[PodKey("ml", "busy")].cpu_cores is None  # CPU not asked for
+
+    # The same pod over the long window sees the busy past.
+    again = adapter.usage({PodKey("ml", "recent-idle"): long}, at=AT)
+    assert again[PodKey("ml", "recent-idle")].gpu_activity == pytest.approx(0.6 * 40 / 60)
+
+
+@pytest.mark.integration
+def test_cpu_query_shape_against_real_prometheus(prometheus: Prometheus) -> None:
+    adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
+    windows = {
+        PodKey("ml", "idle"): UsageWindow(1800, 600),
+        PodKey("ml", "busy"): UsageWindow(1800, 900),
+        PodKey("other", "idle"): UsageWindow(1800, 600),  # GPU known, CPU unknown
+    }
+    usage = adapter.usage(windows, at=AT)
+    assert adapter.queries_last_call == 3  # one GPU window, two CPU windows
+    assert usage[PodKey("ml", "idle")].cpu_cores == pytest.approx(0.5)
+    assert usage[PodKey("ml", "busy")].cpu_cores == pytest.approx(3.0)  # the container="" series is ignored
+    assert usage[PodKey("other", "idle")].cpu_cores is None
+    assert usage[PodKey("other", "idle")].gpu_activity == pytest.approx(0.02)
+
+
+def test_coverage_is_capped() -> None:
+    assert coverage(60, 30, 1800) == 1.0
+    assert coverage(61, 30, 1800) == 1.0
+    assert coverage(30, 30, 1800) == 0.5
+
+
+def _vector(*samples: tuple[dict[str, str], str]) -> dict[str, object]:
+    return {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": m, "value": [T, v]} for m, v in samples]},
+    }
+
+
+def test_one_query_per_distinct_window_whatever_the_pod_count(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/api/v1/query").respond_with_json(_vector())
+    adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
+    for pods in (3, 3000):
+        httpserver.clear_log()
+        windows = {
+            PodKey("ns", f"p{i}"): UsageWindow(gpu_seconds=(1800, 600)[i % 2], cpu_seconds=(0, 300)[i % 2])
+            for i in range(pods)
+        }
+        assert adapter.usage(windows) == {}
+        queries = [req.args["query"] for req, _ in httpserver.log]
+        assert sorted(queries) == sorted([gpu_query(600), gpu_query(1800), cpu_query(300)])
+        assert adapter.queries_last_call == 3
+
+
+def test_sends_the_evaluation_time(httpserver: HTTPServer) -> None:
+    httpserver.expect_request(
+        "/api/v1/query", query_string={"query": gpu_query(60), "time": f"{T}.000"}
+    ).respond_with_json(
+        _vector(
+            ({"namespace": "a", "pod": "b"}, "0.25"), ({"namespace": "a", "pod": "b", "stat": "count"}, "1")
+        )
+    )
+    usage = PrometheusAdapter(httpserver.url_for("").rstrip("/")).usage(
+        {PodKey("a", "b"): UsageWindow(60, 0)}, at=AT
+    )
+    assert usage[PodKey("a", "b")].gpu_activity == 0.25
+    assert usage[PodKey("a", "b")].coverage == 0.5
+
+
+def test_average_without_count_stays_unknown(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/api/v1/query").respond_with_json(
+        _vector(({"namespace": "a", "pod": "b"}, "0"))
+    )
+    adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
+    assert adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)}) == {}
+
+
+def test_unreachable_prometheus_is_unavailable() -> None:
+    adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}", timeout=2)
+    with pytest.raises(PrometheusUnavailable, match="failed"):
+        adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
+    assert adapter.queries_last_call == 1
+
+
+def test_no_windows_no_queries() -> None:
+    adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}")
+    assert adapter.usage({}) == {}
+    assert adapter.queries_last_call == 0
+
+
+@pytest.mark.parametrize(
+    "respond",
+    [
+        pytest.param(lambda: Response("boom", status=500), id="500"),
+        pytest.param(
+            lambda: Response(json.dumps({"status": "error", "error": "bad"}), status=400),
+            id="400-error-status",
+        ),
+        pytest.param(lambda: Response("<html>proxy</html>", status=200), id="not-json"),
+        pytest.param(lambda: Response(json.dumps({"status": "success"}), status=200), id="no-data"),
+        pytest.param(
+            lambda: Response(json.dumps(_vector(({"namespace": "a", "pod": "b"}, "NaN"))), status=200),
+            id="nan",
+        ),
+        pytest.param(
+            lambda: Response(json.dumps(_vector(({"namespace": "a", "pod": "b"}, "+Inf"))), status=200),
+            id="inf",
+        ),
+        pytest.param(
+            lambda: Response(json.dumps(_vector(({"job": "x"}, "0"))), status=200), id="no-pod-labels"
+        ),
+    ],
+)
+def test_bad_answers_are_unavailable(httpserver: HTTPServer, respond: object) -> None:
+    assert callable(respond)
+    httpserver.expect_request("/api/v1/query").respond_with_handler(lambda _req: respond())
+    adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
+    with pytest.raises(PrometheusUnavailable):
+        adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
+
+
+def test_slow_prometheus_is_unavailable(httpserver: HTTPServer) -> None:
+    def slow(_req: Request) -> Response:
+        time.sleep(1.5)
+        return Response(json.dumps(_vector()), status=200, content_type="application/json")
+
+    httpserver.expect_request("/api/v1/query").respond_with_handler(slow)
+    durations: list[float] = []
+    adapter = PrometheusAdapter(
+        httpserver.url_for("").rstrip("/"), timeout=0.3, observe_query=durations.append
+    )
+    with pytest.raises(PrometheusUnavailable, match="timed out"):
+        adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
+    assert len(durations) == 1  # the failed query is still measured
+
+
+def test_zero_window_is_refused() -> None:
+    adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(ValueError, match="> 0"):
+        adapter.usage({PodKey("a", "b"): UsageWindow(0, 0)})
+    assert not math.isnan(coverage(1, 30, 60))
+
+
+def test_query_text() -> None:
+    assert "[1800s]" in gpu_query(1800) and 'stat", "count"' in gpu_query(1800)
+    assert cpu_query(300) == (
+        'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="", image!=""}[300s]))'
+    )

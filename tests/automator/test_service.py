@@ -1,0 +1,323 @@
+"""The `run` service: endpoints over fake adapters with one pass run synchronously, flags and wiring."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from flask.testing import FlaskClient
+from prometheus_client import CollectorRegistry
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from automator import service
+from automator.actuator import Mode
+from automator.fakes import FakeKube, FakePrometheus, make_node, make_pod, make_priority_class
+from automator.kube import KubernetesUnavailable
+from automator.metrics import AutomatorMetrics
+from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
+
+NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+LONG_AGO = NOW - timedelta(hours=2)
+
+
+def cluster() -> ClusterState:
+    return ClusterState(
+        nodes=[make_node("node-a", 4)],
+        pods=[
+            make_pod("ml", "idle", 4, priority_class="batch", node="node-a", scheduled_at=LONG_AGO),
+            make_pod("team", "pending", 4, priority_class="urgent", created_at=LONG_AGO),
+        ],
+        priority_classes=[
+            make_priority_class("batch", 100),
+            make_priority_class("urgent", 1000, reclaim=True),
+        ],
+        pdbs=[],
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Leader:
+    def __init__(self, leading: bool = True) -> None:
+        self.leading = leading
+
+    def __call__(self) -> bool:
+        return self.leading
+
+
+def make_service(
+    prom: FakePrometheus | None = None, leader: Leader | None = None, mode: Mode = Mode.DRY_RUN
+) -> tuple[service.Service, FakeKube, Clock]:
+    kube = FakeKube(cluster())
+    clock = Clock()
+    svc = service.Service(
+        kube=kube,
+        prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0)}),
+        config=PlannerConfig(),
+        mode=mode,
+        interval=30,
+        metrics=AutomatorMetrics(CollectorRegistry()),
+        is_leader=leader or Leader(),
+        clock=clock,
+    )
+    return svc, kube, clock
+
+
+def client_for(svc: service.Service) -> FlaskClient:
+    return service.create_app(svc).test_client()
+
+
+def test_healthz() -> None:
+    svc, _, _ = make_service()
+    assert client_for(svc).get("/healthz").status_code == 200
+
+
+def test_readyz_follows_the_last_pass() -> None:
+    svc, _, clock = make_service()
+    http = client_for(svc)
+    before = http.get("/readyz")
+    assert before.status_code == 503 and b"no pass yet" in before.data
+
+    assert svc.run_once() is not None
+    assert http.get("/readyz").status_code == 200
+
+    clock.now = NOW + timedelta(seconds=3 * 30 + 1)  # no pass for more than three intervals
+    stale = http.get("/readyz")
+    assert stale.status_code == 503 and b"old" in stale.data
+
+
+def test_readyz_fails_when_prometheus_is_down() -> None:
+    svc, kube, _ = make_service(FakePrometheus(down="connection refused"), mode=Mode.ENFORCE)
+    http = client_for(svc)
+    result = svc.run_once()
+    assert result is not None and result.result == "prometheus_unavailable"
+    response = http.get("/readyz")
+    assert response.status_code == 503 and b"Prometheus unavailable" in response.data
+    assert kube.eviction_calls == []
+    body = http.get("/decisions").get_json()
+    assert body["result"] == "prometheus_unavailable" and body["decisions"] == [] and body["acted"] is False
+
+
+def test_standby_runs_no_pass_and_is_ready() -> None:
+    prom = FakePrometheus()
+    svc, kube, _ = make_service(prom, leader=Leader(False), mode=Mode.ENFORCE)
+    assert svc.run_once() is None
+    assert prom.calls == 0 and kube.eviction_calls == []
+    http = client_for(svc)
+    ready = http.get("/readyz")
+    assert ready.status_code == 200 and b"standby" in ready.data
+    assert svc.metrics.registry.get_sample_value("gpu_steward_automator_is_leader") == 0
+    assert http.get("/decisions").get_json()["leader"] is False
+
+
+def test_metrics_endpoint() -> None:
+    svc, _, _ = make_service()
+    svc.run_once()
+    response = client_for(svc).get("/metrics")
+    assert response.status_code == 200 and response.content_type.startswith("text/plain")
+    text = response.data.decode()
+    assert 'gpu_steward_automator_passes_total{result="ok"} 1.0' in text
+    assert 'gpu_steward_automator_decisions_total{mode="dry-run"} 1.0' in text
+    assert "gpu_steward_automator_is_leader 1.0" in text
+    assert "gpu_steward_automator_prometheus_queries_per_pass 1.0" in text
+    assert "gpu_steward_automator_pass_duration_seconds_count 1.0" in text
+    assert 'gpu_steward_automator_build_info{mode="dry-run",version="unknown"} 1.0' in text
+
+
+def test_decisions_endpoint_in_dry_run() -> None:
+    svc, kube, _ = make_service()
+    http = client_for(svc)
+    assert http.get("/decisions").get_json()["result"] == "no pass yet"
+    svc.run_once()
+    body = http.get("/decisions").get_json()
+    assert body["mode"] == "dry-run" and body["acted"] is False and body["leader"] is True
+    assert body["timestamp"] == "2024-06-01T12:00:00Z"
+    assert [(d["preemptor"], d["node"], d["victims"]) for d in body["decisions"]] == [
+        ("team/pending", "node-a", ["ml/idle"])
+    ]
+    assert kube.eviction_calls == []
+
+
+def test_decisions_endpoint_in_enforce() -> None:
+    svc, kube, _ = make_service(mode=Mode.ENFORCE)
+    svc.run_once()
+    body = client_for(svc).get("/decisions").get_json()
+    assert body["mode"] == "enforce" and body["acted"] is True
+    assert {"kind": "evict", "pod": "ml/idle", "result": "ok", "detail": "for team/pending"} in body[
+        "actions"
+    ]
+    assert kube.evicted == [PodKey("ml", "idle")]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    service.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_flag_defaults() -> None:
+    args = parse([])
+    assert args.mode == "dry-run"
+    assert args.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert (args.prometheus_timeout, args.interval, args.rule_interval) == (10.0, 30.0, 30.0)
+    assert (args.listen_address, args.port) == ("0.0.0.0", 8080)
+    assert args.leader_election is None and args.lease_name == "gpu-steward-automator"
+    assert args.kubeconfig is None and args.cluster_snapshot is None
+    assert service.planner_config(args) == PlannerConfig()
+
+
+def test_env_vars_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_STEWARD_MODE", "enforce")
+    monkeypatch.setenv("GPU_STEWARD_INTERVAL", "15")
+    monkeypatch.setenv("GPU_STEWARD_LEADER_ELECTION", "false")
+    monkeypatch.setenv("GPU_STEWARD_GPU_RESOURCES", "nvidia.com/gpu, nvidia.com/mig-1g.10gb")
+    monkeypatch.setenv("GPU_STEWARD_MIN_COVERAGE", "0.5")
+    args = parse(["--interval", "60"])
+    assert args.mode == "enforce" and args.interval == 60.0  # the flag wins over the env var
+    assert args.leader_election is False
+    config = service.planner_config(args)
+    assert config.gpu_resources == ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb") and config.min_coverage == 0.5
+    assert service.planner_config(parse(["--gpu-resource", "amd.com/gpu"])).gpu_resources == ("amd.com/gpu",)
+    assert parse(["--leader-election"]).leader_election is True
+
+
+def test_bad_env_value_names_the_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_STEWARD_INTERVAL", "soon")
+    with pytest.raises(SystemExit):
+        parse([])
+    assert "--interval" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--cluster-snapshot", "x.yaml", "--mode", "enforce"], "--cluster-snapshot"),
+        (["--interval", "0"], "--interval"),
+        (["--default-gpu-idle-seconds", "0"], "--default-gpu-idle-seconds"),
+        (["--min-coverage", "1.5"], "--min-coverage"),
+        (["--default-gpu-idle-threshold", "-1"], "--default-gpu-idle-threshold"),
+    ],
+)
+def test_bad_flags_exit_2(argv: list[str], problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert service.run(parse(argv)) == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_good_flags_have_no_problems() -> None:
+    args = parse(["--cluster-snapshot", "x.yaml"])
+    assert service.validate(args) == []
+    assert service.planner_config(args) == PlannerConfig()
+
+
+def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: HTTPServer) -> None:
+    """`run --cluster-snapshot`: the cluster from the file, usage from Prometheus over HTTP, dry-run."""
+    state = cluster()
+    snapshot = tmp_path / "cluster.yaml"
+    items = state.nodes + state.pods + state.priority_classes
+    snapshot.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+
+    def prometheus(request: Request) -> Response:
+        query = request.args["query"]
+        assert "[1800s]" in query
+        metric = {"namespace": "ml", "pod": "idle"}
+        result: list[dict[str, Any]] = [
+            {"metric": metric, "value": [0, "0.01"]},
+            {"metric": {**metric, "stat": "count"}, "value": [0, "60"]},
+        ]
+        return Response(
+            json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}),
+            content_type="application/json",
+        )
+
+    httpserver.expect_request("/api/v1/query").respond_with_handler(prometheus)
+    args = parse(
+        ["--cluster-snapshot", str(snapshot), "--prometheus-url", httpserver.url_for("").rstrip("/")]
+    )
+    wiring = service.build(args, CollectorRegistry())
+    assert wiring.elector is None
+    wiring.service.clock = lambda: datetime.now(UTC)
+    result = wiring.service.run_once()
+    assert result is not None and result.ok, result and result.reason
+    assert result.prometheus_queries == 1
+    assert result.plan is not None and [str(v.pod) for v in result.plan.decisions[0].victims] == ["ml/idle"]
+    http = wiring.app.test_client()
+    assert http.get("/readyz").status_code == 200
+    assert (
+        wiring.service.metrics.registry.get_sample_value(
+            "gpu_steward_automator_prometheus_query_duration_seconds_count"
+        )
+        == 1
+    )
+
+
+def test_snapshot_kube_refuses_to_write(tmp_path: Path) -> None:
+    kube = service.SnapshotKube(tmp_path / "missing.yaml", ("nvidia.com/gpu",))
+    with pytest.raises(RuntimeError, match="dry-run only"):
+        kube.evict(PodKey("a", "b"))
+    with pytest.raises(KubernetesUnavailable, match=r"missing\.yaml"):
+        kube.snapshot()
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "automator"
+
+
+def manifests() -> dict[str, list[dict[str, Any]]]:
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            by_kind.setdefault(doc["kind"], []).append(doc)
+    return by_kind
+
+
+def test_deployment_env_vars_are_real_flags_and_parse() -> None:
+    (deployment,) = manifests()["Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["gpu-automator", "run"]
+    parser = argparse.ArgumentParser()
+    service.add_arguments(parser)
+    known = {service.env_name(flag) for action in parser._actions for flag in action.option_strings}
+    ours = {e["name"]: e.get("value") for e in container["env"] if e["name"].startswith("GPU_STEWARD_")}
+    assert ours and set(ours) <= known
+    probes = (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"])
+    assert probes == ("/healthz", "/readyz")
+
+
+def test_rbac_allows_every_call_the_adapter_makes() -> None:
+    docs = manifests()
+    (cluster_role,) = docs["ClusterRole"]
+    (role,) = docs["Role"]
+
+    def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+        return any(
+            group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules
+        )
+
+    needed = [
+        ("", "nodes", "list"),
+        ("", "pods", "list"),
+        ("", "pods", "patch"),
+        ("", "pods/eviction", "create"),
+        ("", "events", "create"),
+        ("scheduling.k8s.io", "priorityclasses", "list"),
+        ("policy", "poddisruptionbudgets", "list"),
+    ]
+    for group, resource, verb in needed:
+        assert allowed(cluster_role["rules"], group, resource, verb), (group, resource, verb)
+    for verb in ("get", "create", "update"):  # what the client's LeaseLock does
+        assert allowed(role["rules"], "coordination.k8s.io", "leases", verb), verb
+    assert not allowed(cluster_role["rules"], "", "pods", "delete")  # evictions only, never deletes
