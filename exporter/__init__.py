@@ -1,2 +1,3 @@
 """GPU Steward exporter."""
+
 __version__ = "0.1.0"

@@ -1,0 +1,206 @@
+"""Scenario schema: the built-in demo's content, lookups by time, and errors that name the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.model import Attribution, ContainerRef
+from exporter.scenario import ScenarioError, load_scenario, parse_scenario
+
+
+def _minimal() -> dict[str, Any]:
+    return {
+        "node": "n1",
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-a",
+                "model": "M",
+                "memory_total": "80Gi",
+                "allocations": [{"namespace": "ns", "pod": "p", "container": "c"}],
+                "processes": [
+                    {
+                        "pid": 10,
+                        "owner": {"namespace": "ns", "pod": "p", "container": "c"},
+                        "phases": [{"from": 0, "utilization": 0.5, "memory": "1Gi"}],
+                    }
+                ],
+            },
+            {"index": 1, "uuid": "GPU-b", "model": "M", "memory_total": 1024},
+            {
+                "index": 2,
+                "uuid": "GPU-c",
+                "model": "M",
+                "memory_total": "1Gi",
+                "processes": [
+                    {"pid": 30, "owner": {"host": True}, "phases": [{"from": 0, "utilization": 0.1}]}
+                ],
+            },
+        ],
+    }
+
+
+def test_demo_scenario_has_the_required_pods() -> None:
+    s = load_scenario(None)
+    assert s.node == "demo-gpu-node-1"
+    assert len(s.gpus) == 8
+    assert {g.model for g in s.gpus} == {"NVIDIA H100 80GB HBM3"}
+    gpus_of: dict[tuple[str, str], set[str]] = {}
+    for g in s.gpus:
+        for ref in g.allocations:
+            gpus_of.setdefault((ref.namespace, ref.pod), set()).add(g.uuid)
+    expected = {
+        ("ml-team", "notebook-idle"): 1,
+        ("ml-team", "train-busy"): 4,
+        ("research", "batch-idle"): 2,
+        ("research", "eval-mostly-idle"): 1,
+        ("inference", "api-a"): 1,
+        ("inference", "api-b"): 1,
+    }
+    assert {k: len(v) for k, v in gpus_of.items()} == expected
+    assert gpus_of[("inference", "api-a")] == gpus_of[("inference", "api-b")]  # one shared GPU
+    assert len({u for uuids in gpus_of.values() for u in uuids}) <= 8
+    notebook = next(g for g in s.gpus if ContainerRef("ml-team", "notebook-idle", "jupyter") in g.allocations)
+    assert all(p.owner.ref != ContainerRef("ml-team", "notebook-idle", "jupyter") for p in notebook.processes)
+    assert any(p.owner == Attribution("host") for g in s.gpus for p in g.processes)
+    assert [g.fails_at for g in s.gpus if g.fails_at is not None] == [120.0]
+
+
+def test_demo_batch_idle_is_busy_then_idle_forever() -> None:
+    s = load_scenario(None)
+    batch = [p for g in s.gpus for p in g.processes if p.owner.ref and p.owner.ref.pod == "batch-idle"]
+    assert len(batch) == 2
+    for proc in batch:
+        busy, idle, later = proc.at(30), proc.at(61), proc.at(100_000)
+        assert busy is not None and busy.utilization > 0.5
+        assert idle is not None and idle.utilization == 0
+        assert later is not None and later.utilization == 0
+
+
+def test_minimal_scenario_parses_quantities_and_owners() -> None:
+    s = parse_scenario(_minimal())
+    assert s.gpus[0].memory_total_bytes == 80 * 1024**3
+    assert s.gpus[1].memory_total_bytes == 1024
+    assert s.gpus[0].processes[0].phases[0].memory_bytes == 1024**3
+    assert s.gpus[0].processes[0].owner == Attribution("container", ContainerRef("ns", "p", "c"))
+    assert s.gpus[2].processes[0].owner == Attribution("host")
+    assert s.attribution == {"proc": True, "podresources": True, "kubernetes_api": True}
+
+
+def test_phase_lookup_with_period_and_late_start() -> None:
+    doc = _minimal()
+    doc["gpus"][0]["processes"][0]["phases"] = [
+        {"from": 5, "utilization": 0.2},
+        {"from": 10, "utilization": 0.8},
+        {"from": 15, "running": False},
+    ]
+    doc["gpus"][0]["processes"][0]["period"] = 20
+    proc = parse_scenario(doc).gpus[0].processes[0]
+    assert proc.at(0) is None  # not started yet
+    assert proc.at(6).utilization == 0.2  # type: ignore[union-attr]
+    assert proc.at(12).utilization == 0.8  # type: ignore[union-attr]
+    assert proc.at(16).running is False  # type: ignore[union-attr]
+    assert proc.at(21) is None  # period wraps back before the first phase
+    assert proc.at(32).utilization == 0.8  # type: ignore[union-attr]
+
+
+def test_loop_wraps_scenario_time() -> None:
+    doc = _minimal() | {"loop": True, "duration": 100}
+    s = parse_scenario(doc)
+    assert s.scenario_time(250) == 50
+    assert parse_scenario(_minimal()).scenario_time(250) == 250
+
+
+def _set(doc: dict[str, Any], path: str, value: Any) -> None:
+    """Set a value at a dotted path with [i] indexes; value DELETE removes the key."""
+    parts = path.replace("]", "").replace("[", ".").split(".")
+    node: Any = doc
+    for p in parts[:-1]:
+        node = node[int(p)] if p.isdigit() else node[p]
+    last = parts[-1]
+    if value == "DELETE":
+        del node[last]
+    elif last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("gpus[2].processes[0].pid", "abc", "gpus[2].processes[0].pid"),
+        ("gpus[2].processes[0].pid", True, "gpus[2].processes[0].pid"),
+        ("gpus[0].processes[0].phases[0].utilization", 1.5, "gpus[0].processes[0].phases[0].utilization"),
+        ("gpus[0].processes[0].phases[0].memory", "lots", "gpus[0].processes[0].phases[0].memory"),
+        ("gpus[0].processes[0].phases[0].memory", "100Gi", "gpus[0].processes[0].phases[0].memory"),
+        ("gpus[0].processes[0].phases[0].from", "DELETE", "gpus[0].processes[0].phases[0].from"),
+        (
+            "gpus[0].processes[0].phases[0].utilization",
+            "DELETE",
+            "gpus[0].processes[0].phases[0].utilization",
+        ),
+        ("gpus[1].uuid", "DELETE", "gpus[1].uuid"),
+        ("gpus[1].uuid", "GPU-a", "gpus[1].uuid"),
+        ("gpus[1].index", 0, "gpus[1].index"),
+        ("gpus[1].memroy_total", 5, "gpus[1].memroy_total"),
+        ("gpus[1].fails_at", -1, "gpus[1].fails_at"),
+        ("gpus[1].recovers_at", 10, "gpus[1].recovers_at"),
+        ("gpus[1].unsupported", ["temprature"], "gpus[1].unsupported[0]"),
+        ("gpus[0].allocations[0].pod", "", "gpus[0].allocations[0].pod"),
+        ("gpus[0].allocations[0]", {"namespace": "ns", "pod": "p"}, "gpus[0].allocations[0].container"),
+        ("gpus[0].processes[0].owner", {"host": True, "pod": "p"}, "gpus[0].processes[0].owner"),
+        ("gpus[0].processes", "none", "gpus[0].processes"),
+        ("loop", True, "duration"),
+        ("attribution", {"podresource": False}, "attribution.podresource"),
+        ("gpus", [], "gpus"),
+        ("extra", 1, "extra"),
+    ],
+)
+def test_errors_name_the_field(path: str, value: Any, expected: str) -> None:
+    doc = _minimal()
+    _set(doc, path, value)
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(doc)
+    assert str(err.value).startswith(f"{expected}: "), str(err.value)
+
+
+def test_phases_must_increase() -> None:
+    doc = _minimal()
+    doc["gpus"][0]["processes"][0]["phases"] = [{"from": 10, "utilization": 0}, {"from": 5, "utilization": 0}]
+    with pytest.raises(ScenarioError, match=r"^gpus\[0\]\.processes\[0\]\.phases\[1\]\.from: "):
+        parse_scenario(doc)
+
+
+def test_a_pid_cannot_have_two_owners() -> None:
+    doc = _minimal()
+    proc = copy.deepcopy(doc["gpus"][0]["processes"][0])
+    proc["owner"] = {"host": True}
+    proc["phases"] = [{"from": 0, "utilization": 0.1}]
+    doc["gpus"][1]["processes"] = [proc]
+    with pytest.raises(ScenarioError, match=r"^gpus\[1\]\.processes\[0\]\.owner: pid 10"):
+        parse_scenario(doc)
+
+
+def test_load_scenario_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    doc = _minimal()
+    doc["gpus"][2]["processes"][0]["pid"] = "x"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ScenarioError, match=r"bad\.yaml: gpus\[2\]\.processes\[0\]\.pid: "):
+        load_scenario(bad)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("gpus: [\n")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(broken)
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "missing.yaml")
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n")
+    with pytest.raises(ScenarioError, match=r"\(document\): expected a mapping"):
+        load_scenario(top)
