@@ -138,11 +138,6 @@ def _now(text: str | None) -> datetime:
 def _text(result: Plan) -> str:
     lines: list[str] = []
     for d in result.decisions:
-        if not d.victims:
-            lines.append(
-                f"{d.preemptor}: fits on {d.node} without evictions ({d.free_gpus_before} GPUs free)"
-            )
-            continue
         lines.append(
             f"{d.preemptor} (priority {d.preemptor_priority}, {d.gpus_requested} GPUs) -> {d.node}: "
             f"evict {len(d.victims)} pod(s) freeing {d.gpus_freed} GPUs ({d.free_gpus_before} already free)"
@@ -150,6 +145,10 @@ def _text(result: Plan) -> str:
         for v in d.victims:
             activity = "unknown" if v.gpu_activity is None else f"{v.gpu_activity:.3g}"
             lines.append(f"  evict {v.pod}: {v.gpus} GPUs, priority {v.priority}, GPU activity {activity}")
+    for d in result.already_fit:
+        lines.append(
+            f"{d.preemptor}: already fits on {d.node} without evictions ({d.free_gpus_before} GPUs free)"
+        )
     for u in result.unresolved:
         lines.append(f"{u.preemptor}: unresolved: {u.reason}")
     for w in result.warnings:

@@ -60,7 +60,7 @@ def _int(raw: Any, key: str, minimum: int | None, bad: list[Malformed]) -> int |
     return value
 
 
-def _float(raw: Any, key: str, bad: list[Malformed]) -> float | None:
+def _float(raw: Any, key: str, bad: list[Malformed], upper: float | None = None) -> float | None:
     try:
         value = float(str(raw).strip())
     except ValueError:
@@ -68,6 +68,10 @@ def _float(raw: Any, key: str, bad: list[Malformed]) -> float | None:
         return None
     if not math.isfinite(value) or value < 0:
         bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a finite number >= 0"))
+        return None
+    if upper is not None and value > upper:
+        # GPU activity is a 0-1 ratio: a threshold like 5 (percent?) would make every pod idle.
+        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is above {upper:g} (a 0-1 ratio)"))
         return None
     return value
 
@@ -92,7 +96,7 @@ def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
         gpu_seconds = config.default_gpu_idle_seconds
     gpu_threshold = config.default_gpu_idle_threshold
     if ANN_GPU_IDLE_THRESHOLD in ann:
-        parsed = _float(ann[ANN_GPU_IDLE_THRESHOLD], ANN_GPU_IDLE_THRESHOLD, bad)
+        parsed = _float(ann[ANN_GPU_IDLE_THRESHOLD], ANN_GPU_IDLE_THRESHOLD, bad, upper=1.0)
         gpu_threshold = parsed if parsed is not None else gpu_threshold
     cpu_seconds = 0
     if ANN_CPU_IDLE_SECONDS in ann:

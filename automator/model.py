@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -127,3 +127,6 @@ class Plan:
     # per candidate victim, per preemptor considered: why eligible / protected (for explain and logs)
     verdicts: dict[PodKey, list[Verdict]]
     skipped_cooldown: list[PodKey]
+    # Preemptors that fit on a node as it is: nothing is evicted for them (victims always empty); they
+    # take their GPUs on that node for the rest of the pass. `decisions` only holds decisions that evict.
+    already_fit: list[Decision] = field(default_factory=list)

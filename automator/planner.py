@@ -472,7 +472,9 @@ class _Pass:
                 cache[node.name] = entry
             result = entry[2]
             results.append((node, result))
-            if result.key is not None and (best is None or result.key < best[0]):
+            # Across nodes the set order alone decides (not the victims' names): equal sets go to the
+            # node whose name sorts first, which is the first one met.
+            if result.key is not None and (best is None or result.key[:-1] < best[0][:-1]):
                 best = (result.key, node.name, node, result)
         if best is None:
             self._explain_unresolved(pre, req, results, ruled_out, details)
@@ -504,7 +506,8 @@ class _Pass:
         node.used_cpu += req.cpu_m
         node.used_mem += req.memory
         node.version += 1
-        self.plan.decisions.append(
+        target = self.plan.decisions if victims else self.plan.already_fit
+        target.append(
             Decision(
                 preemptor=pre.key,
                 preemptor_priority=pre.priority,
@@ -578,7 +581,7 @@ def _activity(value: float | None) -> float | None:
 
 
 def plan_to_json(result: Plan) -> dict[str, Any]:
-    """The CLI JSON shape: decisions / unresolved / warnings (+ skipped_cooldown)."""
+    """The CLI JSON: decisions (each evicts), unresolved, already_fit, warnings, skipped_cooldown."""
     return {
         "decisions": [
             {
@@ -603,6 +606,16 @@ def plan_to_json(result: Plan) -> dict[str, Any]:
             for d in result.decisions
         ],
         "unresolved": [{"preemptor": str(u.preemptor), "reason": u.reason} for u in result.unresolved],
+        # Preemptors that fit as the cluster is: nothing evicted, left to the scheduler.
+        "already_fit": [
+            {
+                "preemptor": str(d.preemptor),
+                "node": d.node,
+                "gpus_requested": d.gpus_requested,
+                "free_gpus_before": d.free_gpus_before,
+            }
+            for d in result.already_fit
+        ],
         "warnings": [
             {
                 "priority_class": w.priority_class,
@@ -633,24 +646,25 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
         f"Pod {key}: phase {phase}, node {node_name(obj) or '-'}, "
         f"class {spec.get('priorityClassName') or '-'}, GPUs {gpus}"
     ]
+    for fit in plan.already_fit:
+        if fit.preemptor == key:
+            lines.append(
+                f"preemptor (priority {fit.preemptor_priority}, needs {fit.gpus_requested} GPUs): "
+                f"already fits on node {fit.node} without evicting anything "
+                f"({fit.free_gpus_before} GPUs free); left to the scheduler"
+            )
     for decision in plan.decisions:
         if decision.preemptor == key:
-            if decision.victims:
-                names = ", ".join(
-                    f"{v.pod} ({v.gpus} GPUs, priority {v.priority}, activity {_fmt_opt(v.gpu_activity)})"
-                    for v in decision.victims
-                )
-                lines.append(
-                    f"preemptor (priority {decision.preemptor_priority}, "
-                    f"needs {decision.gpus_requested} GPUs): "
-                    f"goes to node {decision.node} by evicting {names}; frees {decision.gpus_freed} GPUs, "
-                    f"{decision.free_gpus_before} were free"
-                )
-            else:
-                lines.append(
-                    f"preemptor: fits on node {decision.node} without evicting anything "
-                    f"({decision.free_gpus_before} GPUs free); left to the scheduler"
-                )
+            names = ", ".join(
+                f"{v.pod} ({v.gpus} GPUs, priority {v.priority}, activity {_fmt_opt(v.gpu_activity)})"
+                for v in decision.victims
+            )
+            lines.append(
+                f"preemptor (priority {decision.preemptor_priority}, "
+                f"needs {decision.gpus_requested} GPUs): "
+                f"goes to node {decision.node} by evicting {names}; frees {decision.gpus_freed} GPUs, "
+                f"{decision.free_gpus_before} were free"
+            )
         for victim in decision.victims:
             if victim.pod == key:
                 lines.append(
@@ -687,7 +701,7 @@ def _not_considered(plan: Plan, obj: JsonObj, gpus: int | str) -> str:
         )
     if gpus == 0:
         return "not a victim: holds no GPUs of the configured resources"
-    if not plan.decisions and not plan.unresolved:
+    if not plan.decisions and not plan.unresolved and not plan.already_fit:
         return "not a victim: no pending preemptor in this pass"
     return (
         "not a victim: no preemptor in this pass had a strictly higher priority and needed its node "

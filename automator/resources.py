@@ -7,6 +7,7 @@ adapter can turn it into an InputError and the live planner can treat the object
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -135,13 +136,19 @@ def integer(value: Any, field: str) -> int:
     return value
 
 
+# RFC 3339 date-time: fromisoformat alone would also take ISO forms such as 20250601T1200Z or a bare date.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
 def parse_time(value: Any, field: str) -> datetime:
-    """RFC 3339 as Kubernetes writes it (trailing Z, optional fraction); always timezone-aware."""
+    """RFC 3339 (trailing Z or a numeric offset, optional fraction); always timezone-aware, in UTC."""
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, str):
+        if not _RFC3339.fullmatch(value.strip()):
+            raise FieldError(field, f"{value!r} is not an RFC 3339 time")
         try:
-            parsed = datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))
+            parsed = datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
         except ValueError as exc:
             raise FieldError(field, f"{value!r} is not an RFC 3339 time") from exc
     else:

@@ -66,6 +66,96 @@ def _name(obj: JsonObj, kind: str, where: str, namespaced: bool) -> str:
     return f"{kind} {meta['name']}"
 
 
+# Shapes of the fields the planner reads, checked before any value: a list where a map belongs must be an
+# InputError naming the field, not a crash. "x[]" walks the items of list x; absent or null fields pass.
+_MAP, _LIST, _STR = (Mapping, "a map"), (list, "a list"), (str, "a string")
+_META = [("metadata.namespace", _STR), ("metadata.labels", _MAP), ("metadata.annotations", _MAP)]
+_SELECTOR_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+_CONTAINER = [
+    ("", _MAP),
+    (".resources", _MAP),
+    (".resources.limits", _MAP),
+    (".resources.requests", _MAP),
+]
+_SHAPES: dict[str, list[tuple[str, tuple[Any, str]]]] = {
+    "Pod": [
+        *_META,
+        ("spec", _MAP),
+        ("spec.nodeName", _STR),
+        ("spec.priorityClassName", _STR),
+        ("spec.containers", _LIST),
+        *[("spec.containers[]" + path, shape) for path, shape in _CONTAINER],
+        ("spec.initContainers", _LIST),
+        *[("spec.initContainers[]" + path, shape) for path, shape in _CONTAINER],
+        ("spec.overhead", _MAP),
+        ("spec.nodeSelector", _MAP),
+        ("spec.tolerations", _LIST),
+        ("spec.tolerations[]", _MAP),
+        ("spec.affinity", _MAP),
+        ("spec.affinity.nodeAffinity", _MAP),
+        (_SELECTOR_TERMS, _MAP),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms", _LIST),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[]", _MAP),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchExpressions", _LIST),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchExpressions[]", _MAP),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchExpressions[].values", _LIST),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchFields", _LIST),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchFields[]", _MAP),
+        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchFields[].values", _LIST),
+        ("status", _MAP),
+        ("status.phase", _STR),
+        ("status.conditions", _LIST),
+        ("status.conditions[]", _MAP),
+    ],
+    "Node": [
+        *_META,
+        ("spec", _MAP),
+        ("spec.taints", _LIST),
+        ("spec.taints[]", _MAP),
+        ("status", _MAP),
+        ("status.allocatable", _MAP),
+        ("status.conditions", _LIST),
+        ("status.conditions[]", _MAP),
+    ],
+    "PriorityClass": list(_META),
+    "PodDisruptionBudget": [
+        *_META,
+        ("spec", _MAP),
+        ("spec.selector", _MAP),
+        ("spec.selector.matchLabels", _MAP),
+        ("spec.selector.matchExpressions", _LIST),
+        ("spec.selector.matchExpressions[]", _MAP),
+        ("spec.selector.matchExpressions[].values", _LIST),
+        ("status", _MAP),
+    ],
+}
+
+
+def _values_at(value: Any, steps: list[str], where: str) -> Iterator[tuple[Any, str]]:
+    """(value, field path) for every value a dotted path with [] steps reaches; wrong shapes above stop."""
+    if not steps:
+        yield value, where
+        return
+    step, rest = steps[0], steps[1:]
+    name, each = (step[:-2], True) if step.endswith("[]") else (step, False)
+    if not isinstance(value, Mapping) or value.get(name) is None:
+        return
+    inner = value[name]
+    path = f"{where}.{name}" if where else name
+    if not each:
+        yield from _values_at(inner, rest, path)
+    elif isinstance(inner, list):
+        for i, item in enumerate(inner):
+            yield from _values_at(item, rest, f"{path}[{i}]")
+
+
+def _check_shape(obj: JsonObj, kind: str, label: str) -> None:
+    for dotted, (expected, text) in _SHAPES[kind]:
+        for value, where in _values_at(obj, dotted.split("."), ""):
+            if not isinstance(value, expected):
+                raise InputError(f"{label}: {where}: expected {text}, got {type(value).__name__}")
+
+
 def _check(label: str, check: Any, *args: Any) -> None:
     try:
         check(*args)
@@ -123,6 +213,7 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
             if label in seen:
                 raise InputError(f"{label}: listed twice")
             seen.add(label)
+            _check_shape(obj, str(kind), label)
             if kind == "Pod":
                 _check_pod(obj, label, gpu_resources)
             elif kind == "Node":

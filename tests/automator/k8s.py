@@ -110,7 +110,7 @@ def pod(
 
 
 def preemptor(
-    name: str, gpus: int = 4, priority: int = 1000, priority_class: str = "reclaim", **kw: Any
+    name: str, gpus: int = 4, priority: int | None = 1000, priority_class: str = "reclaim", **kw: Any
 ) -> JsonObj:
     return pod(name, gpus=gpus, node_name=None, priority=priority, priority_class=priority_class, **kw)
 

@@ -46,8 +46,28 @@ def test_idle_pod_is_evicted_and_decision_is_complete() -> None:
 
 def test_preemptor_that_already_fits_evicts_nothing() -> None:
     state = k8s.cluster(k8s.node("n1", gpus=8), k8s.pod("idle", gpus=4, node_name="n1"), k8s.preemptor("p"))
-    (decision,) = run(state, k8s.idle("idle")).decisions
-    assert decision.victims == () and decision.gpus_freed == 0 and decision.free_gpus_before == 4
+    result = run(state, k8s.idle("idle"))
+    assert result.decisions == []  # decisions only hold evictions
+    (fit,) = result.already_fit
+    assert fit.preemptor == PodKey("ml", "p") and fit.node == "n1"
+    assert fit.victims == () and fit.gpus_freed == 0 and fit.free_gpus_before == 4
+    assert plan_to_json(result)["already_fit"] == [
+        {"preemptor": "ml/p", "node": "n1", "gpus_requested": 4, "free_gpus_before": 4}
+    ]
+
+
+def test_a_preemptor_that_fits_takes_its_gpus_for_the_rest_of_the_pass() -> None:
+    state = k8s.cluster(
+        k8s.node("n1", gpus=8),
+        k8s.pod("idle", gpus=4, node_name="n1"),
+        k8s.preemptor("first", created_ago=100),
+        k8s.preemptor("second", created_ago=50),
+    )
+    result = run(state, k8s.idle("idle"))
+    assert [str(d.preemptor) for d in result.already_fit] == ["ml/first"]
+    # `first` will take the 4 free GPUs, so `second` needs the idle pod's.
+    assert victims(result) == {"ml/second": ["ml/idle"]}
+    assert result.decisions[0].free_gpus_before == 0
 
 
 @pytest.mark.parametrize(
@@ -187,8 +207,9 @@ def test_finished_pods_do_not_hold_gpus() -> None:
     state = k8s.cluster(
         k8s.node("n1", gpus=4), k8s.pod("done", gpus=4, node_name="n1", phase="Succeeded"), k8s.preemptor("p")
     )
-    (decision,) = run(state, {}).decisions
-    assert decision.victims == () and decision.free_gpus_before == 4
+    result = run(state, {})
+    (fit,) = result.already_fit
+    assert result.decisions == [] and fit.free_gpus_before == 4
 
 
 @pytest.mark.parametrize(("elapsed", "in_cooldown"), [(100, True), (299, True), (300, False), (4000, False)])
@@ -302,7 +323,7 @@ def test_json_shape() -> None:
     ]
     assert [u["preemptor"] for u in out["unresolved"]] == ["ml/q"]
     assert "allocatable 4 GPUs < 16" in out["unresolved"][0]["reason"]
-    assert out["warnings"] == [] and out["skipped_cooldown"] == []
+    assert out["warnings"] == [] and out["skipped_cooldown"] == [] and out["already_fit"] == []
 
 
 def test_many_small_pods_stay_bounded_and_still_find_a_set() -> None:
