@@ -204,8 +204,10 @@ def log_plan(plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> N
             d.node,
             d.free_gpus_before,
             verb,
-            "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims) or "nothing (already fits)",
+            "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims),
         )
+    for d in plan.already_fit:
+        log.info("fits preemptor=%s node=%s: already fits, nothing to evict", d.preemptor, d.node)
     for u in plan.unresolved:
         log.info("unresolved preemptor=%s: %s", u.preemptor, u.reason)
     for key in plan.skipped_cooldown:
@@ -275,6 +277,8 @@ class _Enforcer:
         stopped = False
         while True:
             refused = False
+            # Preemptors that already fit keep their node across re-plans, as in the first plan.
+            placed.update((d.preemptor, d.node) for d in current.already_fit)
             for d in current.decisions:
                 if not self.should_continue():
                     log.warning("lost leadership: stopping before %s", d.preemptor)

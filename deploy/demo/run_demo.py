@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,11 +22,28 @@ sys.path.insert(0, str(ROOT))
 from tests.promserver import start_prometheus, wait_http  # noqa: E402
 
 
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
 def main() -> int:
     prom_port = int(os.environ.get("DEMO_PROMETHEUS_PORT", "19090"))
     exp_port = int(os.environ.get("DEMO_EXPORTER_PORT", "31995"))
     auto_port = int(os.environ.get("DEMO_AUTOMATOR_PORT", "18080"))
     duration = float(os.environ.get("DEMO_DURATION", "0"))
+    for var, port in (
+        ("DEMO_PROMETHEUS_PORT", prom_port),
+        ("DEMO_EXPORTER_PORT", exp_port),
+        ("DEMO_AUTOMATOR_PORT", auto_port),
+    ):
+        if port_in_use(port):
+            print(f"demo: port {port} is in use (is another demo running?); set {var} to another port")
+            return 1
     workdir = ROOT / ".demo"
     shutil.rmtree(workdir, ignore_errors=True)  # fresh TSDB: the demo's story starts at t=0
     workdir.mkdir()

@@ -1,0 +1,111 @@
+"""The demo's stack in small: the mock exporter plays an idle phase, a real Prometheus
+evaluates rules/ on it, and the recorded idle series is read back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.promserver import Prometheus, free_port, start_prometheus, wait_http
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTIVITY = "namespace_pod:gpu_steward_container_gpu_utilization_ratio"
+
+
+def _gpu(index: int, pod: str, phases: list[dict[str, object]]) -> dict[str, object]:
+    owner = {"namespace": "team", "pod": pod, "container": "main"}
+    return {
+        "index": index,
+        "uuid": f"GPU-{pod}",
+        "model": "NVIDIA H100 80GB HBM3",
+        "memory_total": "80Gi",
+        "allocations": [owner],
+        "processes": [{"pid": 100 + index, "owner": owner, "phases": phases}],
+    }
+
+
+SCENARIO = {
+    "node": "rules-it-node",
+    "gpus": [
+        # Busy for the first 3 s, then idle: the phase the rules must call idle.
+        _gpu(
+            0,
+            "goes-idle",
+            [
+                {"from": 0, "utilization": 0.9, "memory": "1Gi"},
+                {"from": 3, "utilization": 0.0, "memory": "1Gi"},
+            ],
+        ),
+        _gpu(1, "busy", [{"from": 0, "utilization": 0.8, "memory": "1Gi"}]),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    tmp = tmp_path_factory.mktemp("rules-it")
+    scenario = tmp / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    port = free_port()
+    exporter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--source",
+            "mock",
+            "--scenario",
+            str(scenario),
+            "--port",
+            str(port),
+            "--interval",
+            "1",
+            "--listen-address",
+            "127.0.0.1",
+        ],
+    )
+    prom = None
+    try:
+        wait_http(f"http://127.0.0.1:{port}/metrics")
+        prom = start_prometheus(
+            tmp / "prometheus",
+            {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
+            rule_files=sorted((ROOT / "rules").glob("*.yaml")),
+        )
+        yield prom
+    finally:
+        if prom is not None:
+            prom.stop()
+        exporter.terminate()
+        exporter.wait(timeout=10)
+
+
+def _value(prom: Prometheus, expr: str) -> dict[str, float]:
+    return {r["metric"]["pod"]: float(r["value"][1]) for r in prom.query(expr)}
+
+
+def test_idle_phase_is_recorded_idle_and_busy_pod_is_not(stack: Prometheus) -> None:
+    # Rule groups evaluate every 30 s: the first evaluation after the idle phase began flags it.
+    stack.wait_for(f'{ACTIVITY}:idle{{pod="goes-idle"}} == 1', timeout=120)
+    flags = _value(stack, f'{ACTIVITY}:idle{{namespace="team"}}')
+    assert flags == {"goes-idle": 1.0, "busy": 0.0}
+    activity = _value(stack, f'{ACTIVITY}:max{{namespace="team"}}')
+    assert activity["goes-idle"] == 0.0
+    assert activity["busy"] == pytest.approx(0.8)
+
+
+def test_idle_clock_grows_only_for_the_idle_pod(stack: Prometheus) -> None:
+    stack.wait_for(f'{ACTIVITY}:idle_seconds{{pod="goes-idle"}} >= 30', timeout=120)
+    clocks = _value(stack, f'{ACTIVITY}:idle_seconds{{namespace="team"}}')
+    assert clocks["goes-idle"] >= 30
+    assert clocks.get("busy", 0.0) == 0.0
+    # The allocated GPU of the idle pod counts as allocated-but-idle waste on its node.
+    waste = stack.query('node:gpu_steward_gpu_allocation:count_idle{node="rules-it-node"}')
+    assert [float(r["value"][1]) for r in waste] == [1.0]
