@@ -10,6 +10,7 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -117,3 +120,39 @@ def start_prometheus(
         proc.kill()
         raise
     return Prometheus(proc=proc, url=url, workdir=workdir)
+
+
+def start_mock_exporter(scenario: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """Run `python -m exporter` on the mock source playing `scenario`; wait for /healthz."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "exporter",
+        "--source",
+        "mock",
+        "--scenario",
+        str(scenario),
+        "--port",
+        str(port),
+        "--listen-address",
+        "127.0.0.1",
+        "--interval",
+        "1",
+        *extra,
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+    except TimeoutError:
+        proc.kill()
+        raise AssertionError(log.read_text()) from None
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.promserver import Prometheus, free_port, start_prometheus, wait_http
+from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 
@@ -83,49 +82,14 @@ SCENARIO = {
 }
 
 
-def start_exporter(scenario: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "exporter",
-        "--source",
-        "mock",
-        "--scenario",
-        str(scenario),
-        "--port",
-        str(port),
-        "--listen-address",
-        "127.0.0.1",
-        "--interval",
-        "1",
-        *extra,
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
-    except TimeoutError:
-        proc.kill()
-        raise AssertionError(log.read_text()) from None
-    return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, int, int]]:
     tmp = tmp_path_factory.mktemp("exporter-it")
     scenario = tmp / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     plain_port, dcgm_port = free_port(), free_port()
-    plain = start_exporter(scenario, plain_port, tmp / "plain.log")
-    dcgm = start_exporter(scenario, dcgm_port, tmp / "dcgm.log", "--compat", "dcgm")
+    plain = start_mock_exporter(scenario, plain_port, tmp / "plain.log")
+    dcgm = start_mock_exporter(scenario, dcgm_port, tmp / "dcgm.log", "--compat", "dcgm")
     prom = None
     try:
         prom = start_prometheus(

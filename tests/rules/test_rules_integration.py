@@ -3,15 +3,13 @@ evaluates rules/ on it, and the recorded idle series is read back."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.promserver import Prometheus, free_port, start_prometheus, wait_http
+from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 
@@ -54,26 +52,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     scenario = tmp / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     port = free_port()
-    exporter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "--source",
-            "mock",
-            "--scenario",
-            str(scenario),
-            "--port",
-            str(port),
-            "--interval",
-            "1",
-            "--listen-address",
-            "127.0.0.1",
-        ],
-    )
+    exporter = start_mock_exporter(scenario, port, tmp / "exporter.log")
     prom = None
     try:
-        wait_http(f"http://127.0.0.1:{port}/metrics")
         prom = start_prometheus(
             tmp / "prometheus",
             {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
@@ -83,8 +64,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     finally:
         if prom is not None:
             prom.stop()
-        exporter.terminate()
-        exporter.wait(timeout=10)
+        stop(exporter)
 
 
 def _value(prom: Prometheus, expr: str) -> dict[str, float]:
