@@ -80,7 +80,12 @@ def _sum_memory(procs: Sequence[ProcessSample]) -> int | None:
 
 def gpu_known(gpu: GpuSample) -> bool:
     """Whether container series can be derived: GPU present, utilization and process list read."""
-    return not gpu.lost and gpu.utilization is not None and not (PROCESS_LIST_FIELDS & gpu.errors.keys())
+    return (
+        not gpu.lost
+        and gpu.utilization is not None
+        and gpu.processes_known
+        and not (PROCESS_LIST_FIELDS & gpu.errors.keys())
+    )
 
 
 def gpu_view(gpu: GpuSample, owners: Mapping[int, Attribution], allocated: Sequence[ContainerRef]) -> GpuView:

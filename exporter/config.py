@@ -187,6 +187,8 @@ def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Conf
     where, compat_raw = raw["compat"]
     try:
         compat = _compat([compat_raw] if isinstance(compat_raw, str) else compat_raw or [])
+        if not compat and where == "--compat":  # an empty variable means "none"; an empty flag is a slip
+            raise ValueError(f"expected one of {', '.join(COMPAT_MODES)}, got ''")
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
     source = cast(Literal["nvml", "mock"], get("source", _choice(SOURCES)))

@@ -29,7 +29,7 @@ DOCS = {
     "DCGM_FI_DEV_GPU_TEMP": "GPU temperature in C (gpu-steward compat)",
     "DCGM_FI_DEV_POWER_USAGE": "Power draw in W (gpu-steward compat)",
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "Total energy consumption since boot in mJ (gpu-steward compat)",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "Ratio of time the graphics engine is active (per container; compat)",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "Graphics engine active ratio 0-1 (per container; gpu-steward compat)",
 }
 
 

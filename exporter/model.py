@@ -55,6 +55,9 @@ class GpuSample:
     power_watts: float | None = None
     energy_joules: float | None = None  # since driver load (counter)
     processes: list[ProcessSample] = field(default_factory=list)
+    # False when the compute process list could not be read (e.g. NOT_SUPPORTED): an empty list
+    # would then read as "nobody uses this GPU".
+    processes_known: bool = True
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML error name
 
 

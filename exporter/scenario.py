@@ -152,16 +152,22 @@ def _number(value: Any, path: str, minimum: float = 0.0, maximum: float | None =
 
 
 def _bytes(value: Any, path: str) -> int:
-    """Bytes as an integer or a Kubernetes quantity string ("80Gi", "512Mi")."""
+    """Bytes as an integer or a Kubernetes quantity string ("80Gi", "512Mi", "80G")."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # `8.0e+10` is YAML for a whole number of bytes
     if isinstance(value, str):
         try:
             quantity = parse_quantity(value)
         except ValueError as e:
-            raise _fail(path, f"not a byte quantity: {value!r}") from e
+            raise _fail(path, f"not a byte quantity (bytes, or e.g. 80Gi, 512Mi, 80G): {value!r}") from e
         if quantity < 0:
             raise _fail(path, f"expected a non-negative quantity, got {value!r}")
+        if quantity != quantity.to_integral_value():
+            raise _fail(path, f"not a whole number of bytes: {value!r}")
         return int(quantity)
-    return _int(value, path)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(path, f"expected bytes (an integer >= 0) or a quantity such as 80Gi, got {value!r}")
+    return value
 
 
 # --- the schema ---
@@ -345,6 +351,8 @@ def load_scenario(path: Path | None) -> Scenario:
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise ScenarioError(f"scenario {path}: cannot read: {e.strerror}") from e
+        except UnicodeDecodeError as e:
+            raise ScenarioError(f"scenario {path}: not UTF-8 text (byte {e.start})") from e
         where = f"scenario {path}"
     try:
         data = yaml.safe_load(text)

@@ -6,8 +6,12 @@ uuid/model, any other error leaves the field out, marks the GPU not ok and recor
 
 Per-process SM utilization comes from nvmlDeviceGetProcessUtilization, asked for the samples newer
 than the last one seen on that GPU. NVML only keeps samples for processes that used the GPU, so a
-listed process without a newer sample (or NOT_FOUND: no samples at all) gets 0. When the call
-itself fails or is not supported, every process's utilization stays unknown (None), never 0.
+listed process without a newer sample (or NOT_FOUND: no samples at all) gets 0 -- but only from the
+second query of that GPU on: the first one has no known window (the driver's sample buffer may have
+just started), so there a missing sample is unknown (None), not idle. When the call itself fails or
+is not supported, every process's utilization stays unknown (None), never 0. A compute process list
+that cannot be read (even NOT_SUPPORTED) marks the GPU's processes unknown, so no container on it
+reads idle.
 """
 
 from __future__ import annotations
@@ -185,32 +189,42 @@ class NvmlSource:
             ("processes", pynvml.nvmlDeviceGetComputeRunningProcesses),
             ("graphics_processes", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
         ):
-            for proc in _call(sample, field, fn, handle) or []:
+            procs = _call(sample, field, fn, handle)
+            if procs is None and field == "processes":
+                sample.processes_known = False  # unsupported or failed: who runs here is unknown
+            for proc in procs or []:
                 used = proc.usedGpuMemory
                 if memory.get(proc.pid) is None:  # dedupe by pid, keep a known value
                     memory[int(proc.pid)] = int(used) if used is not None else None
         if not memory:
             return []
-        utilization = self._process_utilization(sample, handle)
+        utilization, without_sample = self._process_utilization(sample, handle)
         return [
             ProcessSample(
                 pid=pid,
-                sm_utilization=None if utilization is None else utilization.get(pid, 0.0),
+                sm_utilization=None if utilization is None else utilization.get(pid, without_sample),
                 memory_used_bytes=used,
             )
             for pid, used in sorted(memory.items())
         ]
 
-    def _process_utilization(self, sample: GpuSample, handle: object) -> dict[int, float] | None:
-        """pid -> SM utilization of its newest sample since the last call; None when unknown."""
+    def _process_utilization(
+        self, sample: GpuSample, handle: object
+    ) -> tuple[dict[int, float] | None, float | None]:
+        """pid -> SM utilization of its newest sample since the last call (None: the call failed),
+        and the value of a listed pid without a sample: 0 (idle) once a previous query of this GPU
+        bounds the window, None (unknown) on the first query."""
+        first = sample.uuid not in self._last_seen_us
+        without_sample = None if first else 0.0
         last_seen = self._last_seen_us.get(sample.uuid, 0)
         try:
             samples = pynvml.nvmlDeviceGetProcessUtilization(handle, last_seen)
         except pynvml.NVMLError as e:
             if _code(e) in _NO_SAMPLES:
-                return {}
+                self._last_seen_us[sample.uuid] = last_seen
+                return {}, without_sample
             _call(sample, "process_utilization", _reraise, e)  # records it, or raises _GpuLost
-            return None
+            return None, None
         newest: dict[int, tuple[int, float]] = {}
         for s in samples:
             ts = int(s.timeStamp)
@@ -218,7 +232,7 @@ class NvmlSource:
                 newest[int(s.pid)] = (ts, _ratio(s.smUtil))
             last_seen = max(last_seen, ts)
         self._last_seen_us[sample.uuid] = last_seen
-        return {pid: util for pid, (_, util) in newest.items()}
+        return {pid: util for pid, (_, util) in newest.items()}, without_sample
 
 
 def _reraise(e: Exception) -> Any:

@@ -63,6 +63,7 @@ def test_environment_and_flags() -> None:
         ([], {"GPU_STEWARD_INTERVAL": "soon"}, "GPU_STEWARD_INTERVAL"),
         (["--source", "dcgm"], {}, "--source"),
         (["--compat", "prometheus"], {}, "--compat"),
+        (["--compat", ""], {}, "--compat"),
         ([], {"GPU_STEWARD_COMPAT": "dcgm,hami"}, "GPU_STEWARD_COMPAT"),
         ([], {"GPU_STEWARD_NO_KUBE_API": "maybe"}, "GPU_STEWARD_NO_KUBE_API"),
         (["--log-level", "loud"], {}, "--log-level"),
@@ -100,6 +101,35 @@ def test_malformed_scenario_fails_at_start_naming_the_field(tmp_path: Path) -> N
     result = run_exporter("--source", "mock", "--scenario", str(bad), "--port", str(free_port()))
     assert result.returncode == 2
     assert "gpus[0].processes[0].pid" in result.stderr
+
+
+GPU = "gpus:\n  - {index: 0, uuid: GPU-a, model: M, memory_total: 80Gi"
+PROC = ", processes: [{pid: 7, phases: [%s]}]}\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (GPU.replace("uuid: GPU-a, ", "") + "}\n", "gpus[0].uuid"),
+        (GPU.replace("0,", "zero,") + "}\n", "gpus[0].index"),
+        (GPU + PROC % "{from: 0, utilization: 1.5}", "gpus[0].processes[0].phases[0].utilization"),
+        (GPU + PROC % "{from: 9, utilization: 0.1}, {from: 3, utilization: 0}", "phases[1].from"),
+        (GPU + ", colour: red}\n", "gpus[0].colour"),
+        (GPU + "}\n" + GPU.removeprefix("gpus:\n").replace("0,", "1,") + "}\n", "gpus[1].uuid"),
+        (GPU.replace("80Gi", "80GiB") + "}\n", "gpus[0].memory_total"),
+        ("gpus: [ {index: 0,\n  - x: :\n", "not valid YAML"),
+        (None, "cannot read"),
+    ],
+)
+def test_bad_scenarios_fail_at_start_without_traceback(
+    tmp_path: Path, content: str | None, named: str
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    if content is not None:
+        path.write_text(content)
+    result = run_exporter("--source", "mock", "--scenario", str(path), "--port", str(free_port()))
+    assert result.returncode != 0
+    assert named in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_malformed_flag_fails_at_start() -> None:

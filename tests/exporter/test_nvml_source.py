@@ -132,10 +132,10 @@ def test_reads_every_field_in_base_units(monkeypatch: pytest.MonkeyPatch) -> Non
     assert first.power_watts == pytest.approx(312.5)
     assert first.energy_joules == pytest.approx(9000.5)
     assert pynvml.nvmlMemory_v2 in fake.memory_versions  # v2: reserved memory is not "used"
-    # newest sample per pid; a listed pid without a sample did not use the SMs
+    # newest sample per pid; on the first query a pid without a sample is unknown, not idle
     assert [(p.pid, p.sm_utilization, p.memory_used_bytes) for p in first.processes] == [
         (100, pytest.approx(0.55), 4 * GiB),
-        (101, 0.0, 2 * GiB),
+        (101, None, 2 * GiB),
     ]
     assert second.processes == []
 
@@ -290,3 +290,45 @@ def test_init_failure_is_a_source_error(monkeypatch: pytest.MonkeyPatch) -> None
     fake.init_error = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
     with pytest.raises(SourceError, match="NVML initialisation failed"):
         NvmlSource()
+
+
+def test_first_query_without_samples_is_unknown_then_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A just-started exporter has no window for "no sample": unknown first, idle from then on."""
+    gpus = [FakeGpu("GPU-aaa", compute=[(100, GiB), (101, GiB)])]  # NOT_FOUND: no samples at all
+    fake = FakeNvml(monkeypatch, gpus)
+    source = NvmlSource()
+    assert [p.sm_utilization for p in source.collect()[0].processes] == [None, None]
+    fake.gpus[0].samples.append((100, 50, 30))
+    assert {p.pid: p.sm_utilization for p in source.collect()[0].processes} == {
+        100: pytest.approx(0.3),
+        101: 0.0,
+    }
+
+
+def test_first_snapshot_of_a_shared_gpu_has_no_false_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    from exporter.collector import gpu_view
+    from exporter.model import Attribution, ContainerRef
+
+    a, b = ContainerRef("ns", "a", "main"), ContainerRef("ns", "b", "main")
+    FakeNvml(monkeypatch, [FakeGpu("GPU-aaa", compute=[(100, GiB), (101, GiB)])])
+    source = NvmlSource()
+    owners = {100: Attribution("container", a), 101: Attribution("container", b)}
+    first = gpu_view(source.collect()[0], owners, [a, b])
+    assert [c.utilization for c in first.containers] == [None, None]
+    second = gpu_view(source.collect()[0], owners, [a, b])
+    assert [c.utilization for c in second.containers] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION])
+def test_unreadable_process_list_never_reads_idle(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    from exporter.collector import gpu_view
+    from exporter.model import ContainerRef
+
+    gpus = two_gpus()
+    gpus[0].errors = {"nvmlDeviceGetComputeRunningProcesses": code}
+    FakeNvml(monkeypatch, gpus)
+    first, second = NvmlSource().collect()
+    assert not first.processes_known and second.processes_known
+    assert first.utilization == pytest.approx(0.75)  # the device reading itself is fine
+    view = gpu_view(first, {}, [ContainerRef("ns", "a", "main")])
+    assert not view.known and view.containers == ()  # no container series, not 0

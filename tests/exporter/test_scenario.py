@@ -204,3 +204,51 @@ def test_load_scenario_names_the_file(tmp_path: Path) -> None:
     top.write_text("- 1\n")
     with pytest.raises(ScenarioError, match=r"\(document\): expected a mapping"):
         load_scenario(top)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(85899345920, 80 * 1024**3), ("80Gi", 80 * 1024**3), ("80G", 80 * 10**9), (8.0e10, 8 * 10**10)],
+)
+def test_memory_takes_bytes_or_quantities(value: Any, expected: int) -> None:
+    doc = _minimal()
+    doc["gpus"][0]["memory_total"] = value
+    assert parse_scenario(doc).gpus[0].memory_total_bytes == expected
+
+
+@pytest.mark.parametrize("value", ["1m", 1.5, -5, "-1Gi", "80GiB", True])
+def test_memory_rejects_fractions_negatives_and_typos(value: Any) -> None:
+    doc = _minimal()
+    doc["gpus"][0]["memory_total"] = value
+    with pytest.raises(ScenarioError, match=r"^gpus\[0\]\.memory_total: "):
+        parse_scenario(doc)
+
+
+def test_binary_file_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\xff\xfe gpus")
+    with pytest.raises(ScenarioError, match=r"bad\.yaml: not UTF-8"):
+        load_scenario(bad)
+
+
+def test_the_documented_example_scenario_parses_as_described() -> None:
+    """docs/exporter.md's scenario example is what a user copies: it must load, with its comments' meaning."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "exporter.md").read_text()
+    block = text.split("## Mock scenarios", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    scenario = parse_scenario(yaml.safe_load(block))
+    gpu = scenario.gpus[0]
+    assert (scenario.node, gpu.memory_total_bytes, gpu.fails_at, gpu.recovers_at) == (
+        "demo-node",
+        81559 * 1024**2,
+        120,
+        300,
+    )
+    assert gpu.unsupported == {"power", "energy"}
+    proc = gpu.processes[0]
+    assert proc.owner == Attribution("container", ContainerRef("ml-team", "train", "trainer"))
+    assert [(p.start, p.utilization, p.running) for p in proc.phases] == [
+        (0, 0.9, True),
+        (30, 0.0, True),
+        (50, 0.0, False),
+    ]
+    assert proc.at(40) is not None and proc.at(40).memory_bytes == 70 * 1024**3  # type: ignore[union-attr]
