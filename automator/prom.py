@@ -131,6 +131,8 @@ class PrometheusAdapter:
             text = str(e)
             timed_out = isinstance(e, requests.Timeout) or "timed out" in text
             kind = f"timed out after {self.timeout:g}s" if timed_out else type(e).__name__
+            if "(Caused by " in text:  # requests: the cause is at the end, after the encoded query
+                text = text.split("(Caused by ", 1)[1].removesuffix(")")
             detail = text if len(text) <= 300 else text[:300] + "..."
             raise PrometheusUnavailable(f"{what} query to {self.url} failed ({kind}): {detail}") from e
         finally:

@@ -316,6 +316,8 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per probe and scrape would drown the decisions.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    # apscheduler logs two INFO lines per pass; the pass logs its own outcome.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     problems = validate(args)
     try:
         planner_config(args)

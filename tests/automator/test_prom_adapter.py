@@ -183,9 +183,12 @@ def test_average_without_count_stays_unknown(httpserver: HTTPServer) -> None:
 
 def test_unreachable_prometheus_is_unavailable() -> None:
     adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}", timeout=2)
-    with pytest.raises(PrometheusUnavailable, match="failed"):
+    with pytest.raises(PrometheusUnavailable, match="failed") as e:
         adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
     assert adapter.queries_last_call == 1
+    # The operator reads the cause, not the URL-encoded query that requests repeats.
+    assert "refused" in str(e.value)
+    assert "query=" not in str(e.value)
 
 
 def test_no_windows_no_queries() -> None:
