@@ -208,10 +208,9 @@ def log_plan(plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> N
         )
     for d in plan.already_fit:
         log.info("fits preemptor=%s node=%s: already fits, nothing to evict", d.preemptor, d.node)
+    # Preemptors in cooldown are among the unresolved, with the time left as their reason.
     for u in plan.unresolved:
         log.info("unresolved preemptor=%s: %s", u.preemptor, u.reason)
-    for key in plan.skipped_cooldown:
-        log.info("cooldown preemptor=%s: skipped", key)
     for w in plan.warnings:
         log.warning(
             "invalid annotation class=%s %s=%r: %s (%d pods)",
