@@ -51,7 +51,7 @@ def _env(flag: str, default: str | None) -> str | None:
     return os.environ.get(env_name(flag), default)
 
 
-def _env_bool(flag: str) -> bool | None:
+def _env_bool(flag: str, problems: list[str]) -> bool | None:
     raw = os.environ.get(env_name(flag))
     if raw is None or raw == "":
         return None
@@ -59,17 +59,31 @@ def _env_bool(flag: str) -> bool | None:
         return True
     if raw.lower() in ("0", "false", "no", "off"):
         return False
-    raise SystemExit(f"{env_name(flag)}: {raw!r} is not a boolean (true/false)")
+    problems.append(f"{env_name(flag)}: {raw!r} is not a boolean (true/false)")
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `gpu-automator run`; each also reads GPU_STEWARD_<FLAG> (the flag wins)."""
+    # A bad environment value is reported by validate() under the variable's name; building the
+    # parser must not fail, or every subcommand would.
+    env_problems: list[str] = []
+    parser.set_defaults(env_problems=env_problems)
 
     def add(flag: str, default: str | None, help_: str, **kw: Any) -> None:
         shown = f"; default {default}" if default is not None else ""
-        parser.add_argument(
-            flag, default=_env(flag, default), help=f"{help_} (env {env_name(flag)}{shown})", **kw
-        )
+        value = _env(flag, default)
+        if value is not default and value is not None:
+            convert = kw.get("type", str)
+            try:
+                convert(value)
+            except ValueError:
+                env_problems.append(f"{env_name(flag)}: {value!r} is not a valid {convert.__name__}")
+                value = default
+            if "choices" in kw and value not in kw["choices"]:
+                env_problems.append(f"{env_name(flag)}: {value!r} is not one of {', '.join(kw['choices'])}")
+                value = default
+        parser.add_argument(flag, default=value, help=f"{help_} (env {env_name(flag)}{shown})", **kw)
 
     add(
         "--mode",
@@ -86,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--leader-election",
         action=argparse.BooleanOptionalAction,
-        default=_env_bool("--leader-election"),
+        default=_env_bool("--leader-election", env_problems),
         help="run passes only while holding a Lease (default: on, off with --cluster-snapshot) "
         f"(env {env_name('--leader-election')})",
     )
@@ -111,7 +125,7 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
 
 def validate(args: argparse.Namespace) -> list[str]:
     """Problems with the service's own flags, each naming the flag (planner flags: planner_config)."""
-    problems = []
+    problems = list(getattr(args, "env_problems", []))
     if args.cluster_snapshot and args.mode == Mode.ENFORCE:
         problems.append(
             "--mode enforce cannot be used with --cluster-snapshot (a file cannot be evicted from)"
