@@ -156,3 +156,18 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def start_backfilled_prometheus(workdir: Path, openmetrics: str) -> Prometheus:
+    """Start Prometheus over a TSDB backfilled from OpenMetrics text with promtool, scraping nothing."""
+    if shutil.which("promtool") is None:
+        raise RuntimeError("promtool not installed (make deps installs Debian's prometheus)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = workdir / "backfill.om"
+    src.write_text(openmetrics)
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(src), str(workdir / "data")],
+        check=True,
+        capture_output=True,
+    )
+    return start_prometheus(workdir, scrape_targets={})

@@ -32,7 +32,7 @@ from werkzeug import Request, Response
 
 from automator.model import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
-from tests.promserver import ROOT, Prometheus, free_port, start_prometheus
+from tests.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -262,16 +262,9 @@ def _openmetrics(end: int) -> str:
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     if shutil.which("promtool") is None or shutil.which("prometheus") is None:
         pytest.skip("prometheus/promtool not installed (make deps)")
-    work = tmp_path_factory.mktemp("e2e-prom")
-    src = work / "backfill.om"
     # Computed here, not at import: the service queries at its own clock, which must see a full window.
-    src.write_text(_openmetrics(int(time.time()) - 5))
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(src), str(work / "data")],
-        check=True,
-        capture_output=True,
-    )
-    prom = start_prometheus(work, scrape_targets={})
+    samples = _openmetrics(int(time.time()) - 5)
+    prom = start_backfilled_prometheus(tmp_path_factory.mktemp("e2e-prom"), samples)
     try:
         prom.wait_for(f"count_over_time({GPU_SERIES}[1h])", timeout=30)
         yield prom

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from automator.prom import (
     cpu_query,
     gpu_query,
 )
-from tests.promserver import Prometheus, free_port, start_prometheus
+from tests.promserver import Prometheus, free_port, start_backfilled_prometheus
 
 RULE_INTERVAL = 30
 # Query instant: samples sit at T - 15 - 30*i, so range boundaries never fall on a sample.
@@ -64,15 +63,7 @@ def _openmetrics() -> str:
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     if shutil.which("promtool") is None or shutil.which("prometheus") is None:
         pytest.skip("prometheus/promtool not installed (make deps)")
-    work = tmp_path_factory.mktemp("prom")
-    src = work / "backfill.om"
-    src.write_text(_openmetrics())
-    subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(src), str(work / "data")],
-        check=True,
-        capture_output=True,
-    )
-    prom = start_prometheus(work, scrape_targets={})
+    prom = start_backfilled_prometheus(tmp_path_factory.mktemp("prom"), _openmetrics())
     try:
         prom.wait_for(f"count_over_time({GPU_SERIES}[1h] @ {T})", timeout=30)
         yield prom
