@@ -118,7 +118,7 @@ def main() -> int:
             f"  Prometheus          {prom.url}   (rules and alerts loaded; try\n"
             "                      namespace_pod:gpu_steward_container_gpu_utilization_ratio:max)\n"
             f"  automator decisions http://127.0.0.1:{auto_port}/decisions   (dry-run, nothing is evicted)\n"
-            "  The demo victims' class uses a 120 s idle window: reclaim decisions appear after ~3 minutes.\n"
+            "  The demo victims' class uses a 120 s idle window: reclaim decisions appear after ~4 minutes.\n"
             "  Ctrl-C stops everything.\n",
             flush=True,
         )
