@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -18,7 +18,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from exporter.collector import CollectionLoop, ExporterCollector, FamilyExtension
 from exporter.config import Config, ConfigError, logging_level, parse_config
-from exporter.model import Attribution, Attributor, ContainerRef, Source
+from exporter.model import ATTRIBUTION_SOURCES, Attribution, Attributor, ContainerRef, Source
 from exporter.scenario import ScenarioError, load_scenario
 from exporter.sources import SourceError
 
@@ -31,17 +31,19 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 class DegradedAttributor:
     """Stands in when the real attributor cannot be built: everything unattributed, status 0."""
 
-    def __init__(self, sources: Sequence[str] = ("proc", "podresources", "kubernetes_api")) -> None:
-        self._sources = tuple(sources)
+    def refresh(self) -> None:
+        pass
 
-    def attribute(self, pids: Sequence[int]) -> dict[int, Attribution]:
+    def attribute(
+        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+    ) -> dict[int, Attribution]:
         return {pid: Attribution("unresolved") for pid in pids}
 
     def allocations(self) -> dict[str, list[ContainerRef]]:
         return {}
 
     def status(self) -> dict[str, bool]:
-        return dict.fromkeys(self._sources, False)
+        return dict.fromkeys(ATTRIBUTION_SOURCES, False)
 
 
 def build_source(config: Config) -> tuple[Source, Attributor, str]:

@@ -8,14 +8,13 @@ GPU readings into per-container series (`gpu_view`) are pure functions; docs/met
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, Protocol, TypeVar, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -26,12 +25,11 @@ from exporter.model import Attribution, Attributor, ContainerRef, GpuSample, Pro
 log = logging.getLogger(__name__)
 
 PREFIX = "gpu_steward_"
-DEVICE_LABELS = ("node", "gpu", "uuid", "model")
-CONTAINER_LABELS = ("namespace", "pod", "container")
 # Reads whose failure makes the process list incomplete: a container would look idle when it is not.
 PROCESS_LIST_FIELDS = frozenset({"processes", "graphics_processes"})
 
 Kind = Literal["gauge", "counter"]
+N = TypeVar("N", int, float)
 
 
 # --- per-GPU attribution (pure) ---
@@ -64,18 +62,20 @@ class GpuView:
     unattributed: tuple[UnattributedUsage, ...] = ()
 
 
-def _sum_utilization(procs: Sequence[ProcessSample]) -> float | None:
-    values = [p.sm_utilization for p in procs]
+def _known_sum(values: Sequence[N | None]) -> N | None:
+    """The sum, or None when any value is unknown: a partial sum would understate the use."""
     if any(v is None for v in values):
         return None
-    return min(1.0, sum(v for v in values if v is not None))
+    return sum(cast(Sequence[N], values))
+
+
+def _sum_utilization(procs: Sequence[ProcessSample]) -> float | None:
+    total = _known_sum([p.sm_utilization for p in procs])
+    return None if total is None else min(1.0, total)
 
 
 def _sum_memory(procs: Sequence[ProcessSample]) -> int | None:
-    values = [p.memory_used_bytes for p in procs]
-    if any(v is None for v in values):
-        return None
-    return sum(v for v in values if v is not None)
+    return _known_sum([p.memory_used_bytes for p in procs])
 
 
 def gpu_known(gpu: GpuSample) -> bool:
@@ -200,6 +200,10 @@ def device_labels(node: str, gpu: GpuSample) -> dict[str, str]:
     return {"node": node, "gpu": str(gpu.index), "uuid": gpu.uuid, "model": gpu.model}
 
 
+def container_labels(ref: ContainerRef) -> dict[str, str]:
+    return {"namespace": ref.namespace, "pod": ref.pod, "container": ref.container}
+
+
 def gpu_families(
     views: Sequence[GpuView], node: str, read_errors: Mapping[tuple[str, ...], int] | None = None
 ) -> list[FamilyData]:
@@ -267,10 +271,6 @@ def gpu_families(
         labels = {"node": n, "gpu": index, "uuid": uuid, "model": model, "field": fld, "error": error}
         b.add(PREFIX + "gpu_read_errors", labels, count)
     return b.build()
-
-
-def container_labels(ref: ContainerRef) -> dict[str, str]:
-    return {"namespace": ref.namespace, "pod": ref.pod, "container": ref.container}
 
 
 # --- the snapshot and the background loop ---
@@ -348,26 +348,21 @@ class CollectionLoop:
         self, gpus: Sequence[GpuSample]
     ) -> tuple[dict[int, Attribution], dict[str, list[ContainerRef]], dict[str, bool]]:
         """Owners of unowned PIDs, allocations and status; a failing attributor degrades, never raises."""
-        refresh = getattr(self.attributor, "refresh", None)
-        if callable(refresh):
-            try:
-                refresh()
-            except Exception:
-                log.exception("attribution refresh failed")
+        try:
+            self.attributor.refresh()
+        except Exception:
+            log.exception("attribution refresh failed")
         failed: dict[str, bool] = {}
         pids = sorted({p.pid for g in gpus for p in g.processes if p.owner is None})
         owners: dict[int, Attribution] = {}
         if pids:
             try:
-                if _accepts_devices(self.attributor):
-                    # pid -> GPUs it runs on: lets the attributor pick the container holding that GPU.
-                    devices: dict[int, set[str]] = {}
-                    for g in gpus:
-                        for p in g.processes:
-                            devices.setdefault(p.pid, set()).add(g.uuid)
-                    owners = cast(Any, self.attributor).attribute(pids, devices=devices)
-                else:
-                    owners = self.attributor.attribute(pids)
+                # pid -> GPUs it runs on: lets the attributor pick the container holding that GPU.
+                devices: dict[int, set[str]] = {}
+                for g in gpus:
+                    for p in g.processes:
+                        devices.setdefault(p.pid, set()).add(g.uuid)
+                owners = self.attributor.attribute(pids, devices=devices)
             except Exception:
                 log.exception("attributing %d PIDs failed", len(pids))
                 failed["proc"] = False
@@ -415,14 +410,6 @@ class CollectionLoop:
         return now - self.last_attempt <= 3 * self.interval + 30
 
 
-def _accepts_devices(attributor: Attributor) -> bool:
-    """KubeletAttributor.attribute takes an optional pid -> GPU UUIDs map beyond the protocol."""
-    try:
-        return "devices" in inspect.signature(attributor.attribute).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class ExporterCollector:
     """prometheus_client collector: fresh families per scrape from the loop's last snapshot."""
 
@@ -451,25 +438,31 @@ class ExporterCollector:
         yield from _exporter_gauges(node, snap, loop.clock())
 
 
+def _node_gauge(name: str, documentation: str, node: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(PREFIX + name, documentation, labels=("node",))
+    family.add_metric([node], value)
+    return family
+
+
 def _exporter_gauges(node: str, snap: Snapshot, now: float) -> Iterable[Metric]:
-    age = GaugeMetricFamily(
-        PREFIX + "exporter_snapshot_age_seconds",
+    age = _node_gauge(
+        "exporter_snapshot_age_seconds",
         "Seconds since the snapshot served by this scrape was collected",
-        labels=("node",),
+        node,
+        max(0.0, now - snap.monotonic),
     )
-    age.add_metric([node], max(0.0, now - snap.monotonic))
-    last = GaugeMetricFamily(
-        PREFIX + "exporter_last_collection_timestamp_seconds",
+    last = _node_gauge(
+        "exporter_last_collection_timestamp_seconds",
         "Unix time of the collection served by this scrape",
-        labels=("node",),
+        node,
+        snap.timestamp,
     )
-    last.add_metric([node], snap.timestamp)
-    duration = GaugeMetricFamily(
-        PREFIX + "exporter_collection_duration_seconds",
+    duration = _node_gauge(
+        "exporter_collection_duration_seconds",
         "How long the collection served by this scrape took",
-        labels=("node",),
+        node,
+        snap.duration_seconds,
     )
-    duration.add_metric([node], snap.duration_seconds)
     available = GaugeMetricFamily(
         PREFIX + "exporter_attribution_available",
         "1 if the attribution source answered in the last collection; 0 = degraded (series unattributed)",

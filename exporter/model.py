@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -17,6 +17,8 @@ class ContainerRef:
 
 
 AttributionKind = Literal["container", "host", "unresolved"]
+# The sources an attributor reports in `status()` (label `source` of the attribution-available gauge).
+ATTRIBUTION_SOURCES = ("proc", "podresources", "kubernetes_api")
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,15 @@ class Source(Protocol):
 class Attributor(Protocol):
     """Maps host PIDs and devices to Kubernetes containers."""
 
-    def attribute(self, pids: Sequence[int]) -> dict[int, Attribution]: ...
+    def refresh(self) -> None:
+        """Called once per collection; an attributor re-reads its sources when its cache is old."""
+        ...
+
+    def attribute(
+        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+    ) -> dict[int, Attribution]:
+        """Host PID -> owner. `devices`: pid -> GPU UUIDs it runs on, for attributors that can use it."""
+        ...
 
     def allocations(self) -> dict[str, list[ContainerRef]]:
         """Device UUID -> containers the kubelet allocated it to (whole-device)."""

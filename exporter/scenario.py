@@ -19,11 +19,10 @@ from typing import Any
 import yaml
 from kubernetes.utils.quantity import parse_quantity
 
-from exporter.model import Attribution, ContainerRef
+from exporter.model import ATTRIBUTION_SOURCES, Attribution, ContainerRef
 
 # Fields a scenario may declare unsupported; they match the nvml source's error keys.
 MOCK_FIELDS = frozenset({"utilization", "memory", "temperature", "power", "energy", "process_utilization"})
-ATTRIBUTION_SOURCES = ("proc", "podresources", "kubernetes_api")
 
 
 class ScenarioError(ValueError):
@@ -151,6 +150,11 @@ def _number(value: Any, path: str, minimum: float = 0.0, maximum: float | None =
     return float(value)
 
 
+def _optional_number(raw: Mapping[str, Any], key: str, path: str) -> float | None:
+    """A number field that may be left out or null."""
+    return None if raw.get(key) is None else _number(raw[key], f"{path}.{key}" if path else key)
+
+
 def _bytes(value: Any, path: str) -> int:
     """Bytes as an integer or a Kubernetes quantity string ("80Gi", "512Mi", "80G")."""
     if isinstance(value, float) and value.is_integer():
@@ -220,11 +224,9 @@ def _process(value: Any, path: str) -> ProcessSpec:
     for i in range(1, len(phases)):
         if phases[i].start <= phases[i - 1].start:
             raise _fail(f"{path}.phases[{i}].from", "phases must start in increasing order")
-    period = None
-    if raw.get("period") is not None:
-        period = _number(raw["period"], f"{path}.period")
-        if period <= phases[-1].start:
-            raise _fail(f"{path}.period", "must be longer than the last phase's `from`")
+    period = _optional_number(raw, "period", path)
+    if period is not None and period <= phases[-1].start:
+        raise _fail(f"{path}.period", "must be longer than the last phase's `from`")
     return ProcessSpec(
         pid=_int(raw["pid"], f"{path}.pid", 1),
         owner=_owner(raw.get("owner"), f"{path}.owner"),
@@ -245,6 +247,13 @@ _GPU_FIELDS = {
 }
 
 
+def _mock_field(value: Any, path: str) -> str:
+    name = _str(value, path)
+    if name not in MOCK_FIELDS:
+        raise _fail(path, f"unknown field {name!r} (allowed: {', '.join(sorted(MOCK_FIELDS))})")
+    return name
+
+
 def _gpu(value: Any, path: str) -> GpuSpec:
     raw = _mapping(value, path, _GPU_FIELDS, {"index", "uuid", "model", "memory_total"})
     processes = tuple(
@@ -261,19 +270,11 @@ def _gpu(value: Any, path: str) -> GpuSpec:
         for i, a in enumerate(_list(raw.get("allocations", []), f"{path}.allocations"))
     )
     unsupported = frozenset(
-        _str(u, f"{path}.unsupported[{i}]")
+        _mock_field(u, f"{path}.unsupported[{i}]")
         for i, u in enumerate(_list(raw.get("unsupported", []), f"{path}.unsupported"))
     )
-    for i, name in enumerate(raw.get("unsupported", [])):
-        if name not in MOCK_FIELDS:
-            raise _fail(
-                f"{path}.unsupported[{i}]",
-                f"unknown field {name!r} (allowed: {', '.join(sorted(MOCK_FIELDS))})",
-            )
-    fails_at = None if raw.get("fails_at") is None else _number(raw["fails_at"], f"{path}.fails_at")
-    recovers_at = (
-        None if raw.get("recovers_at") is None else _number(raw["recovers_at"], f"{path}.recovers_at")
-    )
+    fails_at = _optional_number(raw, "fails_at", path)
+    recovers_at = _optional_number(raw, "recovers_at", path)
     if recovers_at is not None and (fails_at is None or recovers_at <= fails_at):
         raise _fail(f"{path}.recovers_at", "needs `fails_at` and must be later than it")
     defaults = GpuSpec(index=0, uuid="", model="", memory_total_bytes=0)
@@ -324,7 +325,7 @@ def parse_scenario(data: Any) -> Scenario:
                 raise _fail(
                     f"gpus[{i}].processes[{j}].owner", f"pid {proc.pid} has another owner on gpus[{first[1]}]"
                 )
-    duration = None if raw.get("duration") is None else _number(raw["duration"], "duration")
+    duration = _optional_number(raw, "duration", "")
     loop = _bool(raw.get("loop", False), "loop")
     if loop and not duration:
         raise _fail("duration", "required (> 0) when `loop: true`")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from exporter.attribution.cgroup import classify_cgroup, read_cgroup
 from exporter.attribution.kubeapi import NodePodLister, PodIndex, index_pods
-from exporter.model import Attribution, ContainerRef
+from exporter.model import ATTRIBUTION_SOURCES, Attribution, ContainerRef
 from exporter.podresources.client import (
     DEFAULT_GPU_RESOURCE_PREFIXES,
     DEFAULT_GPU_RESOURCES,
@@ -32,7 +32,6 @@ from exporter.podresources.client import (
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("proc", "podresources", "kubernetes_api")
 UNRESOLVED = Attribution("unresolved")
 HOST = Attribution("host")
 
@@ -112,7 +111,7 @@ class KubeletAttributor:
         self._forced_at: dict[str, float] = {}
         self._index = PodIndex()
         self._pod_resources: list[PodResources] = []
-        self._status: dict[str, bool | None] = dict.fromkeys(SOURCES)
+        self._status: dict[str, bool | None] = dict.fromkeys(ATTRIBUTION_SOURCES)
 
     # --- the Attributor protocol -------------------------------------------------------------------
 
@@ -130,8 +129,7 @@ class KubeletAttributor:
         """Host PID -> owner. `devices` (optional, pid -> GPU UUIDs it runs on) sharpens the
         PodResources fallback for pods with several GPU containers."""
         with self._lock:
-            if self._last_refresh is None:
-                self._refresh_now(self._clock())
+            self._fill_once()
             result: dict[int, Attribution] = {}
             readable = 0
             for pid in pids:
@@ -143,19 +141,14 @@ class KubeletAttributor:
                 result[pid] = self._resolve(text, devices.get(pid) if devices else None)
             # /proc "answers" when its root is there and, if we asked about any process, at least one
             # could be read: none readable means the host PID namespace is not visible (no hostPID).
-            if not os.path.isdir(self.proc_root):
-                self._set_status("proc", False, f"{self.proc_root} is not a directory")
-            elif pids and readable == 0:
+            if self._proc_root_exists():
                 reason = f"no process readable in {self.proc_root} (is the pod running with hostPID?)"
-                self._set_status("proc", False, reason)
-            else:
-                self._set_status("proc", True)
+                self._set_status("proc", readable > 0 or not pids, reason)
             return result
 
     def allocations(self) -> dict[str, list[ContainerRef]]:
         with self._lock:
-            if self._last_refresh is None:
-                self._refresh_now(self._clock())
+            self._fill_once()
             return gpu_allocations(self._pod_resources, self._gpu_names, self._gpu_prefixes)
 
     def status(self) -> dict[str, bool]:
@@ -163,6 +156,18 @@ class KubeletAttributor:
             return {source: bool(ok) for source, ok in self._status.items()}
 
     # --- internals ---------------------------------------------------------------------------------
+
+    def _fill_once(self) -> None:
+        """Without a `refresh()` first (the Attributor protocol does not require one), fill the cache."""
+        if self._last_refresh is None:
+            self._refresh_now(self._clock())
+
+    def _proc_root_exists(self) -> bool:
+        """False (and the `proc` source marked unavailable) when the host's /proc is not mounted."""
+        if os.path.isdir(self.proc_root):
+            return True
+        self._set_status("proc", False, f"{self.proc_root} is not a directory")
+        return False
 
     def _resolve(self, cgroup_text: str, devices: Collection[str] | None) -> Attribution:
         owner = classify_cgroup(cgroup_text)
@@ -194,9 +199,7 @@ class KubeletAttributor:
         self._forced_at = {cid: t for cid, t in self._forced_at.items() if now - t < expiry}
         # Whether /proc shows the host's processes is judged by attribute(); here only its absence,
         # so that the two do not flip the status (and the log) back and forth.
-        if not os.path.isdir(self.proc_root):
-            self._set_status("proc", False, f"{self.proc_root} is not a directory")
-        elif self._status["proc"] is None:
+        if self._proc_root_exists() and self._status["proc"] is None:
             self._set_status("proc", True)
         try:
             self._pod_resources = self._list_pod_resources()

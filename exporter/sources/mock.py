@@ -9,7 +9,7 @@ values, and energy the integral of power between collections.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
 from exporter.scenario import GpuSpec, Scenario
@@ -119,7 +119,12 @@ class MockAttributor:
             if gpu.allocations:
                 self._allocations[gpu.uuid] = list(gpu.allocations)
 
-    def attribute(self, pids: Sequence[int]) -> dict[int, Attribution]:
+    def refresh(self) -> None:
+        pass
+
+    def attribute(
+        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+    ) -> dict[int, Attribution]:
         if not self._status.get("proc", True):
             return {pid: Attribution("unresolved") for pid in pids}
         return {pid: self._owners.get(pid, Attribution("unresolved")) for pid in pids}

@@ -58,18 +58,23 @@ def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+def _record(sample: GpuSample, field: str, e: pynvml.NVMLError) -> None:
+    """Classify a failed read: _GpuLost when the GPU is gone, nothing for NOT_SUPPORTED (the field is
+    just absent), else the GPU is not ok and the error is kept under `field`."""
+    code = _code(e)
+    if code in _LOST:
+        raise _GpuLost(error_name(e)) from e
+    if code != pynvml.NVML_ERROR_NOT_SUPPORTED:
+        sample.ok = False
+        sample.errors[field] = error_name(e)
+
+
 def _call(sample: GpuSample, field: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-    """One NVML read; None when unsupported or failed (recorded), _GpuLost when the GPU is gone."""
+    """One NVML read; None when it failed (see `_record`)."""
     try:
         return fn(*args, **kwargs)
     except pynvml.NVMLError as e:
-        code = _code(e)
-        if code in _LOST:
-            raise _GpuLost(error_name(e)) from e
-        if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
-            return None
-        sample.ok = False
-        sample.errors[field] = error_name(e)
+        _record(sample, field, e)
         return None
 
 
@@ -178,7 +183,8 @@ class NvmlSource:
                 return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
             except pynvml.NVMLError as e:
                 if _code(e) not in _NO_MEMORY_V2:
-                    return _call(sample, "memory", _reraise, e)
+                    _record(sample, "memory", e)
+                    return None
                 log.info("nvmlDeviceGetMemoryInfo_v2 unavailable (%s); using v1", error_name(e))
                 self._memory_v2 = False
         return _call(sample, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
@@ -223,7 +229,7 @@ class NvmlSource:
             if _code(e) in _NO_SAMPLES:
                 self._last_seen_us[sample.uuid] = last_seen
                 return {}, without_sample
-            _call(sample, "process_utilization", _reraise, e)  # records it, or raises _GpuLost
+            _record(sample, "process_utilization", e)
             return None, None
         newest: dict[int, tuple[int, float]] = {}
         for s in samples:
@@ -233,10 +239,6 @@ class NvmlSource:
             last_seen = max(last_seen, ts)
         self._last_seen_us[sample.uuid] = last_seen
         return {pid: util for pid, (_, util) in newest.items()}, without_sample
-
-
-def _reraise(e: Exception) -> Any:
-    raise e
 
 
 def _ratio(percent: float) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 import sys
 import timeit
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from types import SimpleNamespace
@@ -55,7 +55,12 @@ class DictAttributor:
         self.owners = owners
         self._allocations = allocations
 
-    def attribute(self, pids: Sequence[int]) -> dict[int, Attribution]:
+    def refresh(self) -> None:
+        pass
+
+    def attribute(
+        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+    ) -> dict[int, Attribution]:
         return {p: self.owners.get(p, Attribution("unresolved")) for p in pids}
 
     def allocations(self) -> dict[str, list[ContainerRef]]:

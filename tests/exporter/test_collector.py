@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +158,9 @@ class FakeAttributor:
     def refresh(self) -> None:
         self.refreshed += 1
 
-    def attribute(self, pids: Sequence[int]) -> dict[int, Attribution]:
+    def attribute(
+        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+    ) -> dict[int, Attribution]:
         if self.broken:
             raise OSError("no /proc")
         return {p: self.owners.get(p, Attribution("unresolved")) for p in pids}
@@ -291,7 +293,9 @@ def test_attributor_gets_the_gpus_of_each_pid_when_it_accepts_them() -> None:
     seen: dict[str, object] = {}
 
     class DeviceAware(FakeAttributor):
-        def attribute(self, pids: Sequence[int], devices: object = None) -> dict[int, Attribution]:
+        def attribute(
+            self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+        ) -> dict[int, Attribution]:
             seen["devices"] = devices
             return super().attribute(pids)
 

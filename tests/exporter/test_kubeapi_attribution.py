@@ -173,16 +173,21 @@ CGROUPS = {
 }
 
 
-def test_attributor_names_processes_from_the_api(
-    httpserver: HTTPServer, api_client: client.ApiClient, tmp_path: Path
-) -> None:
-    _serve_pods(httpserver, PODS)
-    attributor = KubeletAttributor(
+def _attributor(tmp_path: Path, api_client: client.ApiClient) -> KubeletAttributor:
+    """/proc with CGROUPS, no PodResources socket, the API served by the test's httpserver."""
+    return KubeletAttributor(
         NODE,
         proc_root=_proc(tmp_path, CGROUPS),
         podresources_socket=str(tmp_path / "absent.sock"),
         kube_client=api_client,
     )
+
+
+def test_attributor_names_processes_from_the_api(
+    httpserver: HTTPServer, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    _serve_pods(httpserver, PODS)
+    attributor = _attributor(tmp_path, api_client)
     attributor.refresh()
     assert attributor.attribute([100, 101, 200, 300, 999]) == {
         100: Attribution("container", ContainerRef("ml", "train-0", "trainer")),
@@ -200,12 +205,7 @@ def test_attributor_with_forbidden_api_leaves_processes_unresolved(
     httpserver.expect_request("/api/v1/pods").respond_with_json(
         {"kind": "Status", "reason": "Forbidden", "code": 403}, status=403
     )
-    attributor = KubeletAttributor(
-        NODE,
-        proc_root=_proc(tmp_path, CGROUPS),
-        podresources_socket=str(tmp_path / "absent.sock"),
-        kube_client=api_client,
-    )
+    attributor = _attributor(tmp_path, api_client)
     attributor.refresh()
     result = attributor.attribute([100, 200, 300])
     assert result == {
