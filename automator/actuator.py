@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from automator import planner
-from automator.kube import EvictionOutcome, EvictionResult, KubernetesUnavailable
+from automator.kube import EvictionOutcome, EvictionResult, KubernetesUnavailable, rfc3339
 from automator.metrics import AutomatorMetrics
 from automator.model import (
     LAST_RECLAIM_ANNOTATION,
@@ -120,7 +120,7 @@ class PassResult:
         )
         body.update(
             mode=str(self.mode),
-            timestamp=_rfc3339(self.at),
+            timestamp=rfc3339(self.at),
             result=self.result,
             reason=self.reason,
             acted=self.acted,
@@ -130,10 +130,6 @@ class PassResult:
             duration_seconds=round(self.duration_seconds, 6),
         )
         return body
-
-
-def _rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -157,7 +153,7 @@ def with_reclaim_memory(cluster: ClusterState, reclaimed: Mapping[PodKey, dateti
             if LAST_RECLAIM_ANNOTATION not in annotations or (seen is not None and seen < when):
                 pod = copy.deepcopy(pod)
                 pod.setdefault("metadata", {}).setdefault("annotations", {})[LAST_RECLAIM_ANNOTATION] = (
-                    _rfc3339(when)
+                    rfc3339(when)
                 )
         pods.append(pod)
     return replace(cluster, pods=pods)
@@ -186,10 +182,15 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return "unknown" if value is None else f"{value:.3f}{unit}"
 
 
-def describe_victim(v: Victim, window: UsageWindow | None) -> str:
+def _measured(v: Victim, window: UsageWindow | None) -> str:
+    """The activity a victim was chosen on, as logs and both sides' Events state it."""
     span = f" over {window.gpu_seconds}s" if window is not None else ""
     cpu = f", CPU {_fmt(v.cpu_cores, ' cores')}" if v.cpu_cores is not None else ""
-    return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, GPU activity {_fmt(v.gpu_activity)}{span}{cpu})"
+    return f"GPU activity {_fmt(v.gpu_activity)}{span}{cpu}"
+
+
+def describe_victim(v: Victim, window: UsageWindow | None) -> str:
+    return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, {_measured(v, window)})"
 
 
 def log_plan(plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> None:
@@ -362,15 +363,12 @@ class _Enforcer:
             f"for it{partial}: {victims}",
         )
         for v in d.victims:
-            window = self.windows.get(v.pod)
-            span = f" over {window.gpu_seconds}s" if window is not None else ""
             self._event(
                 v.pod,
                 "Normal",
                 REASON_VICTIM,
                 f"Evicted by gpu-steward for pending pod {d.preemptor} (priority {d.preemptor_priority}, "
-                f"{d.gpus_requested} GPU) on node {d.node}: GPU activity {_fmt(v.gpu_activity)}{span}"
-                + (f", CPU {_fmt(v.cpu_cores, ' cores')}" if v.cpu_cores is not None else ""),
+                f"{d.gpus_requested} GPU) on node {d.node}: {_measured(v, self.windows.get(v.pod))}",
             )
 
     def warn(self, plan: Plan) -> None:
@@ -451,18 +449,14 @@ def _run(
     plan = planner.plan(cluster, usage, config, now)
     log_plan(plan, mode, windows)
     result.plan = plan
-    if mode is Mode.DRY_RUN:
-        if metrics is not None:
-            metrics.decisions.labels(mode=str(mode)).inc(len(plan.decisions))
-            metrics.unresolved.set(len(plan.unresolved))
-        return
-    enforcer = _Enforcer(
-        kube, cluster, usage, windows, config, now, state, metrics, should_continue, max_replans
-    )
-    enforcer.warn(plan)
-    result.plan = enforcer.run(plan)
-    result.actions = enforcer.actions
-    result.replans = enforcer.replans
+    if mode is Mode.ENFORCE:
+        enforcer = _Enforcer(
+            kube, cluster, usage, windows, config, now, state, metrics, should_continue, max_replans
+        )
+        enforcer.warn(plan)
+        result.plan = plan = enforcer.run(plan)  # the decisions acted on
+        result.actions = enforcer.actions
+        result.replans = enforcer.replans
     if metrics is not None:
-        metrics.decisions.labels(mode=str(mode)).inc(len(result.plan.decisions))
-        metrics.unresolved.set(len(result.plan.unresolved))
+        metrics.decisions.labels(mode=str(mode)).inc(len(plan.decisions))
+        metrics.unresolved.set(len(plan.unresolved))

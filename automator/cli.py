@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from automator.eligibility import fmt_measure
 from automator.model import Plan, PlannerConfig, PodKey
 from automator.planner import explain, plan, plan_to_json
 from automator.resources import FieldError, parse_time
@@ -79,7 +80,8 @@ _KNOBS: dict[str, tuple[str, Callable[[str], Any], str]] = {
 }
 
 
-def _env_name(flag: str) -> str:
+def env_name(flag: str) -> str:
+    """--prometheus-url -> GPU_STEWARD_PROMETHEUS_URL (the service's flags use it too)."""
     return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
 
@@ -99,7 +101,7 @@ def add_planner_arguments(parser: argparse.ArgumentParser) -> None:
             flag,
             dest=attr,
             default=None,
-            help=f"{text} (env {_env_name(flag)}; default {getattr(_DEFAULTS, attr)})",
+            help=f"{text} (env {env_name(flag)}; default {getattr(_DEFAULTS, attr)})",
         )
 
 
@@ -115,8 +117,8 @@ def planner_config(args: argparse.Namespace, environ: dict[str, str] | None = No
         values["gpu_resources"] = tuple(r.strip() for r in env_resources.split(",") if r.strip())
     for flag, (attr, parse, _) in _KNOBS.items():
         raw, source = getattr(args, attr, None), flag
-        if raw is None and _env_name(flag) in env:
-            raw, source = env[_env_name(flag)], _env_name(flag)
+        if raw is None and env_name(flag) in env:
+            raw, source = env[env_name(flag)], env_name(flag)
         if raw is None:
             continue
         try:
@@ -143,8 +145,10 @@ def _text(result: Plan) -> str:
             f"evict {len(d.victims)} pod(s) freeing {d.gpus_freed} GPUs ({d.free_gpus_before} already free)"
         )
         for v in d.victims:
-            activity = "unknown" if v.gpu_activity is None else f"{v.gpu_activity:.3g}"
-            lines.append(f"  evict {v.pod}: {v.gpus} GPUs, priority {v.priority}, GPU activity {activity}")
+            lines.append(
+                f"  evict {v.pod}: {v.gpus} GPUs, priority {v.priority}, "
+                f"GPU activity {fmt_measure(v.gpu_activity)}"
+            )
     for d in result.already_fit:
         lines.append(
             f"{d.preemptor}: already fits on {d.node} without evictions ({d.free_gpus_before} GPUs free)"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from automator.fit import requirement_matches
 from automator.model import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
@@ -113,31 +114,23 @@ def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------
 
 
+LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
 def selector_matches(selector: Mapping[str, Any] | None, pod_labels: Mapping[str, Any]) -> bool:
     """metav1.LabelSelector: matchLabels AND matchExpressions. A null selector matches nothing (policy/v1),
-    an empty one everything. An unknown operator matches nothing (cautious: fewer PDB matches would be
-    unsafe, so the caller treats an unmatchable PDB selector as protecting; see pdb_blocks)."""
+    an empty one everything. An unknown operator met raises ValueError: PdbIndex.covering then treats the
+    PDB as protecting, since a PDB wrongly read as not selecting the pod would be unsafe."""
     if selector is None:
         return False
     for key, value in (selector.get("matchLabels") or {}).items():
         if pod_labels.get(key) != value:
             return False
     for expr in selector.get("matchExpressions") or []:
-        key = expr.get("key")
-        op = expr.get("operator")
-        values = expr.get("values") or []
-        present = key in pod_labels
-        if op == "In":
-            ok = present and pod_labels[key] in values
-        elif op == "NotIn":
-            ok = not present or pod_labels[key] not in values
-        elif op == "Exists":
-            ok = present
-        elif op == "DoesNotExist":
-            ok = not present
-        else:
+        key, op = expr.get("key"), expr.get("operator")
+        if op not in LABEL_SELECTOR_OPERATORS:  # Gt/Lt are node-selector only
             raise ValueError(f"spec.selector.matchExpressions: unknown operator {op!r}")
-        if not ok:
+        if not requirement_matches(op, key in pod_labels, pod_labels.get(key), expr.get("values") or []):
             return False
     return True
 
@@ -158,8 +151,9 @@ class PdbIndex:
             index.by_namespace.setdefault(ns, []).append(pdb)
             allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
             # No status yet (controller has not observed it): the Eviction API would refuse; count as 0.
-            ok = isinstance(allowed, int) and not isinstance(allowed, bool)
-            index.remaining[(ns, str(meta.get("name")))] = allowed if isinstance(allowed, int) and ok else 0
+            if not isinstance(allowed, int) or isinstance(allowed, bool):
+                allowed = 0
+            index.remaining[(ns, str(meta.get("name")))] = allowed
         return index
 
     def covering(self, pod: JsonObj) -> tuple[list[tuple[str, str]], str | None]:
@@ -203,7 +197,8 @@ class Assessment:
     reason: str
 
 
-def _fmt(value: float | None) -> str:
+def fmt_measure(value: float | None) -> str:
+    """A measured activity or core count in verdicts, explain and the CLI's text."""
     return "unknown" if value is None else f"{value:.3g}"
 
 
@@ -243,7 +238,8 @@ def base_verdict(
         return (
             False,
             "6-gpu-busy",
-            f"GPU activity {_fmt(activity)} over {window} s above threshold {_fmt(settings.gpu_threshold)}",
+            f"GPU activity {fmt_measure(activity)} over {window} s above threshold "
+            f"{fmt_measure(settings.gpu_threshold)}",
         )
     cpu_note = ""
     if settings.cpu_idle_seconds > 0:
@@ -254,12 +250,16 @@ def base_verdict(
             return (
                 False,
                 "7-cpu-busy",
-                f"CPU {_fmt(cores)} cores over {settings.cpu_idle_seconds} s above threshold "
-                f"{_fmt(settings.cpu_threshold)}",
+                f"CPU {fmt_measure(cores)} cores over {settings.cpu_idle_seconds} s above threshold "
+                f"{fmt_measure(settings.cpu_threshold)}",
             )
-        cpu_note = f", CPU {_fmt(cores)} cores <= {_fmt(settings.cpu_threshold)}"
-    threshold = _fmt(settings.gpu_threshold)
-    return True, "8-idle", f"GPU activity {_fmt(activity)} over {window} s <= threshold {threshold}{cpu_note}"
+        cpu_note = f", CPU {fmt_measure(cores)} cores <= {fmt_measure(settings.cpu_threshold)}"
+    threshold = fmt_measure(settings.gpu_threshold)
+    return (
+        True,
+        "8-idle",
+        f"GPU activity {fmt_measure(activity)} over {window} s <= threshold {threshold}{cpu_note}",
+    )
 
 
 def assess(

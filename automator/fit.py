@@ -35,7 +35,8 @@ def _int_label(value: Any) -> int | None:
         return None
 
 
-def _requirement(op: Any, present: bool, value: Any, values: Sequence[Any]) -> bool:
+def requirement_matches(op: Any, present: bool, value: Any, values: Sequence[Any]) -> bool:
+    """One selector requirement on a label (or field) that is `present` with `value`."""
     if op == "In":
         return present and value in values
     if op == "NotIn":
@@ -61,14 +62,14 @@ def _term_matches(term: Mapping[str, Any], node_labels: Mapping[str, Any], name:
         return False  # an empty term matches no node
     for expr in expressions:
         key = expr.get("key")
-        if not _requirement(
+        if not requirement_matches(
             expr.get("operator"), key in node_labels, node_labels.get(key), expr.get("values") or []
         ):
             return False
     for expr in fields:
         if expr.get("key") != "metadata.name":
             return False
-        if not _requirement(expr.get("operator"), True, name, expr.get("values") or []):
+        if not requirement_matches(expr.get("operator"), True, name, expr.get("values") or []):
             return False
     return True
 

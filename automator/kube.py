@@ -12,7 +12,8 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -83,6 +84,18 @@ def _status_message(e: ApiException) -> str:
         return str(e.reason)
 
 
+@contextmanager
+def _call(what: str, *also: type[Exception]) -> Iterator[None]:
+    """Turn a failed API call (or one of `also`) into KubernetesUnavailable naming the call."""
+    transport: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError, *also)
+    try:
+        yield
+    except ApiException as e:
+        raise KubernetesUnavailable(f"{what}: {e.status} {_status_message(e)}") from e
+    except transport as e:
+        raise KubernetesUnavailable(f"{what}: {e}") from e
+
+
 def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -106,7 +119,7 @@ class KubernetesAdapter:
         items: list[JsonObj] = []
         token: str | None = None
         while True:
-            try:
+            with _call(f"list {what}", ValueError):  # ValueError: a body that is not JSON
                 resp = call(
                     limit=PAGE_SIZE,
                     _continue=token,
@@ -115,10 +128,6 @@ class KubernetesAdapter:
                     **kwargs,
                 )
                 body = json.loads(resp.data)
-            except ApiException as e:
-                raise KubernetesUnavailable(f"list {what}: {e.status} {_status_message(e)}") from e
-            except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
-                raise KubernetesUnavailable(f"list {what}: {e}") from e
             for item in body.get("items") or []:
                 # List items carry no kind/apiVersion; add them so objects look like `kubectl get -o json`.
                 item.setdefault("kind", kind)
@@ -172,7 +181,7 @@ class KubernetesAdapter:
 
     def annotate_preemptor(self, pod: PodKey, when: datetime) -> None:
         body = {"metadata": {"annotations": {LAST_RECLAIM_ANNOTATION: rfc3339(when)}}}
-        try:
+        with _call(f"patch pod {pod}"):
             self.core.patch_namespaced_pod(
                 pod.name,
                 pod.namespace,
@@ -181,10 +190,6 @@ class KubernetesAdapter:
                 _preload_content=False,
                 _request_timeout=self.timeout,
             )
-        except ApiException as e:
-            raise KubernetesUnavailable(f"patch pod {pod}: {e.status} {_status_message(e)}") from e
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise KubernetesUnavailable(f"patch pod {pod}: {e}") from e
 
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
         """A core/v1 Event on a pod (uid included: `kubectl describe` selects Events by it)."""
@@ -207,7 +212,7 @@ class KubernetesAdapter:
             reporting_component="gpu-steward.io/automator",
             reporting_instance=self.identity,
         )
-        try:
+        with _call(f"event {reason} on {pod}"):
             self.core.create_namespaced_event(
                 pod.namespace,
                 body,
@@ -215,10 +220,6 @@ class KubernetesAdapter:
                 _preload_content=False,
                 _request_timeout=self.timeout,
             )
-        except ApiException as e:
-            raise KubernetesUnavailable(f"event {reason} on {pod}: {e.status} {_status_message(e)}") from e
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise KubernetesUnavailable(f"event {reason} on {pod}: {e}") from e
 
 
 class _Stopped(Exception):

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.eligibility import Assessment, ClassSettings, PdbIndex, assess, class_settings, verdict_for
+from automator.eligibility import (
+    Assessment,
+    ClassSettings,
+    PdbIndex,
+    assess,
+    class_settings,
+    fmt_measure,
+    verdict_for,
+)
 from automator.fit import scheduling_signature, static_misfit
 from automator.model import (
     LAST_RECLAIM_ANNOTATION,
@@ -118,7 +126,7 @@ class _Static:
 
     feasible: list[_Node]
     ruled_out: Counter[str]
-    details: list[str]
+    first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
 
 
 @dataclass
@@ -129,6 +137,10 @@ class _Preemptor:
     created: datetime
     req: Requests | None
     error: str | None
+
+
+def _classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
+    return {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
 
 
 def _class_of(pod: JsonObj, classes: Mapping[str, JsonObj]) -> JsonObj | None:
@@ -163,8 +175,7 @@ def _is_victim_candidate(pod: JsonObj) -> bool:
 def usage_windows(cluster: ClusterState, config: PlannerConfig) -> dict[PodKey, UsageWindow]:
     """The usage window every GPU-holding bound pod (potential victim) needs, from its PriorityClass's
     annotations."""
-    classes = {str(pc.get("metadata", {}).get("name")): pc for pc in cluster.priority_classes}
-    settings = _Settings(classes, config)
+    settings = _Settings(_classes_by_name(cluster.priority_classes), config)
     windows: dict[PodKey, UsageWindow] = {}
     for pod in cluster.pods:
         if not _is_victim_candidate(pod):
@@ -279,6 +290,8 @@ class _Pass:
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
     nodes: dict[str, _Node] = field(default_factory=dict)
     preemptors: list[_Preemptor] = field(default_factory=list)
+    classes: dict[str, JsonObj] = field(default_factory=dict)  # PriorityClasses by name
+    global_default: JsonObj | None = None
     pdbs: PdbIndex = field(default_factory=PdbIndex)
     pdb_version: int = 0
     static_cache: dict[str, _Static] = field(default_factory=dict)
@@ -290,9 +303,9 @@ class _Pass:
 
     def build(self) -> None:
         config = self.config
-        classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in self.cluster.priority_classes}
-        global_default = find_global_default(self.cluster.priority_classes)
-        settings = _Settings(classes, config)
+        self.classes = _classes_by_name(self.cluster.priority_classes)
+        self.global_default = find_global_default(self.cluster.priority_classes)
+        settings = _Settings(self.classes, config)
         self.pdbs = PdbIndex.build(self.cluster.pdbs)
         for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
             name = str((obj.get("metadata") or {}).get("name"))
@@ -308,8 +321,8 @@ class _Pass:
                 continue
             bound = node_name(obj)
             if not bound:
-                if is_unschedulable(obj) and _is_reclaim_class(_class_of(obj, classes)):
-                    self._add_preemptor(key, obj, classes, global_default)
+                if is_unschedulable(obj) and _is_reclaim_class(_class_of(obj, self.classes)):
+                    self._add_preemptor(key, obj)
                 continue
             node = self.nodes.get(bound)
             if node is None:
@@ -328,9 +341,7 @@ class _Pass:
             class_name, pod_settings = settings.of(obj)
             if class_name is not None:
                 class_pods.setdefault(class_name, []).append(key)
-            node.candidates.append(
-                self._candidate(key, obj, bound, req, pod_settings, classes, global_default)
-            )
+            node.candidates.append(self._candidate(key, obj, bound, req, pod_settings))
         for class_name, pod_settings in sorted(settings.cache.items(), key=lambda kv: str(kv[0])):
             for bad in pod_settings.malformed:
                 pods = tuple(sorted(class_pods.get(class_name or "", [])))
@@ -346,19 +357,12 @@ class _Pass:
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
 
     def _candidate(
-        self,
-        key: PodKey,
-        obj: JsonObj,
-        bound: str,
-        req: Requests,
-        pod_settings: ClassSettings,
-        classes: Mapping[str, JsonObj],
-        global_default: JsonObj | None,
+        self, key: PodKey, obj: JsonObj, bound: str, req: Requests, pod_settings: ClassSettings
     ) -> _Pod:
         usage = self.usage.get(key)
         pdb_ids, pdb_reason = self.pdbs.covering(obj)
         try:
-            priority = pod_priority(obj, classes, global_default)
+            priority = pod_priority(obj, self.classes, self.global_default)
             scheduled = scheduled_at(obj)
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
@@ -368,15 +372,13 @@ class _Pass:
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
         return _Pod(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
 
-    def _add_preemptor(
-        self, key: PodKey, obj: JsonObj, classes: Mapping[str, JsonObj], global_default: JsonObj | None
-    ) -> None:
+    def _add_preemptor(self, key: PodKey, obj: JsonObj) -> None:
         error: str | None = None
         req: Requests | None = None
         priority = 0
         created = created_at({})
         try:
-            priority = pod_priority(obj, classes, global_default)
+            priority = pod_priority(obj, self.classes, self.global_default)
             created = created_at(obj)
             req = pod_requests(obj, self.config.gpu_resources)
         except FieldError as exc:
@@ -409,7 +411,7 @@ class _Pass:
         signature = scheduling_signature(pre.obj)
         cached = self.static_cache.get(signature)
         if cached is None:
-            cached = _Static([], Counter(), [])
+            cached = _Static([], Counter())
             for node in self.nodes.values():
                 misfit = (
                     static_misfit(pre.obj, node.obj) if node.error is None else ("unreadable", node.error)
@@ -418,7 +420,7 @@ class _Pass:
                     cached.feasible.append(node)
                 else:
                     cached.ruled_out[misfit[0]] += 1
-                    cached.details.append(f"{node.name}: {misfit[1]}")
+                    cached.first_detail = cached.first_detail or f"{node.name}: {misfit[1]}"
             self.static_cache[signature] = cached
         return cached
 
@@ -452,15 +454,13 @@ class _Pass:
             return
         req = pre.req
         static = self._static(pre)
-        ruled_out = Counter(static.ruled_out)
-        details = list(static.details)
+        too_small: list[_Node] = []
         cache = self.search_cache.setdefault((pre.priority, req), {})
         results: list[tuple[_Node, _NodeResult]] = []
-        best: tuple[SetKey, str, _Node, _NodeResult] | None = None
+        best: tuple[SetKey, _Node, _NodeResult] | None = None
         for node in static.feasible:  # in name order: the first of equal sets wins
             if node.alloc.gpus < req.gpus:
-                ruled_out["too few GPUs in total"] += 1
-                details.append(f"{node.name}: allocatable {node.alloc.gpus} GPUs < {req.gpus}")
+                too_small.append(node)
                 continue
             entry = cache.get(node.name)
             if entry is None or entry[0] != node.version or entry[1] != self.pdb_version:
@@ -475,17 +475,19 @@ class _Pass:
             # Across nodes the set order alone decides (not the victims' names): equal sets go to the
             # node whose name sorts first, which is the first one met.
             if result.key is not None and (best is None or result.key[:-1] < best[0][:-1]):
-                best = (result.key, node.name, node, result)
+                best = (result.key, node, result)
         if best is None:
-            self._explain_unresolved(pre, req, results, ruled_out, details)
+            self._explain_unresolved(pre, req, results, static, too_small)
             return
+        best_key, best_node, best_result = best
+        # Verdicts where the preemptor already fits say nothing about who is evicted: not recorded.
         if self.verdict_count < VERDICT_LIMIT:
             for _, result in results:
                 if result.key is None or result.key[0] > 0:
                     self._record(pre, result)
-        elif best[3].key is not None and best[3].key[0] > 0:
-            self._record(pre, best[3], force=True)
-        self._commit(pre, req, best[2], best[3])
+        elif best_key[0] > 0:
+            self._record(pre, best_result, force=True)
+        self._commit(pre, req, best_node, best_result)
 
     def _commit(self, pre: _Preemptor, req: Requests, node: _Node, result: _NodeResult) -> None:
         free_before, _, _ = _free(node)
@@ -534,13 +536,19 @@ class _Pass:
         pre: _Preemptor,
         req: Requests,
         results: list[tuple[_Node, _NodeResult]],
-        ruled_out: Counter[str],
-        details: list[str],
+        static: _Static,
+        too_small: list[_Node],
     ) -> None:
+        ruled_out = Counter(static.ruled_out)
+        first_detail = static.first_detail
+        if too_small:
+            ruled_out["too few GPUs in total"] += len(too_small)
+            small = too_small[0]
+            first_detail = first_detail or f"{small.name}: allocatable {small.alloc.gpus} GPUs < {req.gpus}"
         excluded = ""
         if ruled_out:
             parts = ", ".join(f"{n} {why}" for why, n in sorted(ruled_out.items()))
-            first = f" ({details[0]})" if details else ""
+            first = f" ({first_detail})" if first_detail else ""
             excluded = f"{sum(ruled_out.values())} node(s) ruled out: {parts}{first}"
         if not results:
             if not self.nodes:
@@ -656,7 +664,7 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
     for decision in plan.decisions:
         if decision.preemptor == key:
             names = ", ".join(
-                f"{v.pod} ({v.gpus} GPUs, priority {v.priority}, activity {_fmt_opt(v.gpu_activity)})"
+                f"{v.pod} ({v.gpus} GPUs, priority {v.priority}, activity {fmt_measure(v.gpu_activity)})"
                 for v in decision.victims
             )
             lines.append(
@@ -683,10 +691,6 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
     if len(lines) == 1:
         lines.append(_not_considered(plan, obj, gpus))
     return "\n".join(lines)
-
-
-def _fmt_opt(value: float | None) -> str:
-    return "unknown" if value is None else f"{value:.3g}"
 
 
 def _not_considered(plan: Plan, obj: JsonObj, gpus: int | str) -> str:

@@ -57,10 +57,6 @@ def whole(value: Any, field: str) -> int:
     return int(result)
 
 
-def _ceil_int(value: Decimal) -> int:
-    return math.ceil(value)
-
-
 def _container_requests(
     container: Mapping[str, Any], gpu_resources: Iterable[str], field: str
 ) -> tuple[int, int, int]:
@@ -80,9 +76,9 @@ def _container_requests(
     for name, scale in (("cpu", 1000), ("memory", 1)):
         # Kubernetes defaults a missing request to the limit.
         if name in requests:
-            amounts.append(_ceil_int(quantity(requests[name], f"{field}.resources.requests.{name}") * scale))
+            amounts.append(math.ceil(quantity(requests[name], f"{field}.resources.requests.{name}") * scale))
         elif name in limits:
-            amounts.append(_ceil_int(quantity(limits[name], f"{field}.resources.limits.{name}") * scale))
+            amounts.append(math.ceil(quantity(limits[name], f"{field}.resources.limits.{name}") * scale))
         else:
             amounts.append(0)
     return gpus, amounts[0], amounts[1]
@@ -112,9 +108,9 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     effective = [max(total[j] + sidecars[j], init_peak[j]) for j in range(3)]
     overhead = spec.get("overhead") or {}
     if "cpu" in overhead:
-        effective[1] += _ceil_int(quantity(overhead["cpu"], "spec.overhead.cpu") * 1000)
+        effective[1] += math.ceil(quantity(overhead["cpu"], "spec.overhead.cpu") * 1000)
     if "memory" in overhead:
-        effective[2] += _ceil_int(quantity(overhead["memory"], "spec.overhead.memory"))
+        effective[2] += math.ceil(quantity(overhead["memory"], "spec.overhead.memory"))
     return Requests(effective[0], effective[1], effective[2])
 
 

@@ -28,6 +28,7 @@ from werkzeug.serving import make_server
 
 from automator import cli
 from automator.actuator import ActuatorState, KubeAdapter, Mode, PassResult, UsageSource, run_pass
+from automator.cli import env_name, planner_config  # the offline commands' own: one reading of the knobs
 from automator.kube import EvictionResult, KubernetesAdapter, KubernetesUnavailable, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, PlannerConfig, PodKey
@@ -36,15 +37,9 @@ from automator.snapshot import InputError, load_cluster
 
 log = logging.getLogger(__name__)
 
-ENV_PREFIX = "GPU_STEWARD_"
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # A pass older than this many intervals makes a leader unready.
 STALE_INTERVALS = 3
-
-
-def env_name(flag: str) -> str:
-    """--prometheus-url -> GPU_STEWARD_PROMETHEUS_URL."""
-    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
 
 
 def _env(flag: str, default: str | None) -> str | None:
@@ -116,11 +111,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-replans", "5", "re-plans per pass after refused evictions", type=int)
     # The planner knobs are the offline commands' own (same names, env vars, defaults and checks).
     cli.add_planner_arguments(parser)
-
-
-def planner_config(args: argparse.Namespace) -> PlannerConfig:
-    """PlannerConfig from the planner flags / env vars; InputError names a bad setting."""
-    return cli.planner_config(args)
 
 
 def validate(args: argparse.Namespace) -> list[str]:
