@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from automator.eligibility import selector_matches
+from automator.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
 from automator.model import ClusterState, JsonObj, PodKey, PodUsage
 from automator.resources import (
     FieldError,
@@ -190,6 +190,13 @@ def _check_pdb(pdb: JsonObj, label: str) -> None:
         selector_matches(spec.get("selector"), {})
     except ValueError as exc:
         raise InputError(f"{label}: {exc}") from exc
+    # selector_matches stops at the first requirement that fails: check every operator here.
+    for i, expr in enumerate((spec.get("selector") or {}).get("matchExpressions") or []):
+        op = expr.get("operator")
+        if op not in LABEL_SELECTOR_OPERATORS:
+            raise InputError(
+                f"{label}: spec.selector.matchExpressions[{i}].operator: unknown operator {op!r}"
+            )
     allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
     if allowed is not None:
         _check(label, integer, allowed, "status.disruptionsAllowed")

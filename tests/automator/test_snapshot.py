@@ -83,3 +83,24 @@ def test_usage_duplicate_is_an_error(tmp_path: Path) -> None:
     path.write_text("pods:\n- {namespace: ml, name: a}\n- {namespace: ml, name: a}\n")
     with pytest.raises(InputError, match=r"Pod ml/a .*listed twice"):
         load_usage(path)
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]},
+        # An earlier requirement that fails on empty labels must not hide a later bad operator.
+        {"matchLabels": {"app": "x"}, "matchExpressions": [{"key": "app", "operator": "Bogus"}]},
+        {
+            "matchExpressions": [
+                {"key": "app", "operator": "In", "values": ["x"]},
+                {"key": "app", "operator": "Bogus"},
+            ]
+        },
+    ],
+)
+def test_pdb_unknown_selector_operator_is_an_error(tmp_path: Path, selector: dict[str, object]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(k8s.pdb("guard", selector, 1)))
+    with pytest.raises(InputError, match=r"PodDisruptionBudget ml/guard: spec\.selector\.matchExpressions"):
+        load_cluster(path)
