@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=68"
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
