@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from automator.series import IDLE_THRESHOLD
+
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
 JsonObj = dict[str, Any]
 
@@ -63,7 +65,7 @@ class ClusterState:
 class PlannerConfig:
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     default_gpu_idle_seconds: int = 1800
-    default_gpu_idle_threshold: float = 0.05
+    default_gpu_idle_threshold: float = IDLE_THRESHOLD
     default_toleration_seconds: int = 0
     min_coverage: float = 0.8
     cooldown_seconds: int = 300

@@ -20,10 +20,11 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from automator.model import PodKey, PodUsage, UsageWindow
+from automator.series import POD_ACTIVITY
 
 log = logging.getLogger(__name__)
 
-GPU_SERIES = "namespace_pod:gpu_steward_container_gpu_utilization_ratio:max"
+GPU_SERIES = POD_ACTIVITY
 CPU_SERIES = 'container_cpu_usage_seconds_total{container!="", image!=""}'
 # Label that tells the sample count apart from the average in the combined GPU query.
 STAT_LABEL = "stat"
