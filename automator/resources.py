@@ -14,9 +14,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 from automator.model import JsonObj
+from automator.quantity import parse_quantity
 
 
 class FieldError(ValueError):
@@ -41,7 +40,7 @@ def quantity(value: Any, field: str) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise FieldError(field, f"{value!r} is not a quantity")
     try:
-        result: Decimal = parse_quantity(value)
+        result = parse_quantity(value) if isinstance(value, str) else Decimal(value)
     except (ValueError, InvalidOperation, TypeError) as exc:
         raise FieldError(field, f"{value!r} is not a quantity") from exc
     if not result.is_finite() or result < 0:

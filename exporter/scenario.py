@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.utils.quantity import parse_quantity
 
+from automator.quantity import parse_quantity
 from exporter.model import ATTRIBUTION_SOURCES, Attribution, ContainerRef
 
 # Fields a scenario may declare unsupported; they match the nvml source's error keys.
