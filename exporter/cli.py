@@ -1,4 +1,8 @@
-"""`gpu-exporter` (also `python -m exporter`): wire config, source, attribution, collection, HTTP."""
+"""`gpu-exporter` (also `python -m exporter`): wire settings, source, attribution, collection, HTTP.
+
+The composition root: the one module that picks the adapters (imported late, so that the mock source
+needs neither NVML, gRPC nor the Kubernetes client).
+"""
 
 from __future__ import annotations
 
@@ -8,42 +12,21 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client import CollectorRegistry, ProcessCollector
 
-from exporter.collector import CollectionLoop, ExporterCollector, FamilyExtension
-from exporter.config import Config, ConfigError, logging_level, parse_config
-from exporter.model import ATTRIBUTION_SOURCES, Attribution, Attributor, ContainerRef, Source
-from exporter.scenario import ScenarioError, load_scenario
-from exporter.sources import SourceError
+from automator.settingspec import SettingError
+from exporter.attribution.degraded import DegradedAttributor
+from exporter.exposition import ExporterCollector
+from exporter.loop import CollectionLoop, FamilyExtension
+from exporter.ports import Attributor, Source, SourceError
+from exporter.server import make_app, serve
+from exporter.settings import Config, logging_level, parse_config
+from exporter.sources.scenario import ScenarioError, load_scenario
 
 log = logging.getLogger("exporter")
-
-StartResponse = Callable[..., Any]
-WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
-
-class DegradedAttributor:
-    """Stands in when the real attributor cannot be built: everything unattributed, status 0."""
-
-    def refresh(self) -> None:
-        pass
-
-    def attribute(
-        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
-    ) -> dict[int, Attribution]:
-        return {pid: Attribution("unresolved") for pid in pids}
-
-    def allocations(self) -> dict[str, list[ContainerRef]]:
-        return {}
-
-    def status(self) -> dict[str, bool]:
-        return dict.fromkeys(ATTRIBUTION_SOURCES, False)
 
 
 def build_source(config: Config) -> tuple[Source, Attributor, str]:
@@ -59,7 +42,7 @@ def build_source(config: Config) -> tuple[Source, Attributor, str]:
     node = config.node_name or socket.gethostname()
     try:
         # Imported here: the mock source and the tests need neither gRPC nor the Kubernetes client.
-        from exporter.attribution import KubeletAttributor
+        from exporter.attribution.kubelet import KubeletAttributor
 
         attributor: Attributor = KubeletAttributor(
             node,
@@ -81,43 +64,6 @@ def extensions(config: Config) -> list[FamilyExtension]:
 
         out.append(dcgm_families)
     return out
-
-
-def make_app(registry: CollectorRegistry, loop: CollectionLoop) -> WsgiApp:
-    """/metrics from the registry, /healthz from the collection loop's progress."""
-    metrics = make_wsgi_app(registry)
-
-    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
-        if path == "/metrics":
-            return metrics(environ, start_response)  # type: ignore[no-any-return]
-        if path == "/healthz":
-            ok = loop.healthy()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ok\n" if ok else b"collection stalled\n"]
-        if path == "/":
-            start_response("200 OK", [("Content-Type", "text/html")])
-            return [
-                b'<html><body><h1>gpu-steward exporter</h1><a href="/metrics">/metrics</a></body></html>\n'
-            ]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found\n"]
-
-    return app
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not worth a log line
-        pass
-
-
-def serve(app: WsgiApp, address: str, port: int) -> WSGIServer:
-    family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
-
-    class Server(ThreadingWSGIServer):
-        address_family = family
-
-    return make_server(address, port, app, server_class=Server, handler_class=_QuietHandler)
 
 
 def run(config: Config, stop: threading.Event) -> int:
@@ -166,7 +112,7 @@ def run(config: Config, stop: threading.Event) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(argv, os.environ)
-    except ConfigError as e:
+    except SettingError as e:
         print(f"gpu-exporter: error: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging_level(config), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

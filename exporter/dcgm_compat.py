@@ -15,28 +15,53 @@ work unchanged. Differences, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from exporter.collector import FamilyBuilder, FamilyData, GpuView
+from exporter import metrics as m
+from exporter.families import FamilyBuilder, FamilyData
+from exporter.model import GpuSample
+from exporter.view import GpuView
 
 MIB = 1024 * 1024
 
-DOCS = {
-    "DCGM_FI_DEV_GPU_UTIL": "GPU utilization in percent (per container on shared GPUs; gpu-steward compat)",
-    "DCGM_FI_DEV_MEM_COPY_UTIL": "Memory utilization in percent (gpu-steward compat)",
-    "DCGM_FI_DEV_FB_USED": "Framebuffer memory used in MiB (per container; gpu-steward compat)",
-    "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free in MiB (gpu-steward compat)",
-    "DCGM_FI_DEV_GPU_TEMP": "GPU temperature in C (gpu-steward compat)",
-    "DCGM_FI_DEV_POWER_USAGE": "Power draw in W (gpu-steward compat)",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "Total energy consumption since boot in mJ (gpu-steward compat)",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "Graphics engine active ratio 0-1 (per container; gpu-steward compat)",
-}
+# The compatibility map. Per container (its share; the GPU's value on a GPU without container series):
+# utilization ratio -> value, memory bytes -> value.
+UTILIZATION: tuple[tuple[m.MetricSpec, Callable[[float], float]], ...] = (
+    (m.DCGM_GPU_UTIL, lambda ratio: round(ratio * 100, 2)),
+    (m.DCGM_GR_ENGINE_ACTIVE, lambda ratio: ratio),
+)
+MEMORY: tuple[tuple[m.MetricSpec, Callable[[int], float]], ...] = ((m.DCGM_FB_USED, lambda used: used / MIB),)
+# Device-wide, repeated on every container's series: GPU readings -> value (None: not read).
+DEVICE: tuple[tuple[m.MetricSpec, Callable[[GpuSample], float | None]], ...] = (
+    (m.DCGM_MEM_COPY_UTIL, lambda g: None if g.memory_utilization is None else g.memory_utilization * 100),
+    (m.DCGM_FB_FREE, lambda g: _free_mib(g)),
+    (m.DCGM_GPU_TEMP, lambda g: g.temperature_celsius),
+    (m.DCGM_POWER_USAGE, lambda g: g.power_watts),
+    (m.DCGM_TOTAL_ENERGY, lambda g: None if g.energy_joules is None else g.energy_joules * 1000),
+)
+
+
+def _free_mib(gpu: GpuSample) -> float | None:
+    if gpu.memory_total_bytes is None or gpu.memory_used_bytes is None:
+        return None
+    return (gpu.memory_total_bytes - gpu.memory_used_bytes) / MIB
+
+
+def _rows(view: GpuView) -> list[tuple[dict[str, str], float | None, int | None]]:
+    """(pod labels, utilization, memory) per container series; one row with empty pod labels if none."""
+    gpu = view.gpu
+    return [
+        (
+            {"container": c.ref.container, "namespace": c.ref.namespace, "pod": c.ref.pod},
+            c.utilization,
+            c.memory_used_bytes,
+        )
+        for c in view.containers
+    ] or [({"container": "", "namespace": "", "pod": ""}, gpu.utilization, gpu.memory_used_bytes)]
 
 
 def dcgm_families(views: Sequence[GpuView], node: str) -> list[FamilyData]:
-    b = FamilyBuilder()
-    for name, doc in DOCS.items():
-        b.declare(name, doc)
+    b = FamilyBuilder(m.DCGM_METRICS)
     for view in views:
         gpu = view.gpu
         if gpu.lost:
@@ -48,36 +73,16 @@ def dcgm_families(views: Sequence[GpuView], node: str) -> list[FamilyData]:
             "modelName": gpu.model,
             "Hostname": node,
         }
-        free = None
-        if gpu.memory_total_bytes is not None and gpu.memory_used_bytes is not None:
-            free = (gpu.memory_total_bytes - gpu.memory_used_bytes) / MIB
-        shared = {
-            "DCGM_FI_DEV_MEM_COPY_UTIL": None
-            if gpu.memory_utilization is None
-            else gpu.memory_utilization * 100,
-            "DCGM_FI_DEV_FB_FREE": free,
-            "DCGM_FI_DEV_GPU_TEMP": gpu.temperature_celsius,
-            "DCGM_FI_DEV_POWER_USAGE": gpu.power_watts,
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": None
-            if gpu.energy_joules is None
-            else gpu.energy_joules * 1000,
-        }
-        rows = [
-            (
-                {"container": c.ref.container, "namespace": c.ref.namespace, "pod": c.ref.pod},
-                c.utilization,
-                c.memory_used_bytes,
-            )
-            for c in view.containers
-        ] or [({"container": "", "namespace": "", "pod": ""}, gpu.utilization, gpu.memory_used_bytes)]
-        for pod, utilization, memory in rows:
+        shared = [(spec, value(gpu)) for spec, value in DEVICE]
+        for pod, utilization, memory in _rows(view):
             labels = {**device, **pod}
             if utilization is not None:
-                b.add("DCGM_FI_DEV_GPU_UTIL", labels, round(utilization * 100, 2))
-                b.add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, utilization)
+                for spec, scale in UTILIZATION:
+                    b.add(spec, labels, scale(utilization))
             if memory is not None:
-                b.add("DCGM_FI_DEV_FB_USED", labels, memory / MIB)
-            for name, value in shared.items():
-                if value is not None:
-                    b.add(name, labels, value)
+                for spec, convert in MEMORY:
+                    b.add(spec, labels, convert(memory))
+            for spec, shared_value in shared:
+                if shared_value is not None:
+                    b.add(spec, labels, shared_value)
     return b.build()

@@ -1,10 +1,9 @@
-"""Plain data shared by the sources, the attribution layer and the collector."""
+"""Plain data shared by the sources, the attribution layer and the collection loop (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 
 @dataclass(frozen=True, order=True)
@@ -61,35 +60,3 @@ class GpuSample:
     # would then read as "nobody uses this GPU".
     processes_known: bool = True
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML error name
-
-
-class Source(Protocol):
-    """A GPU reader: NVML on a node, or the scenario-driven mock."""
-
-    name: str
-
-    def collect(self) -> list[GpuSample]: ...
-
-    def close(self) -> None: ...
-
-
-class Attributor(Protocol):
-    """Maps host PIDs and devices to Kubernetes containers."""
-
-    def refresh(self) -> None:
-        """Called once per collection; an attributor re-reads its sources when its cache is old."""
-        ...
-
-    def attribute(
-        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
-    ) -> dict[int, Attribution]:
-        """Host PID -> owner. `devices`: pid -> GPU UUIDs it runs on, for attributors that can use it."""
-        ...
-
-    def allocations(self) -> dict[str, list[ContainerRef]]:
-        """Device UUID -> containers the kubelet allocated it to (whole-device)."""
-        ...
-
-    def status(self) -> dict[str, bool]:
-        """Attribution source name -> whether it answered in the last refresh."""
-        ...

@@ -1,6 +1,7 @@
-"""Who owns a GPU process or device: host PID -> container -> pod (see docs/attribution.md)."""
+"""Who owns a GPU process or device: host PID -> container -> pod (see docs/attribution.md).
 
-from exporter.attribution.cgroup import CgroupOwner, classify_cgroup, parse_cgroup, read_cgroup
-from exporter.attribution.kubelet import KubeletAttributor
-
-__all__ = ["CgroupOwner", "KubeletAttributor", "classify_cgroup", "parse_cgroup", "read_cgroup"]
+Pure: cgroup.py (parsing /proc/<pid>/cgroup), pods.py (the pods-list index), allocations.py (the
+PodResources answer). Adapters: podresources/ (gRPC), kubeapi.py (the Kubernetes client) and kubelet.py,
+the attributor that combines them. Nothing is imported here, so that importing one part does not load
+gRPC or the Kubernetes client.
+"""

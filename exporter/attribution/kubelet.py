@@ -16,19 +16,19 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from exporter.attribution.cgroup import classify_cgroup, read_cgroup
-from exporter.attribution.kubeapi import NodePodLister, PodIndex, index_pods
-from exporter.model import ATTRIBUTION_SOURCES, Attribution, ContainerRef
-from exporter.podresources.client import (
+from exporter.attribution.allocations import (
     DEFAULT_GPU_RESOURCE_PREFIXES,
     DEFAULT_GPU_RESOURCES,
-    DEFAULT_SOCKET,
     PodResources,
-    device_uuid,
     gpu_allocations,
-    is_gpu_resource,
-    list_pod_resources,
+    sole_gpu_container,
 )
+from exporter.attribution.cgroup import classify_cgroup, read_cgroup
+from exporter.attribution.kubeapi import NodePodLister
+from exporter.attribution.podresources.client import list_pod_resources
+from exporter.attribution.pods import PodIndex, index_pods
+from exporter.model import ATTRIBUTION_SOURCES, Attribution, ContainerRef
+from exporter.ports import DEFAULT_PODRESOURCES_SOCKET
 
 log = logging.getLogger(__name__)
 
@@ -36,46 +36,14 @@ UNRESOLVED = Attribution("unresolved")
 HOST = Attribution("host")
 
 
-def sole_gpu_container(
-    pods: Sequence[PodResources],
-    namespace: str,
-    pod: str,
-    devices: Collection[str] | None,
-    names: Sequence[str] = DEFAULT_GPU_RESOURCES,
-    prefixes: Sequence[str] = DEFAULT_GPU_RESOURCE_PREFIXES,
-) -> ContainerRef | None:
-    """The container of a pod that a GPU process must belong to, when PodResources leaves no choice.
-
-    Used only when the API cannot name the process's container id (the API is down, or the container
-    status does not carry the id yet) but the pod UID from the cgroup is known. The rule: among the
-    pod's containers that the kubelet gave a GPU to (the process's own GPUs when the caller passes
-    them, else any GPU), exactly one -> that container; none or several -> None. It holds because a
-    container only sees the GPUs allocated to it; the one way to break it, a container that sets
-    NVIDIA_VISIBLE_DEVICES itself to reach GPUs it was not allocated, gets an answer that names the
-    GPU's holder in the same pod.
-    """
-    wanted = {device_uuid(d) for d in devices} if devices else None
-    holders: set[ContainerRef] = set()
-    for p in pods:
-        if p.namespace != namespace or p.name != pod:
-            continue
-        for c in p.containers:
-            for d in c.devices:
-                if not is_gpu_resource(d.resource_name, names, prefixes):
-                    continue
-                if wanted is None or any(device_uuid(i) in wanted for i in d.device_ids):
-                    holders.add(ContainerRef(namespace, pod, c.name))
-    return holders.pop() if len(holders) == 1 else None
-
-
 class KubeletAttributor:
-    """`exporter.model.Attributor` for a Kubernetes node. Caches both sources for `refresh_seconds`."""
+    """`exporter.ports.Attributor` for a Kubernetes node. Caches both sources for `refresh_seconds`."""
 
     def __init__(
         self,
         node_name: str | None,
         proc_root: str = "/proc",
-        podresources_socket: str = DEFAULT_SOCKET,
+        podresources_socket: str = DEFAULT_PODRESOURCES_SOCKET,
         use_kube_api: bool = True,
         refresh_seconds: float = 30.0,
         kube_client: object | None = None,

@@ -1,7 +1,2 @@
-"""GPU sources: `nvml` (a real node) and `mock` (a scenario file)."""
-
-from __future__ import annotations
-
-
-class SourceError(RuntimeError):
-    """The source cannot start (e.g. NVML missing); the message says why."""
+"""GPU sources: `nvml` (a real node, nvml.py), `mock` (mock.py, playing a scenario file read by
+scenario.py). Their port and error type are in exporter/ports.py."""

@@ -1,4 +1,4 @@
-"""The mock source: plays a scenario (exporter/scenario.py) against an injectable clock.
+"""The mock source: plays a scenario (sources/scenario.py) against an injectable clock.
 
 Device readings are derived from the processes' phases: utilization is the sum of the running
 processes' SM utilization (capped at 1), memory used the sum of their memory, memory-controller
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
-from exporter.scenario import GpuSpec, Scenario
+from exporter.sources.scenario import GpuSpec, Scenario
 
 Clock = Callable[[], float]
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from exporter.model import GpuSample, ProcessSample
-from exporter.sources import SourceError
+from exporter.ports import SourceError
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ from typing import Any
 import pynvml
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from exporter.collector import CollectionLoop, ExporterCollector
+from exporter.exposition import ExporterCollector
+from exporter.loop import CollectionLoop
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
 from exporter.sources.nvml import NvmlSource
 

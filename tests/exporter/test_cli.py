@@ -16,10 +16,12 @@ from typing import Any
 import pynvml
 import pytest
 
-import exporter.attribution
+import exporter.attribution.kubelet
 import exporter.sources.nvml
-from exporter.cli import DegradedAttributor, build_source, run
-from exporter.config import OPTIONS, Config, ConfigError, parse_config
+from automator.settingspec import SettingError
+from exporter.attribution.degraded import DegradedAttributor
+from exporter.cli import build_source, run
+from exporter.settings import SETTINGS, Config, parse_config
 from exporter.sources.mock import MockSource
 from tests.promserver import free_port, wait_http
 
@@ -72,13 +74,13 @@ def test_environment_and_flags() -> None:
     ],
 )
 def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, str], named: str) -> None:
-    with pytest.raises(ConfigError, match=f"^{named}"):
+    with pytest.raises(SettingError, match=f"^{named}"):
         parse_config(argv, env)
 
 
 def test_docs_list_every_flag_and_variable_with_its_default() -> None:
     text = (ROOT / "docs" / "exporter.md").read_text()
-    for opt in OPTIONS:
+    for opt in SETTINGS:
         row = next((line for line in text.splitlines() if line.startswith(f"| `{opt.flag}")), None)
         assert row is not None, f"{opt.flag} missing from docs/exporter.md"
         assert f"`{opt.env}`" in row
@@ -167,7 +169,7 @@ def test_nvml_source_builds_the_kubelet_attributor(monkeypatch: pytest.MonkeyPat
             seen.update(kwargs, node=node)
 
     monkeypatch.setattr(exporter.sources.nvml, "NvmlSource", FakeNvmlSource)
-    monkeypatch.setattr(exporter.attribution, "KubeletAttributor", Recorder)
+    monkeypatch.setattr(exporter.attribution.kubelet, "KubeletAttributor", Recorder)
     config = Config(
         node_name="gpu-7",
         proc_root="/host/proc",
@@ -191,7 +193,7 @@ def test_attributor_failure_degrades_instead_of_crashing(monkeypatch: pytest.Mon
         raise RuntimeError("no kubeconfig")
 
     monkeypatch.setattr(exporter.sources.nvml, "NvmlSource", FakeNvmlSource)
-    monkeypatch.setattr(exporter.attribution, "KubeletAttributor", broken)
+    monkeypatch.setattr(exporter.attribution.kubelet, "KubeletAttributor", broken)
     _, attributor, _ = build_source(Config(node_name="n"))
     assert isinstance(attributor, DegradedAttributor)
     assert attributor.status() == {"proc": False, "podresources": False, "kubernetes_api": False}

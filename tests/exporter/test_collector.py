@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.collector import CollectionLoop, ExporterCollector, GpuView, gpu_view
 from exporter.dcgm_compat import dcgm_families
+from exporter.exposition import ExporterCollector
+from exporter.loop import CollectionLoop
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
+from exporter.view import GpuView, gpu_view
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 A = ContainerRef("ns", "a", "main")

@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from exporter.attribution import KubeletAttributor
-from exporter.attribution.kubelet import sole_gpu_container
-from exporter.model import Attribution, Attributor, ContainerRef
-from exporter.podresources import ContainerDevices, ContainerResources, PodResources, PodResourcesError
+from exporter.attribution.allocations import (
+    ContainerDevices,
+    ContainerResources,
+    PodResources,
+    sole_gpu_container,
+)
+from exporter.attribution.kubelet import KubeletAttributor
+from exporter.model import Attribution, ContainerRef
+from exporter.ports import Attributor, PodResourcesError
 
 NODE = "gpu-node-3"
 UID = "0b3f5c2e-8d1a-4f6b-9c7e-1a2b3c4d5e6f"

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from exporter.model import Attribution, ContainerRef, GpuSample
-from exporter.scenario import load_scenario, parse_scenario
 from exporter.sources.mock import MockAttributor, MockSource
+from exporter.sources.scenario import load_scenario, parse_scenario
 
 
 class FakeClock:
@@ -163,7 +163,8 @@ def test_degraded_attribution_is_simulated() -> None:
 def test_demo_through_the_collector_after_two_minutes() -> None:
     from prometheus_client import CollectorRegistry
 
-    from exporter.collector import CollectionLoop, ExporterCollector
+    from exporter.exposition import ExporterCollector
+    from exporter.loop import CollectionLoop
 
     clock = FakeClock()
     scenario = load_scenario(None)

@@ -9,7 +9,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from exporter.sources import SourceError
+from exporter.ports import SourceError
 from exporter.sources.nvml import NvmlSource
 
 GiB = 1024**3
@@ -306,8 +306,8 @@ def test_first_query_without_samples_is_unknown_then_idle(monkeypatch: pytest.Mo
 
 
 def test_first_snapshot_of_a_shared_gpu_has_no_false_idle(monkeypatch: pytest.MonkeyPatch) -> None:
-    from exporter.collector import gpu_view
     from exporter.model import Attribution, ContainerRef
+    from exporter.view import gpu_view
 
     a, b = ContainerRef("ns", "a", "main"), ContainerRef("ns", "b", "main")
     FakeNvml(monkeypatch, [FakeGpu("GPU-aaa", compute=[(100, GiB), (101, GiB)])])
@@ -321,8 +321,8 @@ def test_first_snapshot_of_a_shared_gpu_has_no_false_idle(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION])
 def test_unreadable_process_list_never_reads_idle(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
-    from exporter.collector import gpu_view
     from exporter.model import ContainerRef
+    from exporter.view import gpu_view
 
     gpus = two_gpus()
     gpus[0].errors = {"nvmlDeviceGetComputeRunningProcesses": code}

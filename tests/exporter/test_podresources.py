@@ -11,19 +11,18 @@ from typing import Any
 import grpc
 import pytest
 
-from exporter.attribution import KubeletAttributor
-from exporter.model import ContainerRef
-from exporter.podresources import (
+from exporter.attribution.allocations import (
     ContainerDevices,
     ContainerResources,
     PodResources,
-    PodResourcesError,
-    api_pb2,
-    api_pb2_grpc,
     device_uuid,
     gpu_allocations,
-    list_pod_resources,
 )
+from exporter.attribution.kubelet import KubeletAttributor
+from exporter.attribution.podresources import api_pb2, api_pb2_grpc
+from exporter.attribution.podresources.client import list_pod_resources
+from exporter.model import ContainerRef
+from exporter.ports import PodResourcesError
 
 GPU_A = "GPU-1e2d3c4b-0000-1111-2222-333344445555"
 GPU_B = "GPU-9f8e7d6c-6666-7777-8888-999900001111"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from exporter.model import Attribution, ContainerRef
-from exporter.scenario import ScenarioError, load_scenario, parse_scenario
+from exporter.sources.scenario import ScenarioError, load_scenario, parse_scenario
 
 
 def _minimal() -> dict[str, Any]:

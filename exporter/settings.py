@@ -1,0 +1,161 @@
+"""Command-line flags and environment variables of `gpu-exporter`, each declared once (pure).
+
+Every flag `--some-flag` has an environment variable `GPU_STEWARD_SOME_FLAG`; a flag wins over its
+variable, the variable over the default. Parsing, ranges and the error format (`<flag or variable>:
+expected ..., got '...'`, exit 2) are automator.settingspec's, shared with gpu-automator; docs/exporter.md
+lists the same table (a test compares them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import exporter
+from automator.settingspec import (
+    ENV_PREFIX,
+    Setting,
+    SettingError,
+    add_arguments,
+    boolean,
+    choice,
+    csv,
+    non_empty,
+    number,
+    port,
+    resolve,
+)
+from exporter.ports import DEFAULT_PODRESOURCES_SOCKET
+
+DEFAULT_PORT = 31995
+SOURCES = ("nvml", "mock")
+COMPAT_MODES = ("dcgm",)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Intervals and cache lifetimes: positive, and at most a day (a longer one is a typo, not a wish).
+seconds = number(0, 86400, low_open=True)
+
+
+def _log_level(text: str) -> str:
+    return choice(*LOG_LEVELS)(text.upper())
+
+
+SETTINGS: tuple[Setting[Any], ...] = (
+    Setting(
+        "--source",
+        choice(*SOURCES),
+        "nvml",
+        "where GPU readings come from: nvml (this node's GPUs) or mock (a scenario)",
+        metavar="{" + ",".join(SOURCES) + "}",
+    ),
+    Setting(
+        "--scenario",
+        non_empty,
+        None,
+        "scenario file for --source mock; without it the built-in demo scenario plays",
+    ),
+    Setting("--port", port, str(DEFAULT_PORT), "TCP port serving /metrics and /healthz"),
+    Setting("--listen-address", non_empty, "0.0.0.0", "address to listen on"),
+    Setting(
+        "--interval", seconds, "10", "seconds between background collections (a scrape serves the last one)"
+    ),
+    Setting(
+        "--compat",
+        csv(choice(*COMPAT_MODES)),
+        "",
+        "also emit another exporter's metric names; `dcgm` (repeatable, or comma-separated)",
+        metavar="MODE",
+        action="append",
+    ),
+    Setting(
+        "--node-name",
+        non_empty,
+        None,
+        "value of the `node` label; default $NODE_NAME, else the scenario's node (mock) or the hostname",
+    ),
+    Setting("--proc-root", non_empty, "/proc", "the host's /proc (host PIDs, for process attribution)"),
+    Setting(
+        "--podresources-socket", non_empty, DEFAULT_PODRESOURCES_SOCKET, "the kubelet PodResources socket"
+    ),
+    Setting(
+        "--no-kube-api",
+        boolean,
+        "false",
+        "do not ask the Kubernetes API for pod names (cgroups + PodResources only)",
+        action="switch",
+    ),
+    Setting(
+        "--attribution-refresh", seconds, "30", "seconds the attributor caches PodResources and the pod list"
+    ),
+    Setting("--log-level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", metavar="LEVEL"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    source: Literal["nvml", "mock"] = "nvml"
+    scenario: Path | None = None
+    port: int = DEFAULT_PORT
+    listen_address: str = "0.0.0.0"
+    interval: float = 10.0
+    compat: tuple[str, ...] = ()
+    node_name: str | None = None  # None: resolved by the CLI (scenario node or hostname)
+    proc_root: str = "/proc"
+    podresources_socket: str = DEFAULT_PODRESOURCES_SOCKET
+    kube_api: bool = True
+    attribution_refresh: float = 30.0
+    log_level: str = "INFO"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-exporter",
+        description="Prometheus exporter of GPU usage per Kubernetes container (GPU Steward).",
+        epilog=f"Each flag also reads the environment variable {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {exporter.__version__}")
+    add_arguments(parser, SETTINGS)
+    return parser
+
+
+def _given(args: argparse.Namespace, flag: str) -> str:
+    """Where a setting's value came from: its flag, else its variable (for errors that span settings)."""
+    setting = next(s for s in SETTINGS if s.flag == flag)
+    return flag if getattr(args, setting.dest) is not None else setting.env
+
+
+def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Config:
+    """Flags over environment over defaults; SettingError names the flag or variable at fault."""
+    args = build_parser().parse_args(argv)
+    values = resolve(args, SETTINGS, environ)
+    if args.compat is not None and not values["compat"]:  # an empty variable means "none"; a flag, a slip
+        raise SettingError(f"--compat: expected one of {', '.join(COMPAT_MODES)}, got ''")
+    source = cast(Literal["nvml", "mock"], values["source"])
+    scenario = Path(values["scenario"]) if values["scenario"] is not None else None
+    if scenario is not None and source != "mock":
+        where = _given(args, "--scenario")
+        raise SettingError(f"{where}: a scenario needs --source mock (source is {source!r})")
+    node_name = values["node_name"]
+    if node_name is None and environ.get("NODE_NAME", "").strip():
+        node_name = environ["NODE_NAME"].strip()
+    return Config(
+        source=source,
+        scenario=scenario,
+        port=values["port"],
+        listen_address=values["listen_address"],
+        interval=values["interval"],
+        compat=values["compat"],
+        node_name=node_name,
+        proc_root=values["proc_root"],
+        podresources_socket=values["podresources_socket"],
+        kube_api=not values["no_kube_api"],
+        attribution_refresh=values["attribution_refresh"],
+        log_level=values["log_level"],
+    )
+
+
+def logging_level(config: Config) -> int:
+    return int(getattr(logging, config.log_level))
