@@ -1,16 +1,16 @@
-"""`--compat dcgm`: the same snapshot under NVIDIA dcgm-exporter's metric names and labels.
+"""`--compat dcgm`: the same snapshot under NVIDIA dcgm-exporter's metric names and labels (pure).
 
-Names, units and labels follow dcgm-exporter (percent, MiB, watts, millijoules; labels gpu, UUID,
-device, modelName, Hostname, container, namespace, pod) so that existing dashboards and queries
-work unchanged. Differences, on purpose:
-- On a GPU used by several containers each container gets its own share (DCGM_FI_DEV_GPU_UTIL,
-  DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_DEV_FB_USED), not the whole GPU's value; device-wide
-  values (temperature, power, energy, free memory, copy utilization) repeat per container as
+Names, units and labels (exporter/metrics.py, `DCGM_METRICS`) follow dcgm-exporter (percent, MiB, watts,
+millijoules; labels gpu, UUID, device, modelName, Hostname, container, namespace, pod) so that existing
+dashboards and queries work unchanged. Differences, on purpose:
+- On a GPU used by several containers each container gets its own share of utilization, graphics engine
+  activity and framebuffer use (`UTILIZATION`, `MEMORY` below), not the whole GPU's value; device-wide
+  values (`DEVICE`: temperature, power, energy, free memory, copy utilization) repeat per container as
   dcgm-exporter does.
 - A GPU with no container series (none allocated and no process in a container, or readings
   incomplete) gets one series per metric with empty pod labels, as dcgm-exporter emits it.
-- DCGM_FI_PROF_GR_ENGINE_ACTIVE is derived from NVML utilization (no DCGM profiling here).
-- DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION is typed gauge: a counter would have to be renamed `_total`.
+- Graphics engine activity is derived from NVML utilization (no DCGM profiling here).
+- Total energy is typed gauge: a counter would have to be renamed `_total`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from exporter.view import GpuView
 MIB = 1024 * 1024
 
 # The compatibility map. Per container (its share; the GPU's value on a GPU without container series):
-# utilization ratio -> value, memory bytes -> value.
+# from the utilization ratio, and from the memory in bytes.
 UTILIZATION: tuple[tuple[m.MetricSpec, Callable[[float], float]], ...] = (
     (m.DCGM_GPU_UTIL, lambda ratio: round(ratio * 100, 2)),
     (m.DCGM_GR_ENGINE_ACTIVE, lambda ratio: ratio),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +72,10 @@ def test_environment_and_flags() -> None:
         (["--log-level", "loud"], {}, "--log-level"),
         (["--scenario", "x.yaml"], {}, "--scenario"),  # needs --source mock
         (["--attribution-refresh", "-1"], {}, "--attribution-refresh"),
+        (["--interval", "nan"], {}, "--interval"),
+        ([], {"GPU_STEWARD_INTERVAL": "inf"}, "GPU_STEWARD_INTERVAL"),
+        ([], {"GPU_STEWARD_ATTRIBUTION_REFRESH": "1e9"}, "GPU_STEWARD_ATTRIBUTION_REFRESH"),
+        ([], {"GPU_STEWARD_NODE_NAME": " "}, "GPU_STEWARD_NODE_NAME"),
     ],
 )
 def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, str], named: str) -> None:
@@ -80,6 +85,8 @@ def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, st
 
 def test_docs_list_every_flag_and_variable_with_its_default() -> None:
     text = (ROOT / "docs" / "exporter.md").read_text()
+    documented = set(re.findall(r"^\| `(--[a-z-]+)", text, re.MULTILINE))
+    assert documented == {opt.flag for opt in SETTINGS}
     for opt in SETTINGS:
         row = next((line for line in text.splitlines() if line.startswith(f"| `{opt.flag}")), None)
         assert row is not None, f"{opt.flag} missing from docs/exporter.md"
