@@ -39,13 +39,15 @@ class FamilyBuilder:
     """Collects samples per family in declaration order."""
 
     def __init__(self, specs: Sequence[m.MetricSpec] = ()) -> None:
-        self._samples: dict[m.MetricSpec, list[Sample]] = {spec: [] for spec in specs}
+        # Keyed by name: a str caches its hash, a spec would hash all its fields on every sample.
+        self._specs = {spec.name: spec for spec in specs}
+        self._samples: dict[str, list[Sample]] = {spec.name: [] for spec in specs}
 
     def add(self, spec: m.MetricSpec, labels: dict[str, str], value: float) -> None:
-        self._samples[spec].append(Sample(spec.sample_name, labels, float(value)))
+        self._samples[spec.name].append(Sample(spec.sample_name, labels, float(value)))
 
     def build(self) -> list[FamilyData]:
-        return [FamilyData(spec, tuple(samples)) for spec, samples in self._samples.items()]
+        return [FamilyData(self._specs[name], tuple(samples)) for name, samples in self._samples.items()]
 
 
 def device_labels(node: str, gpu: GpuSample) -> dict[str, str]:

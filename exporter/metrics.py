@@ -9,6 +9,7 @@ and the automator read the names, so renaming one here is a breaking change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 Kind = Literal["gauge", "counter"]
@@ -31,7 +32,7 @@ class MetricSpec:
     labels: tuple[str, ...]  # in the order the samples carry them
     help: str
 
-    @property
+    @cached_property
     def sample_name(self) -> str:
         """The name in the exposition (counters get `_total`)."""
         return self.name + "_total" if self.kind == "counter" else self.name
