@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.model import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
+from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
 from tests.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus
 

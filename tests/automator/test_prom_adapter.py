@@ -14,10 +14,10 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from automator.model import PodKey, UsageWindow
+from automator.ports import PrometheusUnavailable
 from automator.prom import (
     GPU_SERIES,
     PrometheusAdapter,
-    PrometheusUnavailable,
     coverage,
     cpu_query,
     gpu_query,
