@@ -32,7 +32,7 @@ from werkzeug import Request, Response
 
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
-from tests.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus
+from tools.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from automator.conventions import LAST_RECLAIM_ANNOTATION
 from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
 from automator.model import PodKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
-from tests.promserver import free_port
+from tools.promserver import free_port
 
 
 def api_for(url: str) -> client.ApiClient:

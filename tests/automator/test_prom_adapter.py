@@ -22,7 +22,7 @@ from automator.prom import (
     cpu_query,
     gpu_query,
 )
-from tests.promserver import Prometheus, free_port, start_backfilled_prometheus
+from tools.promserver import Prometheus, free_port, start_backfilled_prometheus
 
 RULE_INTERVAL = 30
 # Query instant: samples sit at T - 15 - 30*i, so range boundaries never fall on a sample.
