@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator import cli, service, settings
+from automator import cli, conventions, service, settings
 from automator.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
@@ -544,3 +544,29 @@ def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer
                 for r in rule["resources"]:
                     for v in set(rule["verbs"]) & WRITE_VERBS:
                         assert (g, r, v) in made, f"granted but never used: {v} {g or 'core'}/{r}"
+
+
+# --- 6. conventions and the architecture note -----------------------------------------------------------
+
+
+def test_every_event_reason_and_annotation_key_is_documented() -> None:
+    service_doc, reclaim_doc = SERVICE_DOC.read_text(), RECLAIM_DOC.read_text()
+    for reason in conventions.EVENT_REASONS:
+        assert f"`{'Normal' if reason in NORMAL_REASONS else 'Warning'} {reason}`" in service_doc, reason
+    for key in conventions.CLASS_ANNOTATIONS:
+        short = key.removeprefix(conventions.PLUGIN_PREFIX)
+        assert f"`{short}`" in reclaim_doc or key in reclaim_doc, key
+    assert f"`{conventions.LAST_RECLAIM_ANNOTATION}`" in reclaim_doc
+
+
+NORMAL_REASONS = {conventions.REASON_VICTIM, conventions.REASON_PREEMPTOR}
+
+
+def test_architecture_note_names_real_contract_homes() -> None:
+    text = (DOCS / "architecture.md").read_text()
+    rows = table_rows(section(text, "Who owns each contract"))[1:]
+    homes = [span for row in rows for span in code_spans(row[1]) if span.endswith(".py")]
+    assert "automator/conventions.py" in homes and "automator/settings.py" in homes
+    assert "automator/series.py" in homes
+    for home in homes:
+        assert (REPO / home).is_file(), home
