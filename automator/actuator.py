@@ -180,6 +180,12 @@ class _Enforcer:
     max_replans: int
     actions: list[Action] = field(default_factory=list)
     replans: int = 0
+    # Across re-plans: pods gone, pods never to be chosen again, preemptors placed and their victims.
+    gone: set[PodKey] = field(default_factory=set)
+    exclude: set[PodKey] = field(default_factory=set)
+    placed: dict[PodKey, str] = field(default_factory=dict)
+    evicted_for: dict[PodKey, list[Victim]] = field(default_factory=dict)
+    last_decision: dict[PodKey, Decision] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.uids = {PodKey.of(p): (p.get("metadata") or {}).get("uid") for p in self.cluster.pods}
@@ -210,48 +216,44 @@ class _Enforcer:
         if self.metrics is not None:
             self.metrics.evictions.labels(result=str(result.outcome)).inc()
 
+    def _evict_for(self, d: Decision) -> bool:
+        """Evict a decision's victims in order; False when one is refused (the rest wait for a re-plan)."""
+        self.last_decision[d.preemptor] = d
+        for v in d.victims:
+            result = self._evict(v.pod)
+            detail = f"for {d.preemptor}"
+            if result.outcome is not EvictionOutcome.OK:
+                detail += f": {result.status or 'no answer'} {result.message}"
+            self.actions.append(Action("evict", str(v.pod), str(result.outcome), detail))
+            if result.outcome in (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND):
+                log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
+                self.gone.add(v.pod)
+                self.evicted_for.setdefault(d.preemptor, []).append(v)
+                continue
+            log.warning("eviction of %s for %s refused: %s", v.pod, d.preemptor, result)
+            message = report.eviction_failed_event(d.preemptor, result.outcome, result.message)
+            self._event(v.pod, "Warning", REASON_EVICTION_FAILED, message)
+            self.exclude.add(v.pod)
+            return False
+        self.placed[d.preemptor] = d.node
+        return True
+
+    def _act(self, plan: Plan) -> tuple[bool, bool]:
+        """Act on one plan's decisions: (an eviction was refused, leadership was lost)."""
+        # Preemptors that already fit keep their node across re-plans, as in the first plan.
+        self.placed.update((d.preemptor, d.node) for d in plan.already_fit)
+        for d in plan.decisions:
+            if not self.should_continue():
+                log.warning("lost leadership: stopping before %s", d.preemptor)
+                return False, True
+            if not self._evict_for(d):
+                return True, False
+        return False, False
+
     def run(self, plan: Plan) -> Plan:
-        gone: set[PodKey] = set()
-        exclude: set[PodKey] = set()
-        placed: dict[PodKey, str] = {}
-        evicted_for: dict[PodKey, list[Victim]] = {}
-        last_decision: dict[PodKey, Decision] = {}
         current = plan
-        stopped = False
         while True:
-            refused = False
-            # Preemptors that already fit keep their node across re-plans, as in the first plan.
-            placed.update((d.preemptor, d.node) for d in current.already_fit)
-            for d in current.decisions:
-                if not self.should_continue():
-                    log.warning("lost leadership: stopping before %s", d.preemptor)
-                    stopped = True
-                    break
-                last_decision[d.preemptor] = d
-                for v in d.victims:
-                    result = self._evict(v.pod)
-                    detail = f"for {d.preemptor}"
-                    if result.outcome is not EvictionOutcome.OK:
-                        detail += f": {result.status or 'no answer'} {result.message}"
-                    self.actions.append(Action("evict", str(v.pod), str(result.outcome), detail))
-                    if result.outcome in (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND):
-                        log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
-                        gone.add(v.pod)
-                        evicted_for.setdefault(d.preemptor, []).append(v)
-                        continue
-                    log.warning("eviction of %s for %s refused: %s", v.pod, d.preemptor, result)
-                    self._event(
-                        v.pod,
-                        "Warning",
-                        REASON_EVICTION_FAILED,
-                        report.eviction_failed_event(d.preemptor, result.outcome, result.message),
-                    )
-                    exclude.add(v.pod)
-                    refused = True
-                    break
-                if refused:
-                    break
-                placed[d.preemptor] = d.node
+            refused, stopped = self._act(current)
             if not refused or stopped:
                 break
             if self.replans >= self.max_replans:
@@ -263,21 +265,20 @@ class _Enforcer:
             if self.metrics is not None:
                 self.metrics.replans.inc()
             current = planner.plan(
-                simulate(self.cluster, gone, placed),
+                simulate(self.cluster, self.gone, self.placed),
                 self.usage,
                 self.config,
                 self.now,
-                exclude=frozenset(exclude),
+                exclude=frozenset(self.exclude),
             )
-
         done: list[Decision] = []
-        for preemptor, victims in evicted_for.items():
+        for preemptor, victims in self.evicted_for.items():
             d = replace(
-                last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
+                self.last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
             )
             done.append(d)
-            self._finish(d, complete=preemptor in placed)
-        served = set(placed) | set(evicted_for)
+            self._finish(d, complete=preemptor in self.placed)
+        served = set(self.placed) | set(self.evicted_for)
         unresolved = [u for u in current.unresolved if u.preemptor not in served]
         unresolved += [
             Unresolved(d.preemptor, "eviction refused and re-plans exhausted or leadership lost")
