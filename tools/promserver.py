@@ -69,12 +69,7 @@ class Prometheus:
         raise TimeoutError(f"no result for {expr!r} after {timeout}s")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
 
 
 def start_prometheus(
