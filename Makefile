@@ -22,9 +22,11 @@ prometheus-bin:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
+# ruff, then the import contracts of pyproject.toml (layers; client libraries only in the adapters).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -32,10 +34,12 @@ typecheck: $(STAMP)
 rules-check: prometheus-bin
 	promtool check rules --lint=all rules/*.yaml alerts/*.yaml
 
+# The fast tests; tests marked `integration` start real processes (prometheus, the exporter, the service).
 unit: deps
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m "not integration"
 
-test: deps lint typecheck rules-check unit
+test: deps lint typecheck rules-check
+	$(VENV)/bin/pytest -q
 
 demo: deps
 	$(PY) deploy/demo/run_demo.py

@@ -1,7 +1,8 @@
 """One reclaim pass: snapshot, usage, plan, then act (enforce) or only report (dry-run).
 
-Orchestration over two ports, KubeAdapter and UsageSource, so it runs the same against the live adapters
-(kube.py, prom.py), the snapshot file and the in-memory fakes. The decisions themselves are the planner's.
+Orchestration over two ports (automator/ports.py: KubeAdapter, UsageSource), so it runs the same against the
+live adapters (kube.py, prom.py), the snapshot file and the test fakes, and imports none of them. The
+decisions are the planner's; every message it logs or writes is report.py's.
 """
 
 from __future__ import annotations
@@ -12,17 +13,23 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
-from automator import planner
-from automator.kube import EvictionOutcome, EvictionResult, KubernetesUnavailable, rfc3339
+from automator import planner, report
+from automator.conventions import (
+    LAST_RECLAIM_ANNOTATION,
+    REASON_EVICTION_FAILED,
+    REASON_INVALID_ANNOTATION,
+    REASON_PREEMPTOR,
+    REASON_VICTIM,
+)
 from automator.metrics import AutomatorMetrics
 from automator.model import (
-    LAST_RECLAIM_ANNOTATION,
     ClusterState,
     Decision,
     JsonObj,
+    Mode,
+    PassOutcome,
     Plan,
     PlannerConfig,
     PodKey,
@@ -31,40 +38,20 @@ from automator.model import (
     UsageWindow,
     Victim,
 )
-from automator.prom import PrometheusUnavailable
+from automator.ports import (
+    EvictionOutcome,
+    EvictionResult,
+    KubeAdapter,
+    KubernetesUnavailable,
+    PrometheusUnavailable,
+    UsageSource,
+)
+from automator.resources import rfc3339
 
 log = logging.getLogger(__name__)
 
-# Event reasons (CamelCase, as Kubernetes components write them).
-REASON_VICTIM = "GpuIdleReclaimed"
-REASON_PREEMPTOR = "GpuReclaimPreemptor"
-REASON_EVICTION_FAILED = "GpuReclaimEvictionFailed"
-REASON_INVALID_ANNOTATION = "InvalidReclaimAnnotation"
 # A malformed annotation on a big class would otherwise write thousands of Events at once.
 MAX_WARNING_EVENTS_PER_CLASS = 50
-
-
-class Mode(StrEnum):
-    DRY_RUN = "dry-run"
-    ENFORCE = "enforce"
-
-
-class KubeAdapter(Protocol):
-    def snapshot(self) -> ClusterState: ...
-
-    def evict(self, pod: PodKey) -> EvictionResult: ...
-
-    def annotate_preemptor(self, pod: PodKey, when: datetime) -> None: ...
-
-    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None: ...
-
-
-class UsageSource(Protocol):
-    queries_last_call: int
-
-    def usage(
-        self, windows: Mapping[PodKey, UsageWindow], at: datetime | None = None
-    ) -> dict[PodKey, PodUsage]: ...
 
 
 @dataclass
@@ -93,7 +80,7 @@ class Action:
 class PassResult:
     mode: Mode
     at: datetime
-    result: str  # one of metrics.PASS_RESULTS
+    result: str  # a PassOutcome
     reason: str = ""
     plan: Plan | None = None  # enforce: the decisions acted on; dry-run: the plan as computed
     actions: list[Action] = field(default_factory=list)
@@ -103,15 +90,16 @@ class PassResult:
 
     @property
     def ok(self) -> bool:
-        return self.result == "ok"
+        return self.result == PassOutcome.OK
 
     @property
     def acted(self) -> bool:
-        return any(a.kind == "evict" and a.result in ("ok", "not_found") for a in self.actions)
+        done = (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND)
+        return any(a.kind == "evict" and a.result in done for a in self.actions)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = (
-            planner.plan_to_json(self.plan)
+            report.plan_to_json(self.plan)
             if self.plan is not None
             else {
                 "decisions": [],
@@ -178,51 +166,6 @@ def simulate(cluster: ClusterState, gone: set[PodKey], placed: Mapping[PodKey, s
     return replace(cluster, pods=pods)
 
 
-def _fmt(value: float | None, unit: str = "") -> str:
-    return "unknown" if value is None else f"{value:.3f}{unit}"
-
-
-def _measured(v: Victim, window: UsageWindow | None) -> str:
-    """The activity a victim was chosen on, as logs and both sides' Events state it."""
-    span = f" over {window.gpu_seconds}s" if window is not None else ""
-    cpu = f", CPU {_fmt(v.cpu_cores, ' cores')}" if v.cpu_cores is not None else ""
-    return f"GPU activity {_fmt(v.gpu_activity)}{span}{cpu}"
-
-
-def describe_victim(v: Victim, window: UsageWindow | None) -> str:
-    return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, {_measured(v, window)})"
-
-
-def log_plan(plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> None:
-    verb = "would evict" if mode is Mode.DRY_RUN else "evicting"
-    for d in plan.decisions:
-        log.info(
-            "decision mode=%s preemptor=%s priority=%d gpus=%d node=%s free_before=%d: %s %s",
-            mode,
-            d.preemptor,
-            d.preemptor_priority,
-            d.gpus_requested,
-            d.node,
-            d.free_gpus_before,
-            verb,
-            "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims),
-        )
-    for d in plan.already_fit:
-        log.info("fits preemptor=%s node=%s: already fits, nothing to evict", d.preemptor, d.node)
-    # Preemptors in cooldown are among the unresolved, with the time left as their reason.
-    for u in plan.unresolved:
-        log.info("unresolved preemptor=%s: %s", u.preemptor, u.reason)
-    for w in plan.warnings:
-        log.warning(
-            "invalid annotation class=%s %s=%r: %s (%d pods)",
-            w.priority_class,
-            w.annotation,
-            w.value,
-            w.message,
-            len(w.pods),
-        )
-
-
 @dataclass
 class _Enforcer:
     kube: KubeAdapter
@@ -237,6 +180,12 @@ class _Enforcer:
     max_replans: int
     actions: list[Action] = field(default_factory=list)
     replans: int = 0
+    # Across re-plans: pods gone, pods never to be chosen again, preemptors placed and their victims.
+    gone: set[PodKey] = field(default_factory=set)
+    exclude: set[PodKey] = field(default_factory=set)
+    placed: dict[PodKey, str] = field(default_factory=dict)
+    evicted_for: dict[PodKey, list[Victim]] = field(default_factory=dict)
+    last_decision: dict[PodKey, Decision] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.uids = {PodKey.of(p): (p.get("metadata") or {}).get("uid") for p in self.cluster.pods}
@@ -267,49 +216,44 @@ class _Enforcer:
         if self.metrics is not None:
             self.metrics.evictions.labels(result=str(result.outcome)).inc()
 
+    def _evict_for(self, d: Decision) -> bool:
+        """Evict a decision's victims in order; False when one is refused (the rest wait for a re-plan)."""
+        self.last_decision[d.preemptor] = d
+        for v in d.victims:
+            result = self._evict(v.pod)
+            detail = f"for {d.preemptor}"
+            if result.outcome is not EvictionOutcome.OK:
+                detail += f": {result.status or 'no answer'} {result.message}"
+            self.actions.append(Action("evict", str(v.pod), str(result.outcome), detail))
+            if result.outcome in (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND):
+                log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
+                self.gone.add(v.pod)
+                self.evicted_for.setdefault(d.preemptor, []).append(v)
+                continue
+            log.warning("eviction of %s for %s refused: %s", v.pod, d.preemptor, result)
+            message = report.eviction_failed_event(d.preemptor, result.outcome, result.message)
+            self._event(v.pod, "Warning", REASON_EVICTION_FAILED, message)
+            self.exclude.add(v.pod)
+            return False
+        self.placed[d.preemptor] = d.node
+        return True
+
+    def _act(self, plan: Plan) -> tuple[bool, bool]:
+        """Act on one plan's decisions: (an eviction was refused, leadership was lost)."""
+        # Preemptors that already fit keep their node across re-plans, as in the first plan.
+        self.placed.update((d.preemptor, d.node) for d in plan.already_fit)
+        for d in plan.decisions:
+            if not self.should_continue():
+                log.warning("lost leadership: stopping before %s", d.preemptor)
+                return False, True
+            if not self._evict_for(d):
+                return True, False
+        return False, False
+
     def run(self, plan: Plan) -> Plan:
-        gone: set[PodKey] = set()
-        exclude: set[PodKey] = set()
-        placed: dict[PodKey, str] = {}
-        evicted_for: dict[PodKey, list[Victim]] = {}
-        last_decision: dict[PodKey, Decision] = {}
         current = plan
-        stopped = False
         while True:
-            refused = False
-            # Preemptors that already fit keep their node across re-plans, as in the first plan.
-            placed.update((d.preemptor, d.node) for d in current.already_fit)
-            for d in current.decisions:
-                if not self.should_continue():
-                    log.warning("lost leadership: stopping before %s", d.preemptor)
-                    stopped = True
-                    break
-                last_decision[d.preemptor] = d
-                for v in d.victims:
-                    result = self._evict(v.pod)
-                    detail = f"for {d.preemptor}"
-                    if result.outcome is not EvictionOutcome.OK:
-                        detail += f": {result.status or 'no answer'} {result.message}"
-                    self.actions.append(Action("evict", str(v.pod), str(result.outcome), detail))
-                    if result.outcome in (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND):
-                        log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
-                        gone.add(v.pod)
-                        evicted_for.setdefault(d.preemptor, []).append(v)
-                        continue
-                    log.warning("eviction of %s for %s refused: %s", v.pod, d.preemptor, result)
-                    self._event(
-                        v.pod,
-                        "Warning",
-                        REASON_EVICTION_FAILED,
-                        f"gpu-steward could not evict it for {d.preemptor}: "
-                        f"{result.outcome} {result.message}",
-                    )
-                    exclude.add(v.pod)
-                    refused = True
-                    break
-                if refused:
-                    break
-                placed[d.preemptor] = d.node
+            refused, stopped = self._act(current)
             if not refused or stopped:
                 break
             if self.replans >= self.max_replans:
@@ -321,21 +265,20 @@ class _Enforcer:
             if self.metrics is not None:
                 self.metrics.replans.inc()
             current = planner.plan(
-                simulate(self.cluster, gone, placed),
+                simulate(self.cluster, self.gone, self.placed),
                 self.usage,
                 self.config,
                 self.now,
-                exclude=frozenset(exclude),
+                exclude=frozenset(self.exclude),
             )
-
         done: list[Decision] = []
-        for preemptor, victims in evicted_for.items():
+        for preemptor, victims in self.evicted_for.items():
             d = replace(
-                last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
+                self.last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
             )
             done.append(d)
-            self._finish(d, complete=preemptor in placed)
-        served = set(placed) | set(evicted_for)
+            self._finish(d, complete=preemptor in self.placed)
+        served = set(self.placed) | set(self.evicted_for)
         unresolved = [u for u in current.unresolved if u.preemptor not in served]
         unresolved += [
             Unresolved(d.preemptor, "eviction refused and re-plans exhausted or leadership lost")
@@ -353,23 +296,10 @@ class _Enforcer:
         except KubernetesUnavailable as e:
             log.error("cooldown annotation on %s failed (kept in memory): %s", d.preemptor, e)
             self.actions.append(Action("annotate", str(d.preemptor), "error", str(e)))
-        victims = "; ".join(describe_victim(v, self.windows.get(v.pod)) for v in d.victims)
-        partial = "" if complete else " (partial: an eviction was refused)"
-        self._event(
-            d.preemptor,
-            "Normal",
-            REASON_PREEMPTOR,
-            f"gpu-steward evicted idle GPU pods on node {d.node} to free {d.gpus_freed} GPUs "
-            f"for it{partial}: {victims}",
-        )
+        message = report.preemptor_event(d, self.windows, complete)
+        self._event(d.preemptor, "Normal", REASON_PREEMPTOR, message)
         for v in d.victims:
-            self._event(
-                v.pod,
-                "Normal",
-                REASON_VICTIM,
-                f"Evicted by gpu-steward for pending pod {d.preemptor} (priority {d.preemptor_priority}, "
-                f"{d.gpus_requested} GPU) on node {d.node}: {_measured(v, self.windows.get(v.pod))}",
-            )
+            self._event(v.pod, "Normal", REASON_VICTIM, report.victim_event(d, v, self.windows.get(v.pod)))
 
     def warn(self, plan: Plan) -> None:
         for w in plan.warnings:
@@ -378,13 +308,7 @@ class _Enforcer:
                 if key in self.state.warned:
                     continue
                 self.state.warned.add(key)
-                self._event(
-                    pod,
-                    "Warning",
-                    REASON_INVALID_ANNOTATION,
-                    f"PriorityClass {w.priority_class}: {w.annotation}={w.value!r}: {w.message}; "
-                    "pods of this class are protected from GPU reclaim",
-                )
+                self._event(pod, "Warning", REASON_INVALID_ANNOTATION, report.invalid_annotation_event(w))
 
 
 def run_pass(
@@ -401,19 +325,19 @@ def run_pass(
     """One pass. Never raises; never evicts without usage data or in dry-run."""
     state = state if state is not None else ActuatorState()
     started = time.monotonic()
-    result = PassResult(mode=mode, at=now, result="ok")
+    result = PassResult(mode=mode, at=now, result=PassOutcome.OK)
     try:
         _run(kube, prom, config, mode, now, state, metrics, should_continue, max_replans, result)
     except KubernetesUnavailable as e:
-        result.result, result.reason = "kubernetes_error", f"Kubernetes API: {e}"
+        result.result, result.reason = PassOutcome.KUBERNETES_ERROR, f"Kubernetes API: {e}"
         log.error("pass failed: %s", result.reason)
     except PrometheusUnavailable as e:
-        result.result = "prometheus_unavailable"
+        result.result = PassOutcome.PROMETHEUS_UNAVAILABLE
         result.reason = f"Prometheus unavailable, no eviction this pass: {e.reason}"
         log.warning("%s", result.reason)
     except Exception as e:  # a bug must not kill the scheduler thread; the pass counts as failed
         log.exception("pass failed")
-        result.result, result.reason = "error", f"{type(e).__name__}: {e}"
+        result.result, result.reason = PassOutcome.ERROR, f"{type(e).__name__}: {e}"
     result.duration_seconds = time.monotonic() - started
     if metrics is not None:
         metrics.passes.labels(result=result.result).inc()
@@ -447,7 +371,7 @@ def _run(
         if metrics is not None:
             metrics.queries_per_pass.set(prom.queries_last_call)
     plan = planner.plan(cluster, usage, config, now)
-    log_plan(plan, mode, windows)
+    report.log_plan(log, plan, mode, windows)
     result.plan = plan
     if mode is Mode.ENFORCE:
         enforcer = _Enforcer(

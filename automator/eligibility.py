@@ -8,19 +8,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.fit import requirement_matches
-from automator.model import (
+from automator.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
     ANN_GPU_IDLE_SECONDS,
     ANN_GPU_IDLE_THRESHOLD,
     ANN_MIN_PREEMPTABLE_PRIORITY,
     ANN_TOLERATION_SECONDS,
-    JsonObj,
-    PlannerConfig,
-    PodUsage,
-    UsageWindow,
 )
+from automator.fit import requirement_matches
+from automator.model import JsonObj, PlannerConfig, PodUsage, UsageWindow
+from automator.report import fmt_measure
 from automator.resources import annotations_of, labels_of
 
 
@@ -195,11 +193,6 @@ class Assessment:
     eligible: bool
     rule: str
     reason: str
-
-
-def fmt_measure(value: float | None) -> str:
-    """A measured activity or core count in verdicts, explain and the CLI's text."""
-    return "unknown" if value is None else f"{value:.3g}"
 
 
 def base_verdict(

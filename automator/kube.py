@@ -14,9 +14,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 import urllib3
@@ -25,34 +23,17 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from automator.model import LAST_RECLAIM_ANNOTATION, ClusterState, JsonObj, PodKey
+from automator.conventions import COMPONENT, LAST_RECLAIM_ANNOTATION, REPORTING_COMPONENT
+from automator.model import ClusterState, JsonObj, PodKey
+from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
+from automator.resources import rfc3339
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "gpu-steward-automator"
 PAGE_SIZE = 500
 # Finished pods hold nothing; leaving them out keeps a big cluster's list small.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 MAX_EVENT_MESSAGE = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
-
-
-class EvictionOutcome(StrEnum):
-    OK = "ok"  # 200/201: accepted, the pod terminates gracefully
-    REFUSED_PDB = "refused_pdb"  # 429: a PodDisruptionBudget (or rate limit) forbids it now
-    ERROR = "error"  # 500 (e.g. two PDBs select the pod) or any other failure
-    NOT_FOUND = "not_found"  # 404: already gone, its GPUs are free
-    CONFLICT = "conflict"  # 409: concurrent update; worth one retry
-
-
-@dataclass(frozen=True)
-class EvictionResult:
-    outcome: EvictionOutcome
-    status: int | None = None
-    message: str = ""
-
-
-class KubernetesUnavailable(Exception):
-    """The cluster could not be read or written; the message says which call failed and why."""
 
 
 # This client version drops _content_type on POST; the header itself always goes through.
@@ -94,10 +75,6 @@ def _call(what: str, *also: type[Exception]) -> Iterator[None]:
         raise KubernetesUnavailable(f"{what}: {e.status} {_status_message(e)}") from e
     except transport as e:
         raise KubernetesUnavailable(f"{what}: {e}") from e
-
-
-def rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class KubernetesAdapter:
@@ -209,7 +186,7 @@ class KubernetesAdapter:
             last_timestamp=now,
             count=1,
             source=client.V1EventSource(component=COMPONENT),
-            reporting_component="gpu-steward.io/automator",
+            reporting_component=REPORTING_COMPONENT,
             reporting_instance=self.identity,
         )
         with _call(f"event {reason} on {pod}"):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from automator.model import Mode, PassOutcome
+from automator.ports import EvictionOutcome
+
 PREFIX = "gpu_steward_automator_"
 
-PASS_RESULTS = ("ok", "prometheus_unavailable", "kubernetes_error", "error")
-EVICTION_RESULTS = ("ok", "refused_pdb", "error", "not_found", "conflict")
-MODES = ("dry-run", "enforce")
+# Label values, from the enums that are their only home.
+PASS_RESULTS: tuple[str, ...] = tuple(PassOutcome)
+EVICTION_RESULTS: tuple[str, ...] = tuple(EvictionOutcome)
+MODES: tuple[str, ...] = tuple(Mode)
 
 
 class AutomatorMetrics:

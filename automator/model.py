@@ -4,23 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
+from automator.conventions import DEFAULT_GPU_RESOURCE
 from automator.series import IDLE_THRESHOLD
 
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
 JsonObj = dict[str, Any]
 
-# Annotation keys. Victim-side keys are the scheduler plugin's, so existing PriorityClasses keep working.
-RECLAIM_ANNOTATION = "gpu-steward.io/reclaim-idle-gpus"
-LAST_RECLAIM_ANNOTATION = "gpu-steward.io/last-reclaim-time"
-PLUGIN_PREFIX = "reclaim-idle-resource.scheduling.x-k8s.io/"
-ANN_MIN_PREEMPTABLE_PRIORITY = PLUGIN_PREFIX + "minimum-preemptable-priority"
-ANN_TOLERATION_SECONDS = PLUGIN_PREFIX + "toleration-seconds"
-ANN_GPU_IDLE_SECONDS = PLUGIN_PREFIX + "gpu-idle-seconds"
-ANN_GPU_IDLE_THRESHOLD = PLUGIN_PREFIX + "gpu-idle-usage-threshold"
-ANN_CPU_IDLE_SECONDS = PLUGIN_PREFIX + "cpu-idle-seconds"
-ANN_CPU_IDLE_THRESHOLD = PLUGIN_PREFIX + "cpu-idle-usage-threshold"
+
+# Enums are the only home of these value sets: metrics pre-create their label values from them.
+class Mode(StrEnum):
+    DRY_RUN = "dry-run"
+    ENFORCE = "enforce"
+
+
+class PassOutcome(StrEnum):
+    """How a reclaim pass ended (the `result` label of gpu_steward_automator_passes_total)."""
+
+    OK = "ok"
+    PROMETHEUS_UNAVAILABLE = "prometheus_unavailable"
+    KUBERNETES_ERROR = "kubernetes_error"
+    ERROR = "error"
 
 
 @dataclass(frozen=True, order=True)
@@ -63,7 +69,7 @@ class ClusterState:
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    gpu_resources: tuple[str, ...] = (DEFAULT_GPU_RESOURCE,)
     default_gpu_idle_seconds: int = 1800
     default_gpu_idle_threshold: float = IDLE_THRESHOLD
     default_toleration_seconds: int = 0

@@ -19,7 +19,9 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from automator.conventions import NAMESPACE_LABEL, POD_LABEL
 from automator.model import PodKey, PodUsage, UsageWindow
+from automator.ports import PrometheusUnavailable
 from automator.series import POD_ACTIVITY
 
 log = logging.getLogger(__name__)
@@ -28,14 +30,6 @@ GPU_SERIES = POD_ACTIVITY
 CPU_SERIES = 'container_cpu_usage_seconds_total{container!="", image!=""}'
 # Label that tells the sample count apart from the average in the combined GPU query.
 STAT_LABEL = "stat"
-
-
-class PrometheusUnavailable(Exception):
-    """Prometheus could not give a trustworthy answer this pass; reason says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def gpu_query(window_seconds: int) -> str:
@@ -73,7 +67,7 @@ def _value(sample: Mapping[str, Any], query: str) -> float:
 
 def _key(sample: Mapping[str, Any], query: str) -> PodKey:
     metric = sample.get("metric") or {}
-    ns, pod = metric.get("namespace"), metric.get("pod")
+    ns, pod = metric.get(NAMESPACE_LABEL), metric.get(POD_LABEL)
     if not ns or not pod:
         raise PrometheusUnavailable(f"sample without namespace/pod labels {metric!r} for {query!r}")
     return PodKey(str(ns), str(pod))

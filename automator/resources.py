@@ -135,6 +135,11 @@ def integer(value: Any, field: str) -> int:
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 
+def rfc3339(t: datetime) -> str:
+    """The API's timestamp form (UTC, whole seconds, Z), as annotations and Events carry it."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_time(value: Any, field: str) -> datetime:
     """RFC 3339 (trailing Z or a numeric offset, optional fraction); always timezone-aware, in UTC."""
     if isinstance(value, datetime):

@@ -26,13 +26,13 @@ from flask import Flask, Response, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from werkzeug.serving import make_server
 
-from automator import cli
-from automator.actuator import ActuatorState, KubeAdapter, Mode, PassResult, UsageSource, run_pass
-from automator.cli import env_name, planner_config  # the offline commands' own: one reading of the knobs
-from automator.kube import EvictionResult, KubernetesAdapter, KubernetesUnavailable, LeaderElector, api_client
+from automator.actuator import ActuatorState, PassResult, run_pass
+from automator.kube import KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, PlannerConfig, PodKey
+from automator.model import ClusterState, Mode, PlannerConfig, PodKey
+from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
 from automator.prom import PrometheusAdapter
+from automator.settings import ServiceSettings, SettingError, service_settings
 from automator.snapshot import InputError, load_cluster
 
 log = logging.getLogger(__name__)
@@ -40,94 +40,6 @@ log = logging.getLogger(__name__)
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # A pass older than this many intervals makes a leader unready.
 STALE_INTERVALS = 3
-
-
-def _env(flag: str, default: str | None) -> str | None:
-    return os.environ.get(env_name(flag), default)
-
-
-def _env_bool(flag: str, problems: list[str]) -> bool | None:
-    raw = os.environ.get(env_name(flag))
-    if raw is None or raw == "":
-        return None
-    if raw.lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.lower() in ("0", "false", "no", "off"):
-        return False
-    problems.append(f"{env_name(flag)}: {raw!r} is not a boolean (true/false)")
-    return None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `gpu-automator run`; each also reads GPU_STEWARD_<FLAG> (the flag wins)."""
-    # A bad environment value is reported by validate() under the variable's name; building the
-    # parser must not fail, or every subcommand would.
-    env_problems: list[str] = []
-    parser.set_defaults(env_problems=env_problems)
-
-    def add(flag: str, default: str | None, help_: str, **kw: Any) -> None:
-        shown = f"; default {default}" if default is not None else ""
-        value = _env(flag, default)
-        if value is not default and value is not None:
-            convert = kw.get("type", str)
-            try:
-                convert(value)
-            except ValueError:
-                env_problems.append(f"{env_name(flag)}: {value!r} is not a valid {convert.__name__}")
-                value = default
-            if "choices" in kw and value not in kw["choices"]:
-                env_problems.append(f"{env_name(flag)}: {value!r} is not one of {', '.join(kw['choices'])}")
-                value = default
-        parser.add_argument(flag, default=value, help=f"{help_} (env {env_name(flag)}{shown})", **kw)
-
-    add(
-        "--mode",
-        "dry-run",
-        "dry-run logs and exposes decisions; enforce evicts",
-        choices=[m.value for m in Mode],
-    )
-    add("--prometheus-url", "http://prometheus-operated.monitoring.svc:9090", "Prometheus base URL")
-    add("--prometheus-timeout", "10", "seconds per Prometheus query", type=float)
-    add("--interval", "30", "seconds between passes", type=float)
-    add("--listen-address", "0.0.0.0", "address of the HTTP endpoints")
-    add("--port", "8080", "port of the HTTP endpoints", type=int)
-    add("--rule-interval", "30", "evaluation interval (s) of the recorded series, for coverage", type=float)
-    parser.add_argument(
-        "--leader-election",
-        action=argparse.BooleanOptionalAction,
-        default=_env_bool("--leader-election", env_problems),
-        help="run passes only while holding a Lease (default: on, off with --cluster-snapshot) "
-        f"(env {env_name('--leader-election')})",
-    )
-    add("--lease-name", "gpu-steward-automator", "name of the Lease")
-    add("--lease-namespace", None, "namespace of the Lease (default: the pod's namespace)")
-    add("--kubeconfig", None, "kubeconfig file (default: the in-cluster service account)")
-    add(
-        "--cluster-snapshot",
-        None,
-        "read the cluster from this file (kubectl get -o yaml List) on every pass instead of the API; "
-        "dry-run only, for demos",
-    )
-    add("--max-replans", "5", "re-plans per pass after refused evictions", type=int)
-    # The planner knobs are the offline commands' own (same names, env vars, defaults and checks).
-    cli.add_planner_arguments(parser)
-
-
-def validate(args: argparse.Namespace) -> list[str]:
-    """Problems with the service's own flags, each naming the flag (planner flags: planner_config)."""
-    problems = list(getattr(args, "env_problems", []))
-    if args.cluster_snapshot and args.mode == Mode.ENFORCE:
-        problems.append(
-            "--mode enforce cannot be used with --cluster-snapshot (a file cannot be evicted from)"
-        )
-    for flag in ("interval", "prometheus_timeout", "rule_interval"):
-        if getattr(args, flag) <= 0:
-            problems.append(f"--{flag.replace('_', '-')} must be > 0, got {getattr(args, flag)}")
-    if not 0 < args.port < 65536:
-        problems.append(f"--port must be 1-65535, got {args.port}")
-    if args.max_replans < 0:
-        problems.append(f"--max-replans must be >= 0, got {args.max_replans}")
-    return problems
 
 
 class SnapshotKube:
@@ -256,9 +168,9 @@ def _package_version() -> str:
         return "unknown"
 
 
-def _lease_namespace(args: argparse.Namespace) -> str:
-    if args.lease_namespace:
-        return str(args.lease_namespace)
+def _lease_namespace(settings: ServiceSettings) -> str:
+    if settings.lease_namespace:
+        return settings.lease_namespace
     if os.environ.get("POD_NAMESPACE"):
         return os.environ["POD_NAMESPACE"]
     try:
@@ -274,30 +186,31 @@ class Wiring:
     elector: LeaderElector | None = None  # when leader election is on
 
 
-def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -> Wiring:
-    """Adapters, metrics, service and app from the parsed flags (no thread started)."""
-    config = planner_config(args)
-    mode = Mode(args.mode)
+def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) -> Wiring:
+    """Adapters, metrics, service and app from the settings (no thread started)."""
+    config = settings.planner
+    mode = settings.mode
     metrics = AutomatorMetrics(registry or CollectorRegistry(), version=_package_version(), mode=str(mode))
     prom = PrometheusAdapter(
-        args.prometheus_url,
-        timeout=args.prometheus_timeout,
-        rule_interval=args.rule_interval,
+        settings.prometheus_url,
+        timeout=settings.prometheus_timeout,
+        rule_interval=settings.rule_interval,
         observe_query=metrics.query_duration.observe,
     )
     elector: LeaderElector | None = None
     kube: KubeAdapter
-    if args.cluster_snapshot:
-        kube = SnapshotKube(Path(args.cluster_snapshot), config.gpu_resources)
+    if settings.cluster_snapshot:
+        kube = SnapshotKube(Path(settings.cluster_snapshot), config.gpu_resources)
     else:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-        api = api_client(args.kubeconfig)
-        kube = KubernetesAdapter(api, identity=identity, request_timeout=max(30.0, args.prometheus_timeout))
-        if args.leader_election is not False:
+        api = api_client(settings.kubeconfig)
+        timeout = max(30.0, settings.prometheus_timeout)
+        kube = KubernetesAdapter(api, identity=identity, request_timeout=timeout)
+        if settings.leader_election is not False:
             elector = LeaderElector(
                 api,
-                args.lease_name,
-                _lease_namespace(args),
+                settings.lease_name,
+                _lease_namespace(settings),
                 identity,
                 on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
             )
@@ -306,40 +219,40 @@ def build(args: argparse.Namespace, registry: CollectorRegistry | None = None) -
         prom=prom,
         config=config,
         mode=mode,
-        interval=args.interval,
+        interval=settings.interval,
         metrics=metrics,
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
-        max_replans=args.max_replans,
+        max_replans=settings.max_replans,
     )
     return Wiring(service, create_app(service), elector)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT. Exit 2 on bad flags."""
+    """Serve until SIGTERM/SIGINT. Exit 2 on a bad flag or variable (the message names it)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per probe and scrape would drown the decisions.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     # apscheduler logs two INFO lines per pass; the pass logs its own outcome.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    problems = validate(args)
     try:
-        planner_config(args)
-    except InputError as e:
-        problems.append(str(e))
-    if problems:
-        for p in problems:
-            print(f"gpu-automator run: {p}", file=sys.stderr)
+        settings = service_settings(args)
+    except SettingError as e:
+        print(f"gpu-automator run: {e}", file=sys.stderr)
         return 2
-    if args.cluster_snapshot and args.leader_election:
+    if settings.cluster_snapshot and settings.leader_election:
         log.warning("--leader-election is ignored with --cluster-snapshot")
-    wiring = build(args)
+    return _serve(settings)
+
+
+def _serve(settings: ServiceSettings) -> int:
+    wiring = build(settings)
     service = wiring.service
     log.info(
         "starting: mode=%s interval=%gs prometheus=%s leader_election=%s",
         service.mode,
         service.interval,
-        args.prometheus_url,
+        settings.prometheus_url,
         wiring.elector is not None,
     )
     if wiring.elector is not None:
@@ -356,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         id="reclaim-pass",
     )
     scheduler.start()
-    server = make_server(args.listen_address, args.port, wiring.app, threaded=True)
+    server = make_server(settings.listen_address, settings.port, wiring.app, threaded=True)
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)

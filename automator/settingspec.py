@@ -34,12 +34,14 @@ class Setting(Generic[T]):
     default: str | None  # as text, the way the environment would give it; None = unset
     help: str
     metavar: str | None = None
-    # value: --flag VALUE; switch: --flag alone means "true"; append: repeatable, joined with commas
-    action: Literal["value", "switch", "append"] = "value"
+    # value: --flag VALUE; switch: --flag alone means "true"; append: repeatable, joined with commas;
+    # toggle: --flag / --no-flag
+    action: Literal["value", "switch", "append", "toggle"] = "value"
+    env_var: str | None = None  # when the variable is not the flag's own name (a list flag's plural)
 
     @property
     def env(self) -> str:
-        return env_name(self.flag)
+        return self.env_var or env_name(self.flag)
 
     @property
     def dest(self) -> str:
@@ -53,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser | Any, settings: Iterable[Sett
         help_text = f"{s.help} (env {s.env}{shown})"
         if s.action == "switch":
             parser.add_argument(s.flag, dest=s.dest, action="store_const", const="true", help=help_text)
+        elif s.action == "toggle":
+            parser.add_argument(s.flag, dest=s.dest, action=argparse.BooleanOptionalAction, help=help_text)
         elif s.action == "append":
             parser.add_argument(s.flag, dest=s.dest, action="append", metavar=s.metavar, help=help_text)
         else:
@@ -67,7 +71,7 @@ def resolve(
     for s in settings:
         given = getattr(args, s.dest, None)
         if given is not None:
-            where, text = s.flag, ",".join(given) if isinstance(given, list) else str(given)
+            where, text = s.flag, _as_text(given)
         elif s.env in environ:
             where, text = s.env, environ[s.env]
         elif s.default is not None:
@@ -80,6 +84,15 @@ def resolve(
         except ValueError as exc:
             raise SettingError(f"{where}: {exc}") from None
     return values
+
+
+def _as_text(given: Any) -> str:
+    """A parsed flag as the environment would give it: lists joined with commas, booleans true/false."""
+    if isinstance(given, list):
+        return ",".join(given)
+    if isinstance(given, bool):
+        return "true" if given else "false"
+    return str(given)
 
 
 # --- converters: text -> value; ValueError says what was expected and what came -----------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.promserver import start_prometheus, wait_http  # noqa: E402
+from tools.promserver import start_prometheus, wait_http  # noqa: E402
 
 
 def port_in_use(port: int) -> bool:

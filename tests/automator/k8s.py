@@ -1,25 +1,18 @@
-"""Small factories for Kubernetes objects as `kubectl get -o json` writes them (camelCase)."""
+"""The one set of Kubernetes object builders of the automator tests, as `kubectl get -o json` writes them
+(camelCase), with times relative to NOW."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from automator.model import (
-    ANN_GPU_IDLE_SECONDS,
-    RECLAIM_ANNOTATION,
-    ClusterState,
-    JsonObj,
-    PodKey,
-    PodUsage,
-)
+from automator.conventions import DEFAULT_GPU_RESOURCE, PLUGIN_PREFIX, RECLAIM_ANNOTATION
+from automator.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.resources import rfc3339
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
-GPU = "nvidia.com/gpu"
-
-
-def ts(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+GPU = DEFAULT_GPU_RESOURCE
+ts = rfc3339
 
 
 def ago(seconds: float) -> str:
@@ -89,6 +82,7 @@ def pod(
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
+        "uid": f"uid-{namespace}-{name}",
         "labels": dict(labels or {}),
         "annotations": dict(annotations or {}),
         "creationTimestamp": ago(created_ago),
@@ -137,8 +131,7 @@ def reclaim_class(name: str = "reclaim", value: int = 1000) -> JsonObj:
 
 def victim_class(name: str = "batch", value: int = 100, /, **ann: str) -> JsonObj:
     """A class with plugin annotations; keyword names use _ for - (gpu_idle_seconds=...)."""
-    prefix = ANN_GPU_IDLE_SECONDS.rsplit("/", 1)[0] + "/"
-    return priority_class(name, value, {prefix + k.replace("_", "-"): v for k, v in ann.items()})
+    return priority_class(name, value, {PLUGIN_PREFIX + k.replace("_", "-"): v for k, v in ann.items()})
 
 
 def pdb(name: str, selector: dict[str, Any] | None, allowed: int | None, namespace: str = "ml") -> JsonObj:

@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from automator.actuator import (
+from automator.actuator import ActuatorState, run_pass
+from automator.conventions import (
+    ANN_GPU_IDLE_SECONDS,
+    ANN_MIN_PREEMPTABLE_PRIORITY,
+    LAST_RECLAIM_ANNOTATION,
     REASON_EVICTION_FAILED,
     REASON_INVALID_ANNOTATION,
     REASON_PREEMPTOR,
     REASON_VICTIM,
-    ActuatorState,
-    Mode,
-    run_pass,
 )
-from automator.fakes import FakeKube, FakePrometheus, make_node, make_pdb, make_pod, make_priority_class
-from automator.kube import EvictionOutcome
 from automator.metrics import AutomatorMetrics
-from automator.model import (
-    ANN_GPU_IDLE_SECONDS,
-    ANN_MIN_PREEMPTABLE_PRIORITY,
-    LAST_RECLAIM_ANNOTATION,
-    ClusterState,
-    JsonObj,
-    PlannerConfig,
-    PodKey,
-    PodUsage,
-)
+from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
+from automator.ports import EvictionOutcome
+from tests.automator import k8s
+from tests.automator.fakes import FakeKube, FakePrometheus
 
-NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+NOW = k8s.NOW
 LONG_AGO = NOW - timedelta(hours=2)
 CONFIG = PlannerConfig()
 IDLE = PodUsage(gpu_activity=0.0, coverage=1.0)
@@ -40,17 +33,20 @@ PRE = PodKey("team", "pending")
 
 def classes(batch_annotations: dict[str, str] | None = None) -> list[JsonObj]:
     return [
-        make_priority_class("batch", 100, batch_annotations),
-        make_priority_class("urgent", 1000, reclaim=True),
+        k8s.priority_class("batch", 100, batch_annotations),
+        k8s.reclaim_class("urgent", 1000),
     ]
 
 
 def running(name: str, gpus: int, node: str, labels: dict[str, str] | None = None) -> JsonObj:
-    return make_pod("ml", name, gpus, priority_class="batch", node=node, scheduled_at=LONG_AGO, labels=labels)
+    return k8s.pod(
+        name, gpus, node, priority=None, priority_class="batch", cpu="1", memory="1Gi", labels=labels
+    )
 
 
 def pending(name: str = "pending", gpus: int = 4, created: datetime = LONG_AGO) -> JsonObj:
-    return make_pod("team", name, gpus, priority_class="urgent", created_at=created)
+    age = (NOW - created).total_seconds()
+    return k8s.preemptor(name, gpus, None, "urgent", namespace="team", created_ago=age, cpu="1", memory="1Gi")
 
 
 def cluster(nodes: list[JsonObj], pods: list[JsonObj], **kw: list[JsonObj]) -> ClusterState:
@@ -75,7 +71,7 @@ def sample(m: AutomatorMetrics, name: str, **labels: str) -> float | None:
 def eight_gpu_node() -> ClusterState:
     """The issue's case: idle pods of 4, 2 and 2 GPUs on an 8-GPU node, a preemptor needing 4."""
     return cluster(
-        [make_node("node-a", 8)],
+        [k8s.node("node-a", 8)],
         [running("a4", 4, "node-a"), running("b2", 2, "node-a"), running("c2", 2, "node-a"), pending()],
     )
 
@@ -107,7 +103,7 @@ def test_enforce_evicts_annotates_and_records_events(metrics: AutomatorMetrics) 
 
     assert result.ok and result.acted
     assert kube.evicted == [PodKey("ml", "a4")]
-    assert kube.annotations == {PRE: "2024-06-01T12:00:00Z"}
+    assert kube.annotations == {PRE: k8s.ts(NOW)}
     by_pod = {(e.pod, e.reason): e for e in kube.events}
     pre_event = by_pod[(PRE, REASON_PREEMPTOR)]
     assert "ml/a4" in pre_event.message and "0.000" in pre_event.message and pre_event.type == "Normal"
@@ -155,7 +151,7 @@ def test_kubernetes_down_fails_the_pass(metrics: AutomatorMetrics) -> None:
 
 def two_nodes() -> ClusterState:
     return cluster(
-        [make_node("node-a", 4), make_node("node-b", 4)],
+        [k8s.node("node-a", 4), k8s.node("node-b", 4)],
         [running("x", 4, "node-a"), running("y", 4, "node-b"), pending()],
     )
 
@@ -178,7 +174,7 @@ def test_refused_eviction_replans_onto_another_node(
 
 
 def test_replans_are_bounded() -> None:
-    nodes = [make_node(f"node-{i}", 4) for i in range(5)]
+    nodes = [k8s.node(f"node-{i}", 4) for i in range(5)]
     pods = [running(f"v{i}", 4, f"node-{i}") for i in range(5)] + [pending()]
     script = {PodKey("ml", f"v{i}"): [EvictionOutcome.REFUSED_PDB] for i in range(5)}
     kube = FakeKube(cluster(nodes, pods), eviction_script=script)
@@ -214,7 +210,7 @@ def test_not_found_counts_as_freed() -> None:
 
 def test_partial_eviction_is_not_repeated_after_replan() -> None:
     state = cluster(
-        [make_node("node-a", 4), make_node("node-b", 4)],
+        [k8s.node("node-a", 4), k8s.node("node-b", 4)],
         [
             running("p", 2, "node-a"),
             running("q", 2, "node-a"),
@@ -235,7 +231,7 @@ def test_partial_eviction_is_not_repeated_after_replan() -> None:
 
 def test_second_preemptor_gets_other_victims() -> None:
     state = cluster(
-        [make_node("node-a", 8)],
+        [k8s.node("node-a", 8)],
         [
             running("x", 4, "node-a"),
             running("y", 4, "node-a"),
@@ -254,9 +250,9 @@ def test_second_preemptor_gets_other_victims() -> None:
 
 def test_busy_and_pdb_protected_pods_are_not_evicted() -> None:
     state = cluster(
-        [make_node("node-a", 4), make_node("node-b", 4)],
+        [k8s.node("node-a", 4), k8s.node("node-b", 4)],
         [running("busy", 4, "node-a"), running("guarded", 4, "node-b", labels={"app": "g"}), pending()],
-        pdbs=[make_pdb("ml", "guard", {"app": "g"}, 0)],
+        pdbs=[k8s.pdb("guard", {"matchLabels": {"app": "g"}}, 0)],
     )
     kube = FakeKube(state)
     usage = {PodKey("ml", "busy"): BUSY, PodKey("ml", "guarded"): IDLE}
@@ -292,12 +288,12 @@ def test_written_annotation_starts_the_cooldown() -> None:
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW + timedelta(seconds=60))
     assert kube.evicted == [PodKey("ml", "x")]
     pod = next(p for p in kube.cluster.pods if p["metadata"]["name"] == "pending")
-    assert pod["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] == "2024-06-01T12:00:00Z"
+    assert pod["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] == k8s.ts(NOW)
 
 
 def test_invalid_annotation_warns_once_on_the_class_pods_in_enforce_only() -> None:
     state = cluster(
-        [make_node("node-a", 4)],
+        [k8s.node("node-a", 4)],
         [running("x", 4, "node-a"), pending()],
         pcs=classes({ANN_GPU_IDLE_SECONDS: "soon"}),
     )

@@ -12,7 +12,7 @@ import yaml
 
 from automator import cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"
 CLUSTER = str(FIXTURES / "cluster.yaml")
 USAGE = str(FIXTURES / "usage.yaml")
 NOW = "2025-06-01T12:00:00Z"
@@ -202,9 +202,55 @@ def test_bad_now_and_missing_file_exit_2(capsys: pytest.CaptureFixture[str]) -> 
 def test_run_without_a_loadable_service_exits_1(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_service", lambda: (None, ImportError("boom")))
+    def broken() -> None:
+        raise ImportError("boom")
+
+    monkeypatch.setattr(cli, "_load_service", broken)
     code, _, err = run_cli(capsys, "run")
     assert code == 1 and "boom" in err
+
+
+# What `plan`/`explain` must never load: the web framework, the scheduler and the API clients.
+HEAVY = (
+    "flask",
+    "werkzeug",
+    "apscheduler",
+    "kubernetes",
+    "prometheus_api_client",
+    "requests",
+    "automator.service",
+)
+
+
+@pytest.mark.parametrize("command", ["plan", "explain", "run"])
+def test_help_of_the_offline_commands_imports_no_client(command: str) -> None:
+    probe = (
+        "import sys\n"
+        "from automator import cli\n"
+        "try:\n"
+        f"    cli.main([{command!r}, '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert proc.stderr.strip() == "", f"{command} --help loaded {proc.stderr.strip()}"
+    assert "--cooldown-seconds" in proc.stdout
+
+
+def test_offline_plan_imports_no_client() -> None:
+    probe = (
+        "import sys\n"
+        "from automator import cli\n"
+        f"cli.main(['plan', '--cluster', {CLUSTER!r}, '--usage', {USAGE!r}, '--now', {NOW!r}])\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert proc.stderr.strip() == "" and "evict ml/train-a" in proc.stdout
 
 
 def test_python_dash_m_entry_point() -> None:

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from automator import cli
-from automator.model import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION, JsonObj
+from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
+from automator.model import JsonObj
 from tests.automator import k8s
 
 NOW = k8s.ts(k8s.NOW)

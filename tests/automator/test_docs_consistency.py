@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
 import threading
@@ -28,12 +27,8 @@ from prometheus_client import CollectorRegistry
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator import cli, service
-from automator.actuator import Mode
-from automator.fakes import FakeKube, FakePrometheus
-from automator.kube import KubernetesAdapter, LeaderElector
-from automator.metrics import AutomatorMetrics
-from automator.model import (
+from automator import cli, conventions, service, settings
+from automator.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
     ANN_GPU_IDLE_SECONDS,
@@ -41,10 +36,13 @@ from automator.model import (
     ANN_MIN_PREEMPTABLE_PRIORITY,
     ANN_TOLERATION_SECONDS,
     PLUGIN_PREFIX,
-    PlannerConfig,
-    PodKey,
 )
+from automator.kube import KubernetesAdapter, LeaderElector
+from automator.metrics import AutomatorMetrics
+from automator.model import Mode, PlannerConfig, PodKey
+from automator.settingspec import Setting
 from automator.snapshot import load_cluster, load_usage
+from tests.automator.fakes import FakeKube, FakePrometheus
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -59,17 +57,8 @@ EXAMPLE_NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 # --- helpers -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Parsers read GPU_STEWARD_* when they are built: start from none so defaults are the code's own."""
-    for name in list(os.environ):
-        if name.startswith("GPU_STEWARD_") or name in ("POD_NAME", "POD_NAMESPACE"):
-            monkeypatch.delenv(name)
-
-
 def subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser, svc, error = cli.build_parser()
-    assert svc is not None, f"the service cannot be loaded: {error!r}"
+    parser = cli.build_parser()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
@@ -107,16 +96,6 @@ def code_spans(cell: str) -> list[str]:
     return re.findall(r"`([^`]*)`", cell)
 
 
-def real_default(action: argparse.Action) -> Any:
-    """What a flag defaults to: the parser's default, or for planner flags the PlannerConfig field."""
-    defaults = PlannerConfig()
-    if action.dest == "gpu_resource":
-        return ",".join(defaults.gpu_resources)
-    if action.default is None and hasattr(defaults, action.dest):
-        return getattr(defaults, action.dest)
-    return action.default
-
-
 def same_value(documented: str, actual: Any) -> bool:
     try:
         return float(documented) == float(actual)
@@ -144,8 +123,7 @@ def test_every_option_of_every_subcommand_is_documented() -> None:
 def test_every_documented_flag_and_variable_exists() -> None:
     parsers = subparsers()
     flags = {flag for p in parsers.values() for a in options(p) for flag in a.option_strings}
-    variables = {service.env_name(f) for a in options(parsers["run"]) for f in a.option_strings}
-    variables.add(cli.ENV_PREFIX + "GPU_RESOURCES")  # --gpu-resource's list-valued variable
+    variables = {s.env for s in settings.ALL_SETTINGS}
     for doc in (SERVICE_DOC, CLI_DOC):
         text = doc.read_text()
         unknown_flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - flags
@@ -160,31 +138,27 @@ def test_every_documented_flag_and_variable_exists() -> None:
     [(SERVICE_DOC, "Configuration", "run"), (CLI_DOC, "Planner flags", "plan")],
 )
 def test_flag_tables_give_the_real_variable_and_default(doc: Path, heading: str, subcommand: str) -> None:
-    parser = subparsers()[subcommand]
-    if subcommand == "plan":  # the CLI page's table covers the planner settings; the synopsis the rest
-        (group,) = [g for g in parser._action_groups if (g.title or "").startswith("planner settings")]
-        actions = group._group_actions
-    else:
-        actions = options(parser)
-    by_flag = {f: a for a in actions for f in a.option_strings}
+    declared: tuple[Setting[Any], ...] = (
+        settings.PLANNER_SETTINGS if subcommand == "plan" else settings.ALL_SETTINGS
+    )
+    by_flag = {s.flag: s for s in declared}
+    parser_flags = {f for a in options(subparsers()[subcommand]) for f in a.option_strings}
+    assert set(by_flag) <= parser_flags  # the declarations are what the parser offers
     rows = table_rows(section(doc.read_text(), heading))[1:]
     assert rows
     documented: set[str] = set()
     for flag_cell, env_cell, default_cell, *_ in rows:
         flag = re.findall(r"--[a-z][a-z-]*", flag_cell)[0]
-        action = by_flag[flag]
-        documented.update(action.option_strings)
-        env = code_spans(env_cell)[0]
-        expected_env = (
-            cli.ENV_PREFIX + "GPU_RESOURCES" if flag == "--gpu-resource" else service.env_name(flag)
-        )
-        assert env == expected_env, flag
-        default = real_default(action)
-        if default is None:  # computed at run time (lease namespace, leader election): explained in words
+        setting = by_flag[flag]
+        documented.add(flag)
+        assert code_spans(env_cell)[0] == setting.env, flag
+        if setting.default is None:  # computed at run time (lease namespace, leader election): in words
             assert default_cell, flag
             continue
         shown = (code_spans(default_cell) or default_cell.split())[0]
-        assert same_value(shown, default), f"{flag}: documented {shown!r}, real {default!r}"
+        assert same_value(shown, setting.convert(setting.default)) or shown == setting.default, (
+            f"{flag}: documented {shown!r}, real {setting.default!r}"
+        )
     assert documented == set(by_flag), f"{doc.name} {heading}: {sorted(set(by_flag) - documented)}"
 
 
@@ -260,9 +234,9 @@ def test_annotation_table_matches_the_planner_defaults() -> None:
 
 
 def test_eligibility_table_lists_every_rule_of_the_code_in_order() -> None:
-    source = (REPO / "automator" / "eligibility.py").read_text() + (
-        REPO / "automator" / "planner.py"
-    ).read_text()
+    source = "".join(
+        (REPO / "automator" / name).read_text() for name in ("eligibility.py", "planner.py", "victims.py")
+    )
     code_rules = set(re.findall(r'"(\d-[a-z-]+|[a-z]+-malformed|excluded)"', source))
     text = section(RECLAIM_DOC.read_text(), "Which pods can be victims")
     table = [span for row in table_rows(text)[1:] for span in code_spans(row[0])]
@@ -381,7 +355,7 @@ def container(docs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], di
     return deployment, main
 
 
-def parsed_deployment_args(monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace:
+def parsed_deployment_args(monkeypatch: pytest.MonkeyPatch) -> settings.ServiceSettings:
     """The Deployment's command, args and GPU_STEWARD_* variables through the real `run` parser."""
     _, main = container(manifests())
     assert main["command"][:2] == ["gpu-automator", "run"]
@@ -389,9 +363,7 @@ def parsed_deployment_args(monkeypatch: pytest.MonkeyPatch) -> argparse.Namespac
         if env["name"].startswith("GPU_STEWARD_"):
             monkeypatch.setenv(env["name"], str(env["value"]))
     args = subparsers()["run"].parse_args(main["command"][2:] + main.get("args", []))
-    assert service.validate(args) == []
-    service.planner_config(args)  # raises InputError on a bad planner setting
-    return args
+    return settings.service_settings(args)  # raises SettingError on a bad flag or variable
 
 
 def test_deployment_uses_real_flags_and_defaults_to_dry_run(
@@ -399,7 +371,7 @@ def test_deployment_uses_real_flags_and_defaults_to_dry_run(
 ) -> None:
     docs = manifests()
     _, main = container(docs)
-    known = {service.env_name(f) for a in options(subparsers()["run"]) for f in a.option_strings}
+    known = {s.env for s in settings.ALL_SETTINGS}
     ours = {e["name"] for e in main["env"] if e["name"].startswith("GPU_STEWARD_")}
     assert ours <= known, sorted(ours - known)
     args = parsed_deployment_args(monkeypatch)
@@ -572,3 +544,29 @@ def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer
                 for r in rule["resources"]:
                     for v in set(rule["verbs"]) & WRITE_VERBS:
                         assert (g, r, v) in made, f"granted but never used: {v} {g or 'core'}/{r}"
+
+
+# --- 6. conventions and the architecture note -----------------------------------------------------------
+
+
+def test_every_event_reason_and_annotation_key_is_documented() -> None:
+    service_doc, reclaim_doc = SERVICE_DOC.read_text(), RECLAIM_DOC.read_text()
+    for reason in conventions.EVENT_REASONS:
+        assert f"`{'Normal' if reason in NORMAL_REASONS else 'Warning'} {reason}`" in service_doc, reason
+    for key in conventions.CLASS_ANNOTATIONS:
+        short = key.removeprefix(conventions.PLUGIN_PREFIX)
+        assert f"`{short}`" in reclaim_doc or key in reclaim_doc, key
+    assert f"`{conventions.LAST_RECLAIM_ANNOTATION}`" in reclaim_doc
+
+
+NORMAL_REASONS = {conventions.REASON_VICTIM, conventions.REASON_PREEMPTOR}
+
+
+def test_architecture_note_names_real_contract_homes() -> None:
+    text = (DOCS / "architecture.md").read_text()
+    rows = table_rows(section(text, "Who owns each contract"))[1:]
+    homes = [span for row in rows for span in code_spans(row[1]) if span.endswith(".py")]
+    assert "automator/conventions.py" in homes and "automator/settings.py" in homes
+    assert "automator/series.py" in homes
+    for home in homes:
+        assert (REPO / home).is_file(), home

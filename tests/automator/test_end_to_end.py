@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -30,9 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.model import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
+from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
-from tests.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus
+from tools.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus, stop
 
 pytestmark = pytest.mark.integration
 
@@ -354,12 +353,7 @@ def start_automator(tmp_path: Path, kubeconfig: Path) -> Iterator[Callable[..., 
 
     yield start
     for automator in started:
-        automator.proc.send_signal(signal.SIGTERM)
-        try:
-            automator.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            automator.proc.kill()
-            automator.proc.wait()
+        stop(automator.proc)  # SIGTERM: the service's graceful shutdown
 
 
 def test_enforce_evicts_the_idle_pod_only(

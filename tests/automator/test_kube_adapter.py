@@ -13,15 +13,11 @@ from kubernetes import client
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.kube import (
-    ACTIVE_PODS,
-    EvictionOutcome,
-    KubernetesAdapter,
-    KubernetesUnavailable,
-    LeaderElector,
-)
-from automator.model import LAST_RECLAIM_ANNOTATION, PodKey
-from tests.promserver import free_port
+from automator.conventions import LAST_RECLAIM_ANNOTATION
+from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
+from automator.model import PodKey
+from automator.ports import EvictionOutcome, KubernetesUnavailable
+from tools.promserver import free_port
 
 
 def api_for(url: str) -> client.ApiClient:

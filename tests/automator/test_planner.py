@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from automator.model import LAST_RECLAIM_ANNOTATION, ClusterState, Plan, PlannerConfig, PodKey, PodUsage
-from automator.planner import plan, plan_to_json
+from automator.conventions import LAST_RECLAIM_ANNOTATION
+from automator.model import ClusterState, Plan, PlannerConfig, PodKey, PodUsage
+from automator.planner import plan
+from automator.report import plan_to_json
 from tests.automator import k8s
 
 

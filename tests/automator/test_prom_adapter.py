@@ -14,15 +14,15 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from automator.model import PodKey, UsageWindow
+from automator.ports import PrometheusUnavailable
 from automator.prom import (
     GPU_SERIES,
     PrometheusAdapter,
-    PrometheusUnavailable,
     coverage,
     cpu_query,
     gpu_query,
 )
-from tests.promserver import Prometheus, free_port, start_backfilled_prometheus
+from tools.promserver import Prometheus, free_port, start_backfilled_prometheus
 
 RULE_INTERVAL = 30
 # Query instant: samples sit at T - 15 - 30*i, so range boundaries never fall on a sample.

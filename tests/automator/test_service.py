@@ -15,29 +15,23 @@ from prometheus_client import CollectorRegistry
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator import service
-from automator.actuator import Mode
-from automator.fakes import FakeKube, FakePrometheus, make_node, make_pod, make_priority_class
-from automator.kube import KubernetesUnavailable
+from automator import service, settings
 from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.model import ClusterState, Mode, PlannerConfig, PodKey, PodUsage
+from automator.ports import KubernetesUnavailable
+from tests.automator import k8s
+from tests.automator.fakes import FakeKube, FakePrometheus
 
-NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
-LONG_AGO = NOW - timedelta(hours=2)
+NOW = k8s.NOW
 
 
 def cluster() -> ClusterState:
-    return ClusterState(
-        nodes=[make_node("node-a", 4)],
-        pods=[
-            make_pod("ml", "idle", 4, priority_class="batch", node="node-a", scheduled_at=LONG_AGO),
-            make_pod("team", "pending", 4, priority_class="urgent", created_at=LONG_AGO),
-        ],
-        priority_classes=[
-            make_priority_class("batch", 100),
-            make_priority_class("urgent", 1000, reclaim=True),
-        ],
-        pdbs=[],
+    return k8s.cluster(
+        k8s.node("node-a", 4),
+        k8s.pod("idle", 4, "node-a", priority=None, priority_class="batch", cpu="1", memory="1Gi"),
+        k8s.preemptor("pending", 4, None, "urgent", namespace="team", cpu="1", memory="1Gi"),
+        k8s.priority_class("batch", 100),
+        k8s.reclaim_class("urgent", 1000),
     )
 
 
@@ -143,7 +137,7 @@ def test_decisions_endpoint_in_dry_run() -> None:
     svc.run_once()
     body = http.get("/decisions").get_json()
     assert body["mode"] == "dry-run" and body["acted"] is False and body["leader"] is True
-    assert body["timestamp"] == "2024-06-01T12:00:00Z"
+    assert body["timestamp"] == k8s.ts(NOW)
     assert [(d["preemptor"], d["node"], d["victims"]) for d in body["decisions"]] == [
         ("team/pending", "node-a", ["ml/idle"])
     ]
@@ -163,34 +157,44 @@ def test_decisions_endpoint_in_enforce() -> None:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    service.add_arguments(parser)
+    settings.add_service_arguments(parser)
     return parser.parse_args(argv)
 
 
+def resolved(argv: list[str]) -> settings.ServiceSettings:
+    return settings.service_settings(parse(argv))
+
+
+@pytest.mark.usefixtures("clean_env")
 def test_flag_defaults() -> None:
-    args = parse([])
-    assert args.mode == "dry-run"
-    assert args.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
-    assert (args.prometheus_timeout, args.interval, args.rule_interval) == (10.0, 30.0, 30.0)
-    assert (args.listen_address, args.port) == ("0.0.0.0", 8080)
-    assert args.leader_election is None and args.lease_name == "gpu-steward-automator"
-    assert args.kubeconfig is None and args.cluster_snapshot is None
-    assert service.planner_config(args) == PlannerConfig()
+    s = resolved([])
+    assert s.mode is Mode.DRY_RUN
+    assert s.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert (s.prometheus_timeout, s.interval, s.rule_interval) == (10.0, 30.0, 30.0)
+    assert (s.listen_address, s.port) == ("0.0.0.0", 8080)
+    assert s.leader_election is None and s.lease_name == "gpu-steward-automator"
+    assert s.kubeconfig is None and s.cluster_snapshot is None and s.max_replans == 5
+    assert s.planner == PlannerConfig()
 
 
+@pytest.mark.usefixtures("clean_env")
 def test_env_vars_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPU_STEWARD_MODE", "enforce")
     monkeypatch.setenv("GPU_STEWARD_INTERVAL", "15")
     monkeypatch.setenv("GPU_STEWARD_LEADER_ELECTION", "false")
     monkeypatch.setenv("GPU_STEWARD_GPU_RESOURCES", "nvidia.com/gpu, nvidia.com/mig-1g.10gb")
     monkeypatch.setenv("GPU_STEWARD_MIN_COVERAGE", "0.5")
-    args = parse(["--interval", "60"])
-    assert args.mode == "enforce" and args.interval == 60.0  # the flag wins over the env var
-    assert args.leader_election is False
-    config = service.planner_config(args)
-    assert config.gpu_resources == ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb") and config.min_coverage == 0.5
-    assert service.planner_config(parse(["--gpu-resource", "amd.com/gpu"])).gpu_resources == ("amd.com/gpu",)
-    assert parse(["--leader-election"]).leader_election is True
+    s = resolved(["--interval", "60"])
+    assert s.mode is Mode.ENFORCE and s.interval == 60.0  # the flag wins over the env var
+    assert s.leader_election is False
+    assert s.planner.gpu_resources == ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
+    assert s.planner.min_coverage == 0.5
+    assert resolved(["--gpu-resource", "amd.com/gpu"]).planner.gpu_resources == ("amd.com/gpu",)
+    assert resolved(["--leader-election"]).leader_election is True
+    monkeypatch.setenv("GPU_STEWARD_LEADER_ELECTION", "")  # empty: decided at run time, as unset
+    monkeypatch.setenv("GPU_STEWARD_GPU_RESOURCES", "")
+    assert resolved(["--no-leader-election"]).leader_election is False
+    assert resolved([]).leader_election is None and resolved([]).planner.gpu_resources == ("nvidia.com/gpu",)
 
 
 @pytest.mark.parametrize(
@@ -200,6 +204,8 @@ def test_env_vars_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         ("GPU_STEWARD_PORT", "http"),
         ("GPU_STEWARD_MODE", "bogus"),
         ("GPU_STEWARD_LEADER_ELECTION", "maybe"),
+        ("GPU_STEWARD_MAX_REPLANS", "-1"),
+        ("GPU_STEWARD_PROMETHEUS_TIMEOUT", "nan"),
     ],
 )
 def test_bad_env_value_names_the_variable_and_exits_2(
@@ -217,7 +223,7 @@ def test_bad_env_value_does_not_break_the_offline_commands(
     from automator import cli
 
     monkeypatch.setenv("GPU_STEWARD_LEADER_ELECTION", "maybe")
-    fixtures = Path(__file__).parent / "fixtures"
+    fixtures = Path(__file__).parent / "fixtures" / "docs_example"
     rc = cli.main(
         ["plan", "--cluster", str(fixtures / "cluster.yaml"), "--usage", str(fixtures / "usage.yaml")]
     )
@@ -240,10 +246,9 @@ def test_bad_flags_exit_2(argv: list[str], problem: str, capsys: pytest.CaptureF
     assert problem in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("clean_env")
 def test_good_flags_have_no_problems() -> None:
-    args = parse(["--cluster-snapshot", "x.yaml"])
-    assert service.validate(args) == []
-    assert service.planner_config(args) == PlannerConfig()
+    assert resolved(["--cluster-snapshot", "x.yaml"]).planner == PlannerConfig()
 
 
 def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: HTTPServer) -> None:
@@ -267,7 +272,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
         )
 
     httpserver.expect_request("/api/v1/query").respond_with_handler(prometheus)
-    args = parse(
+    args = resolved(
         ["--cluster-snapshot", str(snapshot), "--prometheus-url", httpserver.url_for("").rstrip("/")]
     )
     wiring = service.build(args, CollectorRegistry())
@@ -312,8 +317,8 @@ def test_deployment_env_vars_are_real_flags_and_parse() -> None:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["gpu-automator", "run"]
     parser = argparse.ArgumentParser()
-    service.add_arguments(parser)
-    known = {service.env_name(flag) for action in parser._actions for flag in action.option_strings}
+    settings.add_service_arguments(parser)
+    known = {s.env for s in settings.ALL_SETTINGS}
     ours = {e["name"]: e.get("value") for e in container["env"] if e["name"].startswith("GPU_STEWARD_")}
     assert ours and set(ours) <= known
     probes = (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"])

@@ -12,7 +12,7 @@ from automator.model import PodKey, PodUsage
 from automator.snapshot import InputError, load_cluster, load_usage
 from tests.automator import k8s
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"
 
 
 def test_fixture_list_is_split_by_kind() -> None:

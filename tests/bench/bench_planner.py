@@ -11,18 +11,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from automator.model import (
+from automator.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_GPU_IDLE_SECONDS,
     ANN_GPU_IDLE_THRESHOLD,
     ANN_MIN_PREEMPTABLE_PRIORITY,
     RECLAIM_ANNOTATION,
-    ClusterState,
-    JsonObj,
-    PlannerConfig,
-    PodKey,
-    PodUsage,
 )
+from automator.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
 from automator.planner import plan, usage_windows
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -1,0 +1,251 @@
+"""Stage 1 of a plan: index one cluster snapshot for the search (pure, read once per pass).
+
+Nodes with their allocatable and used resources and their candidate victims (bound, running, not terminating,
+holding GPUs, each assessed once against rules 0 and 2-8), the pending preemptors in the order they are
+served, the PodDisruptionBudgets and the warnings about malformed PriorityClass annotations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from automator.conventions import RECLAIM_ANNOTATION
+from automator.eligibility import Assessment, ClassSettings, PdbIndex, assess, class_settings
+from automator.model import (
+    AnnotationWarning,
+    ClusterState,
+    JsonObj,
+    PlannerConfig,
+    PodKey,
+    PodUsage,
+    UsageWindow,
+)
+from automator.resources import (
+    FieldError,
+    Requests,
+    annotations_of,
+    created_at,
+    find_global_default,
+    is_finished,
+    is_terminating,
+    is_unschedulable,
+    node_allocatable,
+    node_name,
+    pod_priority,
+    pod_requests,
+    scheduled_at,
+)
+
+
+@dataclass
+class Candidate:
+    """A pod that may be evicted, with what the search and the report need of it."""
+
+    key: PodKey
+    obj: JsonObj
+    node: str
+    req: Requests
+    priority: int
+    scheduled: datetime | None
+    age: float  # seconds since scheduled (0 when unknown): run time an eviction throws away
+    assessment: Assessment
+    pdbs: list[tuple[str, str]]
+    usage: PodUsage | None
+
+
+@dataclass
+class NodeState:
+    name: str
+    obj: JsonObj
+    alloc: Requests
+    error: str | None = None
+    used_gpus: int = 0
+    used_cpu: int = 0
+    used_mem: int = 0
+    candidates: list[Candidate] = field(default_factory=list)
+    version: int = 0  # bumped by every decision on the node: cached search results are then stale
+
+    def free(self) -> tuple[int, int, int]:
+        """(GPUs, CPU millicores, memory bytes) not taken."""
+        return (
+            self.alloc.gpus - self.used_gpus,
+            self.alloc.cpu_m - self.used_cpu,
+            self.alloc.memory - self.used_mem,
+        )
+
+    def take(self, req: Requests, sign: int = 1) -> None:
+        self.used_gpus += sign * req.gpus
+        self.used_cpu += sign * req.cpu_m
+        self.used_mem += sign * req.memory
+
+
+@dataclass
+class Preemptor:
+    key: PodKey
+    obj: JsonObj
+    priority: int
+    created: datetime
+    req: Requests | None
+    error: str | None
+
+
+def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
+    return {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
+
+
+def is_reclaim_class(pc: JsonObj | None) -> bool:
+    return pc is not None and str(annotations_of(pc).get(RECLAIM_ANNOTATION, "")).strip().lower() == "true"
+
+
+class SettingsCache:
+    """ClassSettings per PriorityClass name, parsed once."""
+
+    def __init__(self, classes: Mapping[str, JsonObj], config: PlannerConfig) -> None:
+        self.classes = classes
+        self.config = config
+        self.cache: dict[str | None, ClassSettings] = {}
+
+    def of(self, pod: JsonObj) -> tuple[str | None, ClassSettings]:
+        raw = (pod.get("spec") or {}).get("priorityClassName")
+        name = str(raw) if raw in self.classes else None  # no (known) class: the defaults
+        if name not in self.cache:
+            self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
+        return name, self.cache[name]
+
+
+def is_victim_candidate(pod: JsonObj) -> bool:
+    return bool(node_name(pod)) and not is_finished(pod) and not is_terminating(pod)
+
+
+def usage_windows(cluster: ClusterState, config: PlannerConfig) -> dict[PodKey, UsageWindow]:
+    """The usage window every GPU-holding bound pod (potential victim) needs, from its PriorityClass's
+    annotations."""
+    settings = SettingsCache(classes_by_name(cluster.priority_classes), config)
+    windows: dict[PodKey, UsageWindow] = {}
+    for pod in cluster.pods:
+        if not is_victim_candidate(pod):
+            continue
+        try:
+            gpus = pod_requests(pod, config.gpu_resources).gpus
+        except FieldError:
+            continue  # protected anyway; no query needed
+        if gpus > 0:
+            windows[PodKey.of(pod)] = settings.of(pod)[1].window
+    return windows
+
+
+@dataclass
+class ClusterIndex:
+    """What one pass plans over; the plan loop mutates nodes and pdbs as it decides."""
+
+    nodes: dict[str, NodeState]
+    preemptors: list[Preemptor]
+    pdbs: PdbIndex
+    warnings: list[AnnotationWarning]
+
+
+@dataclass
+class _Builder:
+    cluster: ClusterState
+    usage: Mapping[PodKey, PodUsage]
+    config: PlannerConfig
+    now: datetime
+    classes: dict[str, JsonObj] = field(default_factory=dict)
+    global_default: JsonObj | None = None
+    pdbs: PdbIndex = field(default_factory=PdbIndex)
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    preemptors: list[Preemptor] = field(default_factory=list)
+    class_pods: dict[str, list[PodKey]] = field(default_factory=dict)
+
+    def build(self) -> ClusterIndex:
+        self.classes = classes_by_name(self.cluster.priority_classes)
+        self.global_default = find_global_default(self.cluster.priority_classes)
+        self.pdbs = PdbIndex.build(self.cluster.pdbs)
+        self._nodes()
+        settings = SettingsCache(self.classes, self.config)
+        for obj in self.cluster.pods:
+            if not is_finished(obj):
+                self._pod(PodKey.of(obj), obj, settings)
+        self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
+        return ClusterIndex(self.nodes, self.preemptors, self.pdbs, self._warnings(settings))
+
+    def _nodes(self) -> None:
+        for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
+            name = str((obj.get("metadata") or {}).get("name"))
+            try:
+                self.nodes[name] = NodeState(name, obj, node_allocatable(obj, self.config.gpu_resources))
+            except FieldError as exc:
+                self.nodes[name] = NodeState(name, obj, Requests(0, 0, 0), error=f"Node {name}: {exc}")
+
+    def _pod(self, key: PodKey, obj: JsonObj, settings: SettingsCache) -> None:
+        bound = node_name(obj)
+        if not bound:
+            class_name = (obj.get("spec") or {}).get("priorityClassName")
+            if is_unschedulable(obj) and class_name and is_reclaim_class(self.classes.get(class_name)):
+                self._preemptor(key, obj)
+            return
+        node = self.nodes.get(bound)
+        if node is None:
+            return  # bound to a node we do not know: nothing to plan there
+        try:
+            req = pod_requests(obj, self.config.gpu_resources)
+        except FieldError as exc:
+            # Unknown usage of the node: fail safe, plan nothing there.
+            node.error = f"Pod {key}: {exc}"
+            return
+        node.take(req)
+        if req.gpus == 0 or is_terminating(obj):
+            return
+        class_name, pod_settings = settings.of(obj)
+        if class_name is not None:
+            self.class_pods.setdefault(class_name, []).append(key)
+        node.candidates.append(self._candidate(key, obj, bound, req, pod_settings))
+
+    def _candidate(
+        self, key: PodKey, obj: JsonObj, bound: str, req: Requests, pod_settings: ClassSettings
+    ) -> Candidate:
+        usage = self.usage.get(key)
+        pdb_ids, pdb_reason = self.pdbs.covering(obj)
+        try:
+            priority = pod_priority(obj, self.classes, self.global_default)
+            scheduled = scheduled_at(obj)
+        except FieldError as exc:
+            # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
+            blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
+            return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage)
+        assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason)
+        age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
+        return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
+
+    def _preemptor(self, key: PodKey, obj: JsonObj) -> None:
+        error: str | None = None
+        req: Requests | None = None
+        priority = 0
+        created = created_at({})
+        try:
+            priority = pod_priority(obj, self.classes, self.global_default)
+            created = created_at(obj)
+            req = pod_requests(obj, self.config.gpu_resources)
+        except FieldError as exc:
+            error = f"malformed pod: {exc}"
+        if req is not None and req.gpus == 0:
+            return  # not a GPU pod: not ours to help
+        self.preemptors.append(Preemptor(key, obj, priority, created, req, error))
+
+    def _warnings(self, settings: SettingsCache) -> list[AnnotationWarning]:
+        warnings: list[AnnotationWarning] = []
+        for class_name, pod_settings in sorted(settings.cache.items(), key=lambda kv: str(kv[0])):
+            for bad in pod_settings.malformed:
+                pods = tuple(sorted(self.class_pods.get(class_name or "", [])))
+                message = bad.message + "; its pods are protected"
+                warnings.append(AnnotationWarning(str(class_name), bad.annotation, bad.value, message, pods))
+        return warnings
+
+
+def index_cluster(
+    cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig, now: datetime
+) -> ClusterIndex:
+    """Index a snapshot for one pass (nodes in name order, preemptors by priority then age)."""
+    return _Builder(cluster, usage, config, now).build()

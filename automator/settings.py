@@ -1,0 +1,179 @@
+"""Every setting of `gpu-automator`, declared once: flag, `GPU_STEWARD_*` variable, range, default, help.
+
+`plan` and `explain` take the planner settings; `run` takes those and the service settings. A flag wins over
+its variable, the variable over the default; a bad value is a SettingError naming the flag or variable
+(exit 2). Pure: argparse and the standard library only, so `gpu-automator plan --help` loads no web or API
+client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from automator import settingspec as spec
+from automator.conventions import DEFAULT_LEASE_NAME
+from automator.model import Mode, PlannerConfig
+from automator.series import RULE_INTERVAL_SECONDS
+from automator.settingspec import Setting, SettingError
+
+__all__ = ["SettingError"]
+
+_PLANNER = PlannerConfig()
+_SECONDS_MAX = 10**9  # about 31 years: any larger number of seconds is a typo
+DAY = 86_400
+
+
+def _gpu_resources(text: str) -> tuple[str, ...]:
+    # An empty list would make every pod GPU-less: an empty variable means the default, as it always did.
+    return spec.csv()(text) or _PLANNER.gpu_resources
+
+
+def _auto_boolean(text: str) -> bool | None:
+    """true/false, or empty for "decide at run time"."""
+    return spec.boolean(text) if text.strip() else None
+
+
+PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
+    Setting(
+        "--gpu-resource",
+        _gpu_resources,
+        ",".join(_PLANNER.gpu_resources),
+        "resource name counted as GPUs, repeatable (comma-separated in the variable)",
+        metavar="NAME",
+        action="append",
+        env_var=spec.ENV_PREFIX + "GPU_RESOURCES",
+    ),
+    Setting(
+        "--default-gpu-idle-seconds",
+        spec.integer(1, _SECONDS_MAX),
+        str(_PLANNER.default_gpu_idle_seconds),
+        "GPU window for pods whose class sets none",
+    ),
+    Setting(
+        "--default-gpu-idle-threshold",
+        spec.number(0, float("inf")),
+        str(_PLANNER.default_gpu_idle_threshold),
+        "GPU activity at or below which a pod is idle",
+    ),
+    Setting(
+        "--default-toleration-seconds",
+        spec.integer(-_SECONDS_MAX, _SECONDS_MAX),
+        str(_PLANNER.default_toleration_seconds),
+        "guaranteed run time after scheduling",
+    ),
+    Setting(
+        "--min-coverage",
+        spec.ratio,
+        str(_PLANNER.min_coverage),
+        "fraction of the window that must have samples",
+    ),
+    Setting(
+        "--cooldown-seconds",
+        spec.integer(0, _SECONDS_MAX),
+        str(_PLANNER.cooldown_seconds),
+        "skip a preemptor this long after a reclaim",
+    ),
+)
+
+SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
+    Setting(
+        "--mode",
+        spec.choice(*(m.value for m in Mode)),
+        Mode.DRY_RUN.value,
+        "dry-run logs and exposes decisions; enforce evicts",
+    ),
+    Setting(
+        "--prometheus-url",
+        spec.non_empty,
+        "http://prometheus-operated.monitoring.svc:9090",
+        "Prometheus base URL",
+    ),
+    Setting(
+        "--prometheus-timeout", spec.number(0, 3600, low_open=True), "10", "seconds per Prometheus query"
+    ),
+    Setting("--interval", spec.number(0, DAY, low_open=True), "30", "seconds between passes"),
+    Setting("--listen-address", str, "0.0.0.0", "address of the HTTP endpoints"),
+    Setting("--port", spec.port, "8080", "port of the HTTP endpoints"),
+    Setting(
+        "--rule-interval",
+        spec.number(0, 3600, low_open=True),
+        str(RULE_INTERVAL_SECONDS),
+        "evaluation interval (s) of the recorded series, for coverage",
+    ),
+    Setting(
+        "--leader-election",
+        _auto_boolean,
+        None,
+        "run passes only while holding a Lease (default: on, off with --cluster-snapshot)",
+        action="toggle",
+    ),
+    Setting("--lease-name", spec.non_empty, DEFAULT_LEASE_NAME, "name of the Lease"),
+    Setting("--lease-namespace", str, None, "namespace of the Lease (default: the pod's namespace)"),
+    Setting("--kubeconfig", str, None, "kubeconfig file (default: the in-cluster service account)"),
+    Setting(
+        "--cluster-snapshot",
+        str,
+        None,
+        "read the cluster from this file (kubectl get -o yaml List) on every pass instead of the API; "
+        "dry-run only, for demos",
+    ),
+    Setting("--max-replans", spec.integer(0, 1000), "5", "re-plans per pass after refused evictions"),
+)
+
+ALL_SETTINGS: tuple[Setting[Any], ...] = SERVICE_SETTINGS + PLANNER_SETTINGS
+PLANNER_GROUP = "planner settings (flag, else environment variable, else default)"
+
+
+def add_planner_arguments(parser: argparse.ArgumentParser) -> None:
+    spec.add_arguments(parser.add_argument_group(PLANNER_GROUP), PLANNER_SETTINGS)
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `gpu-automator run`: the service's own, then the planner's."""
+    spec.add_arguments(parser, SERVICE_SETTINGS)
+    add_planner_arguments(parser)
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def planner_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> PlannerConfig:
+    """PlannerConfig from flags, then GPU_STEWARD_* variables, then defaults; SettingError names it."""
+    values = spec.resolve(args, PLANNER_SETTINGS, _environ(environ))
+    values["gpu_resources"] = values.pop("gpu_resource")
+    return PlannerConfig(**values)
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    mode: Mode
+    prometheus_url: str
+    prometheus_timeout: float
+    interval: float
+    listen_address: str
+    port: int
+    rule_interval: float
+    leader_election: bool | None  # None: on, unless the cluster comes from a snapshot file
+    lease_name: str
+    lease_namespace: str | None
+    kubeconfig: str | None
+    cluster_snapshot: str | None
+    max_replans: int
+    planner: PlannerConfig
+
+
+def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceSettings:
+    """The settings of `run`; SettingError names the flag or variable at fault."""
+    values = spec.resolve(args, SERVICE_SETTINGS, _environ(environ))
+    values["mode"] = Mode(values["mode"])
+    settings = ServiceSettings(**values, planner=planner_config(args, environ))
+    if settings.cluster_snapshot and settings.mode is Mode.ENFORCE:
+        raise SettingError(
+            "--mode enforce cannot be used with --cluster-snapshot (a file cannot be evicted from)"
+        )
+    return settings
