@@ -102,10 +102,12 @@ def _exporter_families() -> dict[str, str]:
 
 
 _EXPORTER: Final = _exporter_families()
+# Every sample name the exporter serves (for the test that the dashboards read nothing else).
+EXPORTER_SAMPLES: Final = frozenset(_EXPORTER.values())
 
 
 def exporter_metric(suffix: str) -> str:
-    """The sample name of the exporter's family `gpu_steward_<suffix>`; fails when it does not serve it."""
+    """The sample name of the exporter's family PREFIX + suffix; fails when it does not serve it."""
     family = collector.PREFIX + suffix
     if family not in _EXPORTER:
         raise LookupError(f"the exporter serves no metric {family!r} (it serves {sorted(_EXPORTER)})")

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = stale(files)
         for path in bad:
-            print(f"{path.relative_to(REPO)} is out of date: run `make dashboards`", file=sys.stderr)
+            shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+            print(f"{shown} is out of date: run `make dashboards`", file=sys.stderr)
         return 1 if bad else 0
     for folder, pattern in ((JSON_DIR, "*.json"), (DEPLOY_DIR, "*.yaml")):
         folder.mkdir(parents=True, exist_ok=True)
