@@ -17,9 +17,21 @@ GPUS_UNKNOWN: Final = f"sum({c.POD_GPUS} unless on (namespace, pod) {c.POD_IDLE}
 IDLE_SHARE: Final = f"{c.FLEET_GPUS_IDLE} / {c.FLEET_GPUS} > -1"
 
 
+def idle_gpu_hours_trend() -> Any:
+    """The waste accumulated, over time (also on the reclaim dashboard, next to the evictions)."""
+    return h.timeseries(
+        "Idle GPU-hours in the trailing 24 h",
+        "Each point: GPU-hours spent idle in the 24 hours before it. A falling line means less waste; "
+        "reclaiming idle GPUs flattens it.",
+        [h.Query(c.FLEET_IDLE_GPU_HOURS_24H, "fleet")],
+        unit=h.GPU_HOURS,
+        colours={"fleet": h.IDLE},
+    )
+
+
 def build() -> Any:
     lay = h.Layout()
-    lay.add(
+    lay.stats(
         h.stat(
             "GPUs total",
             "GPUs the exporters report, each counted once, lost or unreadable ones included.",
@@ -27,10 +39,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.NEUTRAL,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Allocated",
             "GPUs held by pods (allocated by the kubelet or in use). A time-sliced GPU counts once per pod.",
@@ -38,10 +46,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.ALLOCATED,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Allocated but idle",
             f"GPUs held by pods whose activity is at or below {c.IDLE_THRESHOLD:.0%} right now: the waste.",
@@ -49,10 +53,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.IDLE,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Unknown",
             "GPUs held by pods whose activity is unknown (stale or failed readings, unattributed processes). "
@@ -61,10 +61,6 @@ def build() -> Any:
             unit=h.GPUS,
             thresholds=h.ZERO_IS_GOOD,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Idle share",
             "Allocated-but-idle GPUs over allocated GPUs.",
@@ -72,10 +68,6 @@ def build() -> Any:
             unit=h.RATIO,
             thresholds=h.steps(h.BUSY, (0.1, h.IDLE), (0.3, h.BAD)),
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Idle GPU-hours, last 24 h",
             "GPU-hours spent allocated and idle in the trailing 24 hours, all namespaces.",
@@ -84,8 +76,6 @@ def build() -> Any:
             colour=h.IDLE,
             decimals=1,
         ),
-        w=4,
-        h=4,
     )
 
     lay.row("Waste")
@@ -103,16 +93,7 @@ def build() -> Any:
         ),
         w=12,
     )
-    lay.add(
-        h.timeseries(
-            "Idle GPU-hours in the trailing 24 h",
-            "Each point: GPU-hours spent idle in the 24 hours before it. A falling line means less waste.",
-            [h.Query(c.FLEET_IDLE_GPU_HOURS_24H, "fleet")],
-            unit=h.GPU_HOURS,
-            colours={"fleet": h.IDLE},
-        ),
-        w=12,
-    )
+    lay.add(idle_gpu_hours_trend(), w=12)
     lay.add(
         h.table(
             "Idle GPU-hours by namespace",

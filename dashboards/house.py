@@ -265,6 +265,12 @@ class Layout:
         self._x += w
         self._line_height = max(self._line_height, h)
 
+    def stats(self, *panels: Any, h: int = 4) -> None:
+        """A line of stat panels sharing the full width equally."""
+        self._newline()
+        for panel in panels:
+            self.add(panel, w=24 // len(panels), h=h)
+
     def row(self, title: str) -> None:
         """A full-width row header starting a new line."""
         self._newline()

@@ -17,7 +17,7 @@ CONTAINER_LEGEND: Final = "{{namespace}}/{{pod}}/{{container}} on gpu {{gpu}}"
 
 def build() -> Any:
     lay = h.Layout()
-    lay.add(
+    lay.stats(
         h.stat(
             "GPUs",
             "GPUs the selected nodes' exporters report.",
@@ -25,10 +25,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.NEUTRAL,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Held by pods",
             "GPUs held by pods on the selected nodes (a time-sliced GPU counts once per pod).",
@@ -36,10 +32,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.ALLOCATED,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Held idle",
             "GPUs held by idle pods on the selected nodes.",
@@ -47,10 +39,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.IDLE,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Lost or unreadable",
             "GPUs NVML reports lost, or with a field that failed to read in the last collection. Their "
@@ -59,10 +47,6 @@ def build() -> Any:
             unit=h.GPUS,
             thresholds=h.ZERO_IS_GOOD,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Oldest snapshot",
             f"Age of the oldest snapshot the selected exporters serve. From {c.FRESHNESS_SECONDS} s on the "
@@ -71,10 +55,6 @@ def build() -> Any:
             unit=h.SECONDS,
             thresholds=h.SNAPSHOT_AGE_STEPS,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Attribution sources degraded",
             "Attribution sources (proc, podresources, kubernetes_api) that did not answer in the last "
@@ -82,8 +62,6 @@ def build() -> Any:
             f"count({c.EXPORTER_ATTRIBUTION_AVAILABLE}{NODE} == 0) or vector(0)",
             thresholds=h.ZERO_IS_GOOD,
         ),
-        w=4,
-        h=4,
     )
 
     lay.row("Per GPU")

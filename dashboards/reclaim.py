@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from dashboards import contracts as c
+from dashboards import fleet
 from dashboards import house as h
 
 UID: Final = "gpu-steward-reclaim"
@@ -20,7 +21,7 @@ def _quantile(q: float, bucket: str) -> str:
 
 def build() -> Any:
     lay = h.Layout()
-    lay.add(
+    lay.stats(
         h.stat(
             "Mode",
             "dry-run: decisions are only logged; enforce: the automator evicts.",
@@ -29,20 +30,12 @@ def build() -> Any:
             text_mode="name",
             colour=h.NEUTRAL,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Leaders",
             "Replicas holding the lease and running passes: 1 is right, 0 means no pass runs.",
             f"sum({c.AUTOMATOR_IS_LEADER})",
             thresholds=h.steps(h.BAD, (1, h.BUSY), (2, h.BAD)),
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Since last good pass",
             "Time since a pass last finished without error. Passes run every --interval seconds.",
@@ -50,20 +43,12 @@ def build() -> Any:
             unit=h.SECONDS,
             thresholds=h.steps(h.BUSY, (300, h.IDLE), (900, h.BAD)),
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Unresolved preemptors",
             "Pending higher-priority pods the last pass could not make room for.",
             f"sum({c.AUTOMATOR_UNRESOLVED})",
             thresholds=h.ZERO_IS_GOOD,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Decisions in range",
             "Preemptors for which victims were chosen, over the dashboard's time range.",
@@ -71,10 +56,6 @@ def build() -> Any:
             colour=h.ALLOCATED,
             decimals=0,
         ),
-        w=4,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Eviction calls in range",
             "Eviction API calls, all outcomes, over the dashboard's time range.",
@@ -82,8 +63,6 @@ def build() -> Any:
             colour=h.IDLE,
             decimals=0,
         ),
-        w=4,
-        h=4,
     )
 
     lay.row("Decisions and evictions")
@@ -125,16 +104,7 @@ def build() -> Any:
         ),
         w=12,
     )
-    lay.add(
-        h.timeseries(
-            "Idle GPU-hours in the trailing 24 h",
-            "Each point: GPU-hours idle in the 24 hours before it; reclaiming flattens the line.",
-            [h.Query(c.FLEET_IDLE_GPU_HOURS_24H, "fleet")],
-            unit=h.GPU_HOURS,
-            colours={"fleet": h.IDLE},
-        ),
-        w=12,
-    )
+    lay.add(fleet.idle_gpu_hours_trend(), w=12)
 
     lay.row("Passes and their cost")
     lay.add(

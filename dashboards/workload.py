@@ -15,7 +15,7 @@ PODS: Final = f"{{{NS}, pod=~{h.regex('pod')}}}"
 
 def build() -> Any:
     lay = h.Layout()
-    lay.add(
+    lay.stats(
         h.stat(
             "GPUs held",
             "GPUs held by the selected namespaces' pods (a time-sliced GPU counts once per pod).",
@@ -23,10 +23,6 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.ALLOCATED,
         ),
-        w=6,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "GPUs idle",
             "GPUs held by pods that are idle right now.",
@@ -34,20 +30,12 @@ def build() -> Any:
             unit=h.GPUS,
             colour=h.IDLE,
         ),
-        w=6,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Pods with unknown activity",
             "Pods holding GPUs whose activity is unknown (no fresh, complete reading). Never idle.",
             f"count({c.POD_GPUS}{{{NS}}} unless on (namespace, pod) {c.POD_IDLE}) or vector(0)",
             thresholds=h.ZERO_IS_GOOD,
         ),
-        w=6,
-        h=4,
-    )
-    lay.add(
         h.stat(
             "Idle GPU-hours, last 24 h",
             "GPU-hours the selected namespaces held idle in the trailing 24 hours.",
@@ -56,8 +44,6 @@ def build() -> Any:
             colour=h.IDLE,
             decimals=1,
         ),
-        w=6,
-        h=4,
     )
     lay.add(
         h.table(
