@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo bench lint typecheck rules-check unit prometheus-bin deps clean manifests
+.PHONY: test demo bench lint typecheck rules-check unit prometheus-bin deps clean manifests dashboards
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,6 +43,10 @@ test: deps lint typecheck rules-check
 
 demo: deps
 	$(PY) deploy/demo/run_demo.py
+
+# Regenerate dashboards/json/*.json and their ConfigMaps in deploy/dashboards/ (docs/dashboards.md).
+dashboards: $(STAMP)
+	$(PY) -m dashboards.generate
 
 bench: deps
 	$(PY) -m tests.bench.run_all

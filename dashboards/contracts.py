@@ -1,0 +1,162 @@
+"""Every series name and number the dashboards take from the rest of the project, in one place.
+
+Nothing here is retyped: recorded series come from automator.series, the exporter's metric names from the
+exporter's own code (the families it declares over a node without GPUs), the automator's from
+automator.metrics, the coverage minimum from the planner's defaults. When one of those homes moves, only
+this module changes. Importing it fails, naming the series, when a name the dashboards need is gone, so
+`make dashboards` and the tests fail instead of committing a dashboard that queries nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+
+from automator import series
+from automator.metrics import AutomatorMetrics
+from automator.model import PlannerConfig
+from exporter import collector
+from exporter.model import Attribution, ContainerRef, GpuSample
+
+# --- numbers -----------------------------------------------------------------------------------------
+IDLE_THRESHOLD: Final = series.IDLE_THRESHOLD
+FRESHNESS_SECONDS: Final = series.FRESHNESS_SECONDS
+MIN_COVERAGE: Final = PlannerConfig().min_coverage
+
+# --- recorded series (rules/, named in automator/series.py) -------------------------------------------
+POD_ACTIVITY: Final = series.POD_ACTIVITY
+POD_IDLE: Final = series.POD_IDLE
+POD_IDLE_SECONDS: Final = series.POD_IDLE_SECONDS
+POD_MEMORY_RATIO: Final = series.POD_MEMORY_RATIO
+POD_GPUS: Final = series.POD_GPUS
+POD_GPUS_IDLE: Final = series.POD_GPUS_IDLE
+FLEET_GPUS: Final = series.FLEET_GPUS
+FLEET_GPUS_IDLE: Final = series.FLEET_GPUS_IDLE
+NAMESPACE_IDLE_GPU_HOURS_24H: Final = series.NAMESPACE_IDLE_GPU_HOURS_24H
+FLEET_IDLE_GPU_HOURS_24H: Final = series.FLEET_IDLE_GPU_HOURS_24H
+RULE_EVALUATION_TIMESTAMP: Final = series.RULE_EVALUATION_TIMESTAMP
+
+
+def sibling(name: str, *, level: str | None = None, operation: str | None = None) -> str:
+    """The recorded series `level:metric:operation` next to `name`, checked against series.RECORDED.
+
+    For series that automator/series.py lists but does not name: derived from a named one by the
+    level:metric:operations convention, so only the part that differs is written here.
+    """
+    parts = name.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"{name!r} is not a level:metric:operations name")
+    lvl = parts[0] if level is None else level
+    derived = f"{lvl}:{parts[1]}:{parts[2] if operation is None else operation}"
+    if derived not in series.RECORDED:
+        raise LookupError(f"recorded series {derived!r} (from {name!r}) is not in automator.series.RECORDED")
+    return derived
+
+
+POD_COVERAGE: Final[Mapping[str, str]] = {
+    w: sibling(POD_ACTIVITY, operation=f"coverage_{w}") for w in ("5m", "30m", "1h")
+}
+NODE_GPUS: Final = sibling(POD_GPUS, level="node")
+NODE_GPUS_IDLE: Final = sibling(POD_GPUS_IDLE, level="node")
+NODE_IDLE_GPU_HOURS_24H: Final = sibling(NAMESPACE_IDLE_GPU_HOURS_24H, level="node")
+
+
+# --- the exporter's metrics (exporter/collector.py) ---------------------------------------------------
+class _NoGpus:
+    name = "none"
+
+    def collect(self) -> list[GpuSample]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class _NoAttribution:
+    def refresh(self) -> None:
+        return None
+
+    def attribute(
+        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
+    ) -> dict[int, Attribution]:
+        return {}
+
+    def allocations(self) -> dict[str, list[ContainerRef]]:
+        return {}
+
+    def status(self) -> dict[str, bool]:
+        return {}
+
+
+def _exporter_families() -> dict[str, str]:
+    """Family name -> the name of its samples, for every family the exporter serves (empty node)."""
+    loop = collector.CollectionLoop(source=_NoGpus(), attributor=_NoAttribution(), node="", interval=1.0)
+    loop.collect_once()
+    return {
+        m.name: m.name + "_total" if m.type == "counter" else m.name
+        for m in collector.ExporterCollector(loop, "none").collect()
+    }
+
+
+_EXPORTER: Final = _exporter_families()
+# Every sample name the exporter serves (for the test that the dashboards read nothing else).
+EXPORTER_SAMPLES: Final = frozenset(_EXPORTER.values())
+
+
+def exporter_metric(suffix: str) -> str:
+    """The sample name of the exporter's family PREFIX + suffix; fails when it does not serve it."""
+    family = collector.PREFIX + suffix
+    if family not in _EXPORTER:
+        raise LookupError(f"the exporter serves no metric {family!r} (it serves {sorted(_EXPORTER)})")
+    return _EXPORTER[family]
+
+
+GPU_UTILIZATION: Final = exporter_metric("gpu_utilization_ratio")
+GPU_MEMORY_UTILIZATION: Final = exporter_metric("gpu_memory_utilization_ratio")
+GPU_MEMORY_USED: Final = exporter_metric("gpu_memory_used_bytes")
+GPU_MEMORY_TOTAL: Final = exporter_metric("gpu_memory_total_bytes")
+GPU_TEMPERATURE: Final = exporter_metric("gpu_temperature_celsius")
+GPU_POWER: Final = exporter_metric("gpu_power_watts")
+GPU_COLLECTION_SUCCESS: Final = exporter_metric("gpu_collection_success")
+GPU_LOST: Final = exporter_metric("gpu_lost")
+GPU_ALLOCATION: Final = exporter_metric("gpu_allocation")
+GPU_READ_ERRORS: Final = exporter_metric("gpu_read_errors")
+CONTAINER_UTILIZATION: Final = exporter_metric("container_gpu_utilization_ratio")
+CONTAINER_MEMORY_USED: Final = exporter_metric("container_gpu_memory_used_bytes")
+CONTAINER_PROCESSES: Final = exporter_metric("container_gpu_processes")
+UNATTRIBUTED_UTILIZATION: Final = exporter_metric("unattributed_gpu_utilization_ratio")
+UNATTRIBUTED_MEMORY_USED: Final = exporter_metric("unattributed_gpu_memory_used_bytes")
+UNATTRIBUTED_PROCESSES: Final = exporter_metric("unattributed_gpu_processes")
+EXPORTER_SNAPSHOT_AGE: Final = exporter_metric("exporter_snapshot_age_seconds")
+EXPORTER_COLLECTION_ERRORS: Final = exporter_metric("exporter_collection_errors")
+EXPORTER_COLLECTION_DURATION: Final = exporter_metric("exporter_collection_duration_seconds")
+EXPORTER_ATTRIBUTION_AVAILABLE: Final = exporter_metric("exporter_attribution_available")
+
+
+# --- the automator's metrics (automator/metrics.py) ---------------------------------------------------
+_AUTOMATOR: Final = AutomatorMetrics(CollectorRegistry())
+
+
+def _family(metric: MetricWrapperBase) -> str:
+    (described,) = metric.describe()
+    return described.name
+
+
+def _counter(metric: MetricWrapperBase) -> str:
+    return _family(metric) + "_total"
+
+
+AUTOMATOR_PASSES: Final = _counter(_AUTOMATOR.passes)
+AUTOMATOR_DECISIONS: Final = _counter(_AUTOMATOR.decisions)
+AUTOMATOR_EVICTIONS: Final = _counter(_AUTOMATOR.evictions)
+AUTOMATOR_REPLANS: Final = _counter(_AUTOMATOR.replans)
+AUTOMATOR_PASS_DURATION_BUCKET: Final = _family(_AUTOMATOR.pass_duration) + "_bucket"
+AUTOMATOR_QUERY_DURATION_BUCKET: Final = _family(_AUTOMATOR.query_duration) + "_bucket"
+AUTOMATOR_QUERIES_PER_PASS: Final = _family(_AUTOMATOR.queries_per_pass)
+AUTOMATOR_LAST_SUCCESS: Final = _family(_AUTOMATOR.last_success)
+AUTOMATOR_IS_LEADER: Final = _family(_AUTOMATOR.is_leader)
+AUTOMATOR_UNRESOLVED: Final = _family(_AUTOMATOR.unresolved)
+AUTOMATOR_BUILD_INFO: Final = _family(_AUTOMATOR.build_info)

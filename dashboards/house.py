@@ -1,0 +1,320 @@
+"""House defaults shared by every dashboard: data source variable, units, thresholds, colours, layout.
+
+The dashboard modules only say what to show; how it looks is decided here, once. Panels take their data
+source from the `$datasource` variable (never a fixed name), so one import works with any Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from grafanalib import core as g
+from grafanalib._gen import DashboardEncoder
+
+from dashboards import contracts
+
+TAG: Final = "gpu-steward"
+DATASOURCE_VARIABLE: Final = "datasource"
+DATASOURCE: Final = {"type": "prometheus", "uid": "${" + DATASOURCE_VARIABLE + "}"}
+# Grafana's own interval variables; the query test substitutes them like Grafana does.
+RATE_INTERVAL: Final = "$__rate_interval"
+RANGE: Final = "$__range"
+
+# --- units (Grafana unit ids) ---
+RATIO: Final = "percentunit"
+BYTES: Final = "bytes"
+SECONDS: Final = "s"
+CELSIUS: Final = "celsius"  # grafanalib 0.7.1 misspells its constant: use the id
+WATTS: Final = "watt"
+COUNT: Final = "short"
+GPUS: Final = "suffix: GPUs"
+GPU_HOURS: Final = "suffix: GPU-h"
+
+# --- colours: one meaning each, everywhere ---
+BUSY: Final = "green"
+IDLE: Final = "orange"
+UNKNOWN: Final = "purple"
+ALLOCATED: Final = "blue"
+BAD: Final = "red"
+NEUTRAL: Final = "text"
+
+Steps = list[dict[str, Any]]
+
+
+def steps(base: str, *above: tuple[float, str]) -> Steps:
+    """Threshold steps: `base` colour, then (value, colour) pairs in increasing order."""
+    return [{"color": base, "value": None}, *({"color": c, "value": v} for v, c in above)]
+
+
+# Activity at or below the idle threshold reads idle (the rules' threshold, not a copy).
+ACTIVITY_STEPS: Final = steps(IDLE, (contracts.IDLE_THRESHOLD, BUSY))
+# Coverage below the automator's minimum: too little data to call a pod idle.
+COVERAGE_STEPS: Final = steps(BAD, (contracts.MIN_COVERAGE, BUSY))
+# A snapshot as old as the rules' freshness limit no longer counts.
+SNAPSHOT_AGE_STEPS: Final = steps(BUSY, (contracts.FRESHNESS_SECONDS, BAD))
+# Anything above zero is worth a look (errors, idle GPUs, unknown GPUs, unresolved preemptors).
+ZERO_IS_GOOD: Final = steps(BUSY, (1, BAD))
+PLAIN: Final = steps(NEUTRAL)
+
+
+def fixed(colour: str) -> dict[str, str]:
+    return {"mode": "fixed", "fixedColor": colour}
+
+
+def colour_override(series_name: str, colour: str) -> dict[str, Any]:
+    """Colour one series (by its display name) in a time series panel."""
+    return {
+        "matcher": {"id": "byName", "options": series_name},
+        "properties": [{"id": "color", "value": fixed(colour)}],
+    }
+
+
+def unit_override(field_name: str, unit: str) -> dict[str, Any]:
+    """Set the unit of one table column."""
+    return {"matcher": {"id": "byName", "options": field_name}, "properties": [{"id": "unit", "value": unit}]}
+
+
+# --- variables ---
+
+
+def datasource_variable() -> Any:
+    return g.Template(
+        name=DATASOURCE_VARIABLE, label="Data source", query="prometheus", type="datasource", default=None
+    )
+
+
+def label_variable(name: str, label: str, metric: str, label_name: str, *, include_all: bool = True) -> Any:
+    """A variable listing the values of `label_name` on `metric` (a selector, may use other variables)."""
+    return g.Template(
+        name=name,
+        label=label,
+        query=f"label_values({metric}, {label_name})",
+        dataSource=DATASOURCE,
+        refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
+        includeAll=include_all,
+        multi=include_all,
+        allValue=".*" if include_all else None,
+        default="$__all" if include_all else None,
+        sort=g.SORT_ALPHA_ASC,
+    )
+
+
+def regex(variable: str) -> str:
+    """The matcher value for a (possibly multi-valued) variable: `label=~"$var"`."""
+    return f'"${variable}"'
+
+
+# --- queries ---
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+def _targets(queries: Sequence[Query], table: bool = False) -> list[Any]:
+    return [
+        g.Target(
+            expr=q.expr,
+            legendFormat=q.legend,
+            refId=string.ascii_uppercase[i],
+            instant=q.instant or table,
+            format=g.TABLE_TARGET_FORMAT if table else g.TIME_SERIES_TARGET_FORMAT,
+            datasource=DATASOURCE,
+        )
+        for i, q in enumerate(queries)
+    ]
+
+
+# --- panels ---
+
+
+def stat(
+    title: str,
+    description: str,
+    expr: str,
+    *,
+    unit: str = COUNT,
+    thresholds: Steps | None = None,
+    colour: str | None = None,
+    decimals: int | None = None,
+    legend: str = "",
+    text_mode: str | None = None,
+) -> Any:
+    """One number now (instant query). A missing value shows "no data", never 0."""
+    return g.Stat(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        targets=_targets([Query(expr, legend, instant=True)]),
+        format=unit,
+        decimals=decimals,
+        thresholds=thresholds or PLAIN,
+        color=fixed(colour) if colour else {"mode": "thresholds"},
+        colorMode="value",
+        graphMode="none",
+        reduceCalc="lastNotNull",
+        noValue="no data",
+        textMode=text_mode or ("value_and_name" if legend else "auto"),
+    )
+
+
+def timeseries(
+    title: str,
+    description: str,
+    queries: Sequence[Query],
+    *,
+    unit: str = COUNT,
+    thresholds: Steps | None = None,
+    threshold_line: bool = False,
+    max_value: int | None = None,
+    stacked: bool = False,
+    bars: bool = False,
+    colours: Mapping[str, str] | None = None,
+) -> Any:
+    """Series over the dashboard's time range. Gaps stay gaps (unknown is not drawn as 0)."""
+    return g.TimeSeries(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        targets=_targets(queries),
+        unit=unit,
+        thresholds=thresholds or PLAIN,
+        thresholdsStyleMode="line" if threshold_line else "off",
+        valueMin=0,
+        valueMax=max_value,
+        stacking={"mode": "normal", "group": "A"} if stacked else {"mode": "none"},
+        drawStyle="bars" if bars else "line",
+        fillOpacity=60 if bars else (20 if stacked else 0),
+        spanNulls=False,
+        showPoints="never",
+        legendDisplayMode="table",
+        legendPlacement="right" if len(queries) == 1 else "bottom",
+        legendCalcs=["lastNotNull", "max"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        overrides=[colour_override(n, c) for n, c in (colours or {}).items()],
+    )
+
+
+def table(
+    title: str,
+    description: str,
+    columns: Sequence[tuple[str, Query, str]],
+    *,
+    sort_by: str | None = None,
+    thresholds: Mapping[str, Steps] | None = None,
+) -> Any:
+    """Instant queries joined on their labels (Grafana's merge), one value column per query.
+
+    `columns`: (column title, query, unit). Time is hidden; the label columns come first.
+    """
+    queries = [q for _, q, _ in columns]
+    rename = {f"Value #{string.ascii_uppercase[i]}": name for i, (name, _, _) in enumerate(columns)}
+    overrides = [unit_override(name, unit) for name, _, unit in columns]
+    for name, colour_steps in (thresholds or {}).items():
+        overrides.append(
+            {
+                "matcher": {"id": "byName", "options": name},
+                "properties": [
+                    {"id": "thresholds", "value": {"mode": "absolute", "steps": colour_steps}},
+                    {"id": "custom.displayMode", "value": "color-text"},
+                ],
+            }
+        )
+    return g.Table(
+        title=title,
+        description=description,
+        dataSource=DATASOURCE,
+        targets=_targets(queries, table=True),
+        transformations=[
+            {"id": "merge", "options": {}},
+            {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": rename}},
+        ],
+        overrides=overrides,
+        thresholds=PLAIN,
+        filterable=True,
+        sortBy=[g.TableSortByField(displayName=sort_by, desc=True)] if sort_by else [],
+    )
+
+
+# --- layout and the dashboard ---
+
+
+@dataclass
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid, wrapping to a new line when full."""
+
+    panels: list[Any] = field(default_factory=list)
+    _x: int = 0
+    _y: int = 0
+    _line_height: int = 0
+
+    def add(self, panel: Any, w: int, h: int = 8) -> None:
+        if not 0 < w <= 24:
+            raise ValueError(f"panel {panel.title!r}: width {w} is not in 1-24")
+        if self._x + w > 24:
+            self._newline()
+        self.panels.append(_placed(panel, g.GridPos(h=h, w=w, x=self._x, y=self._y)))
+        self._x += w
+        self._line_height = max(self._line_height, h)
+
+    def stats(self, *panels: Any, h: int = 4) -> None:
+        """A line of stat panels sharing the full width equally."""
+        self._newline()
+        for panel in panels:
+            self.add(panel, w=24 // len(panels), h=h)
+
+    def row(self, title: str) -> None:
+        """A full-width row header starting a new line."""
+        self._newline()
+        self.panels.append(g.RowPanel(title=title, gridPos=g.GridPos(h=1, w=24, x=0, y=self._y)))
+        self._y += 1
+
+    def _newline(self) -> None:
+        if self._x:
+            self._y += self._line_height
+        self._x, self._line_height = 0, 0
+
+
+def _placed(panel: Any, pos: Any) -> Any:
+    panel.gridPos = pos
+    return panel
+
+
+def dashboard(uid: str, title: str, description: str, layout: Layout, variables: Iterable[Any] = ()) -> Any:
+    return g.Dashboard(
+        uid=uid,
+        title=title,
+        description=description,
+        tags=[TAG],
+        timezone="browser",
+        refresh="30s",
+        time=g.Time("now-6h", "now"),
+        graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
+        editable=True,
+        panels=layout.panels,
+        templating=g.Templating(list=[datasource_variable(), *variables]),
+        links=[
+            {
+                "title": "GPU Steward",
+                "type": "dashboards",
+                "tags": [TAG],
+                "asDropdown": True,
+                "includeVars": False,
+                "keepTime": True,
+            }
+        ],
+    ).auto_panel_ids()
+
+
+def render(dash: Any) -> str:
+    """The dashboard's JSON as committed: stable key order, two-space indent, trailing newline."""
+    data = json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
