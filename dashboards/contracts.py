@@ -1,7 +1,7 @@
 """Every series name and number the dashboards take from the rest of the project, in one place.
 
 Nothing here is retyped: recorded series come from automator.series, the exporter's metric names from the
-exporter's own code (the families it declares over a node without GPUs), the automator's from
+exporter's metric table (exporter/metrics.py), the automator's from
 automator.metrics, the coverage minimum from the planner's defaults. When one of those homes moves, only
 this module changes. Importing it fails, naming the series, when a name the dashboards need is gone, so
 `make dashboards` and the tests fail instead of committing a dashboard that queries nothing.
@@ -9,7 +9,7 @@ this module changes. Importing it fails, naming the series, when a name the dash
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
 
 from prometheus_client import CollectorRegistry
@@ -18,8 +18,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from automator import series
 from automator.metrics import AutomatorMetrics
 from automator.model import PlannerConfig
-from exporter import collector
-from exporter.model import Attribution, ContainerRef, GpuSample
+from exporter import metrics as exporter_metrics
 
 # --- numbers -----------------------------------------------------------------------------------------
 IDLE_THRESHOLD: Final = series.IDLE_THRESHOLD
@@ -64,76 +63,29 @@ NODE_GPUS_IDLE: Final = sibling(POD_GPUS_IDLE, level="node")
 NODE_IDLE_GPU_HOURS_24H: Final = sibling(NAMESPACE_IDLE_GPU_HOURS_24H, level="node")
 
 
-# --- the exporter's metrics (exporter/collector.py) ---------------------------------------------------
-class _NoGpus:
-    name = "none"
-
-    def collect(self) -> list[GpuSample]:
-        return []
-
-    def close(self) -> None:
-        return None
-
-
-class _NoAttribution:
-    def refresh(self) -> None:
-        return None
-
-    def attribute(
-        self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None
-    ) -> dict[int, Attribution]:
-        return {}
-
-    def allocations(self) -> dict[str, list[ContainerRef]]:
-        return {}
-
-    def status(self) -> dict[str, bool]:
-        return {}
-
-
-def _exporter_families() -> dict[str, str]:
-    """Family name -> the name of its samples, for every family the exporter serves (empty node)."""
-    loop = collector.CollectionLoop(source=_NoGpus(), attributor=_NoAttribution(), node="", interval=1.0)
-    loop.collect_once()
-    return {
-        m.name: m.name + "_total" if m.type == "counter" else m.name
-        for m in collector.ExporterCollector(loop, "none").collect()
-    }
-
-
-_EXPORTER: Final = _exporter_families()
+# --- the exporter's metrics (exporter/metrics.py, the one metric table) ------------------------------
 # Every sample name the exporter serves (for the test that the dashboards read nothing else).
-EXPORTER_SAMPLES: Final = frozenset(_EXPORTER.values())
-
-
-def exporter_metric(suffix: str) -> str:
-    """The sample name of the exporter's family PREFIX + suffix; fails when it does not serve it."""
-    family = collector.PREFIX + suffix
-    if family not in _EXPORTER:
-        raise LookupError(f"the exporter serves no metric {family!r} (it serves {sorted(_EXPORTER)})")
-    return _EXPORTER[family]
-
-
-GPU_UTILIZATION: Final = exporter_metric("gpu_utilization_ratio")
-GPU_MEMORY_UTILIZATION: Final = exporter_metric("gpu_memory_utilization_ratio")
-GPU_MEMORY_USED: Final = exporter_metric("gpu_memory_used_bytes")
-GPU_MEMORY_TOTAL: Final = exporter_metric("gpu_memory_total_bytes")
-GPU_TEMPERATURE: Final = exporter_metric("gpu_temperature_celsius")
-GPU_POWER: Final = exporter_metric("gpu_power_watts")
-GPU_COLLECTION_SUCCESS: Final = exporter_metric("gpu_collection_success")
-GPU_LOST: Final = exporter_metric("gpu_lost")
-GPU_ALLOCATION: Final = exporter_metric("gpu_allocation")
-GPU_READ_ERRORS: Final = exporter_metric("gpu_read_errors")
-CONTAINER_UTILIZATION: Final = exporter_metric("container_gpu_utilization_ratio")
-CONTAINER_MEMORY_USED: Final = exporter_metric("container_gpu_memory_used_bytes")
-CONTAINER_PROCESSES: Final = exporter_metric("container_gpu_processes")
-UNATTRIBUTED_UTILIZATION: Final = exporter_metric("unattributed_gpu_utilization_ratio")
-UNATTRIBUTED_MEMORY_USED: Final = exporter_metric("unattributed_gpu_memory_used_bytes")
-UNATTRIBUTED_PROCESSES: Final = exporter_metric("unattributed_gpu_processes")
-EXPORTER_SNAPSHOT_AGE: Final = exporter_metric("exporter_snapshot_age_seconds")
-EXPORTER_COLLECTION_ERRORS: Final = exporter_metric("exporter_collection_errors")
-EXPORTER_COLLECTION_DURATION: Final = exporter_metric("exporter_collection_duration_seconds")
-EXPORTER_ATTRIBUTION_AVAILABLE: Final = exporter_metric("exporter_attribution_available")
+EXPORTER_SAMPLES: Final = frozenset(m.sample_name for m in exporter_metrics.ALL_METRICS)
+GPU_UTILIZATION: Final = exporter_metrics.GPU_UTILIZATION.sample_name
+GPU_MEMORY_UTILIZATION: Final = exporter_metrics.GPU_MEMORY_UTILIZATION.sample_name
+GPU_MEMORY_USED: Final = exporter_metrics.GPU_MEMORY_USED.sample_name
+GPU_MEMORY_TOTAL: Final = exporter_metrics.GPU_MEMORY_TOTAL.sample_name
+GPU_TEMPERATURE: Final = exporter_metrics.GPU_TEMPERATURE.sample_name
+GPU_POWER: Final = exporter_metrics.GPU_POWER.sample_name
+GPU_COLLECTION_SUCCESS: Final = exporter_metrics.GPU_COLLECTION_SUCCESS.sample_name
+GPU_LOST: Final = exporter_metrics.GPU_LOST.sample_name
+GPU_ALLOCATION: Final = exporter_metrics.GPU_ALLOCATION.sample_name
+GPU_READ_ERRORS: Final = exporter_metrics.GPU_READ_ERRORS.sample_name
+CONTAINER_UTILIZATION: Final = exporter_metrics.CONTAINER_UTILIZATION.sample_name
+CONTAINER_MEMORY_USED: Final = exporter_metrics.CONTAINER_MEMORY_USED.sample_name
+CONTAINER_PROCESSES: Final = exporter_metrics.CONTAINER_PROCESSES.sample_name
+UNATTRIBUTED_UTILIZATION: Final = exporter_metrics.UNATTRIBUTED_UTILIZATION.sample_name
+UNATTRIBUTED_MEMORY_USED: Final = exporter_metrics.UNATTRIBUTED_MEMORY_USED.sample_name
+UNATTRIBUTED_PROCESSES: Final = exporter_metrics.UNATTRIBUTED_PROCESSES.sample_name
+EXPORTER_SNAPSHOT_AGE: Final = exporter_metrics.EXPORTER_SNAPSHOT_AGE.sample_name
+EXPORTER_COLLECTION_ERRORS: Final = exporter_metrics.EXPORTER_COLLECTION_ERRORS.sample_name
+EXPORTER_COLLECTION_DURATION: Final = exporter_metrics.EXPORTER_COLLECTION_DURATION.sample_name
+EXPORTER_ATTRIBUTION_AVAILABLE: Final = exporter_metrics.EXPORTER_ATTRIBUTION_AVAILABLE.sample_name
 
 
 # --- the automator's metrics (automator/metrics.py) ---------------------------------------------------
