@@ -48,6 +48,11 @@ demo: deps
 dashboards: $(STAMP)
 	$(PY) -m dashboards.generate
 
+# Regenerate the generated manifests: the PrometheusRule and the no-operator rule/scrape ConfigMap (docs/install.md).
+manifests: $(STAMP)
+	$(PY) deploy/prometheusrule/generate.py
+	$(PY) deploy/components/no-operator/generate.py
+
 bench: deps
 	$(PY) -m tests.bench.run_all
 
