@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from automator.quantity import parse_quantity
+from exporter import strict_yaml
 from exporter.model import ATTRIBUTION_SOURCES, CLOCK_EVENT_REASONS, Attribution, ContainerRef
 
 # Fields a scenario may declare unsupported; they match the nvml source's error keys.
@@ -523,38 +524,6 @@ def parse_scenario(data: Any) -> Scenario:
     )
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-# libyaml's safe loader when PyYAML was built with it (a 10,000-container file loads in well under a
-# second), else the pure-Python one; both reject duplicate keys, which plain YAML loading lets through
-# (the last one silently wins).
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _StrictLoader(_SafeLoader):  # type: ignore[valid-type,misc]
-    pass
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    result: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in result
-        except TypeError:
-            raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: a key must be a scalar") from None
-        if duplicate:
-            raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
-        result[key] = loader.construct_object(value_node, deep=True)
-    return result
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def load_scenario(path: Path | None) -> Scenario:
     """Read a scenario file, or the built-in demo when path is None."""
     if path is None:
@@ -569,10 +538,10 @@ def load_scenario(path: Path | None) -> Scenario:
             raise ScenarioError(f"scenario {path}: not UTF-8 text (byte {e.start})") from e
         where = f"scenario {path}"
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = strict_yaml.load(text)
     except yaml.YAMLError as e:
         raise ScenarioError(f"{where}: not valid YAML: {e}") from e
-    except _DuplicateKey as e:
+    except strict_yaml.DuplicateKeyError as e:
         raise ScenarioError(f"{where}: {e}") from e
     try:
         return parse_scenario(data)
