@@ -51,6 +51,7 @@ from exporter.loop import CollectionLoop
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.scenario import load_scenario
+from tests.promserver import free_port, start_mock_exporter, stop
 
 GPUS = 8
 CONTAINER_COUNTS = (16, 128, 1024)  # over 8 GPUs: 2, 16 and 128 per GPU
@@ -310,32 +311,9 @@ def big_scenario(gpus: int, per_gpu: int) -> dict[str, Any]:
 def exporter_process(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     scenario = tmp / "load.yaml"
     scenario.write_text(yaml.safe_dump(big_scenario(GPUS, 128)))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "--source",
-            "mock",
-            "--scenario",
-            str(scenario),
-            "--compat",
-            "dcgm",
-            "--port",
-            str(port),
-            "--listen-address",
-            "127.0.0.1",
-            "--interval",
-            "10",
-        ],
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    port = free_port()
+    # the collection interval of a deployment (10 s), not the tests' 1 s
+    proc = start_mock_exporter(scenario, port, tmp / "load.log", "--compat", "dcgm", "--interval", "10")
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -350,8 +328,7 @@ def exporter_process(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]
             time.sleep(0.2)
         yield proc, port
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop(proc)
 
 
 async def _scraper(port: int, until: float, latencies: list[float], errors: list[str]) -> None:
