@@ -23,8 +23,8 @@ class SettingError(ValueError):
 
 
 def env_name(flag: str) -> str:
-    """--prometheus-url -> GPU_STEWARD_PROMETHEUS_URL."""
-    return ENV_PREFIX + flag.removeprefix("--").replace("-", "_").upper()
+    """--prometheus-url -> GPU_STEWARD_PROMETHEUS_URL (--web.config.file -> GPU_STEWARD_WEB_CONFIG_FILE)."""
+    return ENV_PREFIX + flag.removeprefix("--").replace("-", "_").replace(".", "_").upper()
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Setting(Generic[T]):
 
     @property
     def dest(self) -> str:
-        return self.flag.removeprefix("--").replace("-", "_")
+        return self.flag.removeprefix("--").replace("-", "_").replace(".", "_")
 
 
 def add_arguments(parser: argparse.ArgumentParser | Any, settings: Iterable[Setting[Any]]) -> None:

@@ -15,16 +15,15 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from prometheus_client import CollectorRegistry, ProcessCollector
-
 from automator.settingspec import SettingError
 from exporter.attribution.degraded import DegradedAttributor
-from exporter.exposition import ExporterCollector
+from exporter.exposition import Exposition
 from exporter.loop import CollectionLoop, FamilyExtension
 from exporter.ports import Attributor, Source, SourceError
-from exporter.server import make_app, serve
+from exporter.server import HttpServer, Limits, make_handler
 from exporter.settings import Config, logging_level, parse_config
 from exporter.sources.scenario import ScenarioError, load_scenario
+from exporter.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger("exporter")
 
@@ -68,6 +67,11 @@ def extensions(config: Config) -> list[FamilyExtension]:
 
 def run(config: Config, stop: threading.Event) -> int:
     try:
+        web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
+    except WebConfigError as e:
+        print(f"gpu-exporter: error: --web.config.file: {e}", file=sys.stderr)
+        return 2
+    try:
         source, attributor, node = build_source(config)
     except ScenarioError as e:
         print(f"gpu-exporter: error: {e}", file=sys.stderr)
@@ -75,12 +79,26 @@ def run(config: Config, stop: threading.Event) -> int:
     except SourceError as e:
         print(f"gpu-exporter: error: {e}", file=sys.stderr)
         return 1
-    loop = CollectionLoop(source, attributor, node, config.interval, extensions(config))
-    registry = CollectorRegistry()
-    registry.register(ExporterCollector(loop, source.name))
-    ProcessCollector(registry=registry)  # the exporter's own CPU and memory
+    loop = CollectionLoop(
+        source, attributor, node, config.interval, extensions(config), config.health_stale_intervals
+    )
+    exposition = Exposition(loop, source.name)
+    loop.on_snapshot = exposition.prepare  # render once per collection, in the collection thread
+    limits = Limits(
+        workers=config.http_workers,
+        max_connections=config.http_max_connections,
+        timeout=config.http_timeout,
+        idle_timeout=config.http_idle_timeout,
+    )
     try:
-        server = serve(make_app(registry, loop), config.listen_address, config.port)
+        server = HttpServer(
+            make_handler(exposition, loop, web),
+            config.listen_address,
+            config.port,
+            limits,
+            ssl_context=web.ssl_context,
+            extra_headers=web.headers,
+        )
     except OSError as e:
         print(
             f"gpu-exporter: error: cannot listen on {config.listen_address}:{config.port}: {e}",
@@ -92,9 +110,10 @@ def run(config: Config, stop: threading.Event) -> int:
     http = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     http.start()
     log.info(
-        "serving %s source for node %s on %s:%d every %gs%s",
+        "serving %s source for node %s on %s://%s:%d every %gs%s",
         source.name,
         node,
+        "https" if web.ssl_context else "http",
         config.listen_address,
         config.port,
         config.interval,

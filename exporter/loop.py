@@ -46,14 +46,22 @@ class CollectionLoop:
     node: str
     interval: float
     extensions: Sequence[FamilyExtension] = ()
+    # /healthz fails when no collection completed for this many intervals (a hung or failing source).
+    stale_intervals: float = 6.0
+    on_snapshot: Callable[[Snapshot], object] | None = None  # e.g. render the exposition once
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
     collection_errors: int = 0
     read_errors: Counter[tuple[str, ...]] = field(default_factory=Counter)
-    last_attempt: float | None = None  # loop clock; for /healthz
+    last_attempt: float | None = None  # loop clock
+    started: float | None = None  # loop clock: when the loop was built (the first collection's deadline)
     _snapshot: Snapshot | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.clock()
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -87,6 +95,8 @@ class CollectionLoop:
             duration_seconds=finished - started,
         )
         self.last_attempt = finished
+        if self.on_snapshot is not None:
+            self.on_snapshot(self._snapshot)
         return self._snapshot
 
     def _attribution(
@@ -148,8 +158,14 @@ class CollectionLoop:
             self._stop.wait(next_run - now)
 
     def healthy(self, now: float | None = None) -> bool:
-        """Collection is making progress (a hung NVML call stops it); used by /healthz."""
-        if self.last_attempt is None:
-            return True  # still on the first collection
+        """A collection completed within the last `stale_intervals` intervals (counted from the start
+        while none has): a hung NVML call or a source failing every time fails /healthz."""
         now = self.clock() if now is None else now
-        return now - self.last_attempt <= 3 * self.interval + 30
+        snap = self._snapshot
+        since = snap.monotonic if snap is not None else self.started
+        assert since is not None
+        return now - since <= self.stale_intervals * self.interval
+
+    def ready(self) -> bool:
+        """The first snapshot exists (/readyz): before it a scrape would serve no GPU series."""
+        return self._snapshot is not None

@@ -20,8 +20,20 @@ SNAPSHOT_NOTE = " (from the last background collection)"
 
 DEVICE_LABELS = ("node", "gpu", "uuid", "model")
 CONTAINER_LABELS = ("namespace", "pod", "container")
-DCGM_DEVICE_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname")
-DCGM_CONTAINER_LABELS = ("container", "namespace", "pod")
+# dcgm-exporter's labels in its order; GPU_I_PROFILE / GPU_I_ID are set on MIG devices only.
+DCGM_DEVICE_LABELS = (
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "Hostname",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+)
+# `pod_uid` only on the per-container series of a shared GPU (as upstream's --kubernetes-virtual-gpus).
+DCGM_CONTAINER_LABELS = ("container", "namespace", "pod", "pod_uid")
 
 
 @dataclass(frozen=True)
@@ -31,15 +43,21 @@ class MetricSpec:
     unit: str  # as docs/metrics.md shows it; the name's suffix where Prometheus conventions want one
     labels: tuple[str, ...]  # in the order the samples carry them
     help: str
+    # False for dcgm-exporter's counters, whose names have no `_total` (kept as upstream spells them).
+    total_suffix: bool = True
 
     @cached_property
     def sample_name(self) -> str:
         """The name in the exposition (counters get `_total`)."""
-        return self.name + "_total" if self.kind == "counter" else self.name
+        return self.name + "_total" if self.kind == "counter" and self.total_suffix else self.name
 
 
 def _gauge(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
     return MetricSpec(PREFIX + name, "gauge", unit, labels, help)
+
+
+def _counter(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+    return MetricSpec(PREFIX + name, "counter", unit, labels, help)
 
 
 # --- per GPU, allocations, per container, outside Kubernetes: from the snapshot ----------------------
@@ -133,6 +151,89 @@ GPU_READ_ERRORS = MetricSpec(
     "NVML reads that failed, by GPU, field and NVML error",
 )
 
+# --- per GPU: identity, health signals, MIG -------------------------------------------------------------
+
+GPU_INFO = _gauge(
+    "gpu_info",
+    "1",
+    (*DEVICE_LABELS, "pci_bus_id", "driver_version", "cuda_version"),
+    "Always 1: the GPU's PCI bus id, the driver and CUDA versions (empty when unknown)",
+)
+MIG_INFO = _gauge(
+    "gpu_mig_info",
+    "1",
+    (*DEVICE_LABELS, "parent_uuid", "gpu_instance_id", "compute_instance_id", "profile"),
+    "Always 1 for a MIG device: its parent GPU, GPU and compute instance ids and profile",
+)
+GPU_SM_CLOCK = _gauge("gpu_sm_clock_hertz", "hertz", DEVICE_LABELS, "SM clock, hertz" + SNAPSHOT_NOTE)
+GPU_MEMORY_CLOCK = _gauge(
+    "gpu_memory_clock_hertz", "hertz", DEVICE_LABELS, "Memory clock, hertz" + SNAPSHOT_NOTE
+)
+GPU_MEMORY_TEMPERATURE = _gauge(
+    "gpu_memory_temperature_celsius",
+    "celsius",
+    DEVICE_LABELS,
+    "GPU memory (HBM) temperature, degrees Celsius" + SNAPSHOT_NOTE,
+)
+GPU_MEMORY_RESERVED = _gauge(
+    "gpu_memory_reserved_bytes",
+    "bytes",
+    DEVICE_LABELS,
+    "GPU memory the driver reserves, bytes" + SNAPSHOT_NOTE,
+)
+GPU_ENCODER_UTILIZATION = _gauge(
+    "gpu_encoder_utilization_ratio", "ratio", DEVICE_LABELS, "Video encoder busy share, 0-1" + SNAPSHOT_NOTE
+)
+GPU_DECODER_UTILIZATION = _gauge(
+    "gpu_decoder_utilization_ratio", "ratio", DEVICE_LABELS, "Video decoder busy share, 0-1" + SNAPSHOT_NOTE
+)
+GPU_PCIE_THROUGHPUT = _gauge(
+    "gpu_pcie_throughput_bytes_per_second",
+    "bytes/s",
+    (*DEVICE_LABELS, "direction"),
+    "PCIe traffic (direction tx or rx), bytes per second over NVML's 20 ms sample" + SNAPSHOT_NOTE,
+)
+GPU_PCIE_REPLAYS = _counter(
+    "gpu_pcie_replays", "replays", DEVICE_LABELS, "PCIe replays (retries) since the driver loaded"
+)
+GPU_NVLINK_BYTES = _counter(
+    "gpu_nvlink_bytes",
+    "bytes",
+    (*DEVICE_LABELS, "direction"),
+    "NVLink data bytes over all links (direction tx or rx); GPUs without NVLink have none",
+)
+GPU_XID_ERRORS = _counter(
+    "gpu_xid_errors",
+    "errors",
+    (*DEVICE_LABELS, "xid"),
+    "Xid errors NVML reported since the exporter started, by Xid code",
+)
+GPU_ECC_ERRORS = _counter(
+    "gpu_ecc_errors",
+    "errors",
+    (*DEVICE_LABELS, "type", "scope"),
+    "ECC memory errors by type (corrected, uncorrected) and scope (volatile: since the driver "
+    "loaded; aggregate: over the GPU's life)",
+)
+GPU_REMAPPED_ROWS = _counter(
+    "gpu_remapped_rows",
+    "rows",
+    (*DEVICE_LABELS, "type"),
+    "Memory rows remapped over the GPU's life, by the error that caused it (correctable, uncorrectable)",
+)
+GPU_ROW_REMAP_PENDING = _gauge(
+    "gpu_row_remap_pending", "0/1", DEVICE_LABELS, "1 if a row remap waits for a GPU reset"
+)
+GPU_ROW_REMAP_FAILURE = _gauge(
+    "gpu_row_remap_failure", "0/1", DEVICE_LABELS, "1 if a row remap failed (the GPU needs service)"
+)
+GPU_CLOCK_EVENT = _gauge(
+    "gpu_clock_event_reason_active",
+    "0/1",
+    (*DEVICE_LABELS, "reason"),
+    "1 while this reason holds the clocks down (throttling), per NVML clock-event reason",
+)
+
 # --- the exporter itself: computed at scrape time -------------------------------------------------------
 
 EXPORTER_BUILD_INFO = _gauge(
@@ -189,6 +290,23 @@ SNAPSHOT_METRICS: tuple[MetricSpec, ...] = (
     UNATTRIBUTED_MEMORY_USED,
     UNATTRIBUTED_PROCESSES,
     GPU_READ_ERRORS,
+    GPU_INFO,
+    MIG_INFO,
+    GPU_SM_CLOCK,
+    GPU_MEMORY_CLOCK,
+    GPU_MEMORY_TEMPERATURE,
+    GPU_MEMORY_RESERVED,
+    GPU_ENCODER_UTILIZATION,
+    GPU_DECODER_UTILIZATION,
+    GPU_PCIE_THROUGHPUT,
+    GPU_PCIE_REPLAYS,
+    GPU_NVLINK_BYTES,
+    GPU_XID_ERRORS,
+    GPU_ECC_ERRORS,
+    GPU_REMAPPED_ROWS,
+    GPU_ROW_REMAP_PENDING,
+    GPU_ROW_REMAP_FAILURE,
+    GPU_CLOCK_EVENT,
 )
 EXPORTER_METRICS: tuple[MetricSpec, ...] = (
     EXPORTER_BUILD_INFO,
@@ -199,46 +317,107 @@ EXPORTER_METRICS: tuple[MetricSpec, ...] = (
     EXPORTER_ATTRIBUTION_AVAILABLE,
 )
 
-# --- `--compat dcgm`: NVIDIA dcgm-exporter's names, units and labels (see exporter/dcgm_compat.py) ----
+# --- `--compat dcgm`: NVIDIA dcgm-exporter's names, types, units and labels (exporter/dcgm_compat.py) ---
+# Upstream's etc/default-counters.csv, field by field: what NVML can give is emitted with upstream's type
+# and help; what it cannot is listed in DCGM_NOT_AVAILABLE with the reason (docs/exporter.md shows both).
 
 
-def _dcgm(name: str, unit: str, help: str) -> MetricSpec:
-    return MetricSpec(name, "gauge", unit, DCGM_DEVICE_LABELS + DCGM_CONTAINER_LABELS, help)
+def _dcgm(name: str, kind: Kind, unit: str, help: str) -> MetricSpec:
+    return MetricSpec(name, kind, unit, DCGM_DEVICE_LABELS + DCGM_CONTAINER_LABELS, help, total_suffix=False)
 
 
-DCGM_GPU_UTIL = _dcgm(
-    "DCGM_FI_DEV_GPU_UTIL",
-    "%",
-    "GPU utilization in percent (per container on shared GPUs; gpu-steward compat)",
-)
-DCGM_MEM_COPY_UTIL = _dcgm(
-    "DCGM_FI_DEV_MEM_COPY_UTIL", "%", "Memory utilization in percent (gpu-steward compat)"
-)
-DCGM_FB_USED = _dcgm(
-    "DCGM_FI_DEV_FB_USED", "MiB", "Framebuffer memory used in MiB (per container; gpu-steward compat)"
-)
-DCGM_FB_FREE = _dcgm("DCGM_FI_DEV_FB_FREE", "MiB", "Framebuffer memory free in MiB (gpu-steward compat)")
-DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", "celsius", "GPU temperature in C (gpu-steward compat)")
-DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", "watts", "Power draw in W (gpu-steward compat)")
+DCGM_SM_CLOCK = _dcgm("DCGM_FI_DEV_SM_CLOCK", "gauge", "MHz", "SM clock frequency (in MHz).")
+DCGM_MEM_CLOCK = _dcgm("DCGM_FI_DEV_MEM_CLOCK", "gauge", "MHz", "Memory clock frequency (in MHz).")
+DCGM_MEMORY_TEMP = _dcgm("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "celsius", "Memory temperature (in C).")
+DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", "gauge", "celsius", "GPU temperature (in C).")
+DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", "gauge", "watts", "Power draw (in W).")
 DCGM_TOTAL_ENERGY = _dcgm(
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "counter",
     "millijoules",
-    "Total energy consumption since boot in mJ (gpu-steward compat)",
+    "Total energy consumption since boot (in mJ).",
 )
-DCGM_GR_ENGINE_ACTIVE = _dcgm(
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "ratio",
-    "Graphics engine active ratio 0-1 (per container; gpu-steward compat)",
+DCGM_PCIE_REPLAY = _dcgm(
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "retries", "Total number of PCIe retries."
+)
+DCGM_GPU_UTIL = _dcgm("DCGM_FI_DEV_GPU_UTIL", "gauge", "%", "GPU utilization (in %).")
+DCGM_MEM_COPY_UTIL = _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "%", "Memory utilization (in %).")
+DCGM_ENC_UTIL = _dcgm("DCGM_FI_DEV_ENC_UTIL", "gauge", "%", "Encoder utilization (in %).")
+DCGM_DEC_UTIL = _dcgm("DCGM_FI_DEV_DEC_UTIL", "gauge", "%", "Decoder utilization (in %).")
+DCGM_XID_ERRORS = _dcgm("DCGM_FI_DEV_XID_ERRORS", "gauge", "xid", "Value of the last XID error encountered.")
+DCGM_FB_FREE = _dcgm("DCGM_FI_DEV_FB_FREE", "gauge", "MiB", "Framebuffer memory free (in MiB).")
+DCGM_FB_USED = _dcgm("DCGM_FI_DEV_FB_USED", "gauge", "MiB", "Framebuffer memory used (in MiB).")
+DCGM_FB_RESERVED = _dcgm("DCGM_FI_DEV_FB_RESERVED", "gauge", "MiB", "Framebuffer memory reserved (in MiB).")
+DCGM_NVLINK_BANDWIDTH = _dcgm(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "counter",
+    "KiB",
+    "Total number of NVLink bandwidth counters for all lanes.",
+)
+DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm(
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "counter",
+    "rows",
+    "Number of remapped rows for uncorrectable errors",
+)
+DCGM_CORRECTABLE_REMAPPED_ROWS = _dcgm(
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "counter",
+    "rows",
+    "Number of remapped rows for correctable errors",
+)
+DCGM_ROW_REMAP_FAILURE = _dcgm(
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "0/1", "Whether remapping of rows has failed"
+)
+DCGM_PCIE_TX_BYTES = _dcgm(
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "gauge",
+    "bytes/s",
+    "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+    "payloads - in bytes per second.",
+)
+DCGM_PCIE_RX_BYTES = _dcgm(
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "gauge",
+    "bytes/s",
+    "The rate of data received over the PCIe bus - including both protocol headers and data "
+    "payloads - in bytes per second.",
 )
 DCGM_METRICS: tuple[MetricSpec, ...] = (
-    DCGM_GPU_UTIL,
-    DCGM_MEM_COPY_UTIL,
-    DCGM_FB_USED,
-    DCGM_FB_FREE,
+    DCGM_SM_CLOCK,
+    DCGM_MEM_CLOCK,
+    DCGM_MEMORY_TEMP,
     DCGM_GPU_TEMP,
     DCGM_POWER_USAGE,
     DCGM_TOTAL_ENERGY,
-    DCGM_GR_ENGINE_ACTIVE,
+    DCGM_PCIE_REPLAY,
+    DCGM_GPU_UTIL,
+    DCGM_MEM_COPY_UTIL,
+    DCGM_ENC_UTIL,
+    DCGM_DEC_UTIL,
+    DCGM_XID_ERRORS,
+    DCGM_FB_FREE,
+    DCGM_FB_USED,
+    DCGM_FB_RESERVED,
+    DCGM_NVLINK_BANDWIDTH,
+    DCGM_UNCORRECTABLE_REMAPPED_ROWS,
+    DCGM_CORRECTABLE_REMAPPED_ROWS,
+    DCGM_ROW_REMAP_FAILURE,
+    DCGM_PCIE_TX_BYTES,
+    DCGM_PCIE_RX_BYTES,
 )
+# Fields of upstream's default-counters.csv left out, and why: never faked from another reading.
+DCGM_NOT_AVAILABLE: dict[str, str] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "a DCGM profiling (DCP) counter read from the GPU's performance "
+    "monitors; NVML has no equivalent (its utilization is a different, coarser measure)",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "a DCGM profiling (DCP) counter; NVML does not expose tensor "
+    "pipe activity",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "a DCGM profiling (DCP) counter; NVML's memory utilization is a "
+    "different measure (DCGM_FI_DEV_MEM_COPY_UTIL carries it)",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing exists only inside vGPU guest VMs; on a "
+    "Kubernetes node with physical GPUs NVML answers NOT_SUPPORTED",
+}
+# The label upstream turns DCGM_FI_DRIVER_VERSION into (a `label` row of default-counters.csv).
+DCGM_LABEL_FIELDS = ("DCGM_FI_DRIVER_VERSION",)
 
 ALL_METRICS: tuple[MetricSpec, ...] = SNAPSHOT_METRICS + EXPORTER_METRICS + DCGM_METRICS

@@ -24,6 +24,7 @@ from automator.settingspec import (
     boolean,
     choice,
     csv,
+    integer,
     non_empty,
     number,
     port,
@@ -37,6 +38,21 @@ COMPAT_MODES = ("dcgm",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # Intervals and cache lifetimes: positive, and at most a day (a longer one is a typo, not a wish).
 seconds = number(0, 86400, low_open=True)
+# A collection interval under half a second would keep a core busy for readings NVML refreshes slower.
+collection_interval = number(0.5, 86400)
+
+
+def listen_address(text: str) -> str:
+    """An IP address (or `localhost`): a typo fails at start naming the flag, not at bind time."""
+    import ipaddress
+
+    candidate = text.strip().removeprefix("[").removesuffix("]")
+    if candidate != "localhost":
+        try:
+            ipaddress.ip_address(candidate)
+        except ValueError:
+            raise ValueError(f"expected an IP address such as 0.0.0.0 or ::, got {text!r}") from None
+    return candidate
 
 
 def _log_level(text: str) -> str:
@@ -58,10 +74,35 @@ SETTINGS: tuple[Setting[Any], ...] = (
         "scenario file for --source mock; without it the built-in demo scenario plays",
     ),
     Setting("--port", port, str(DEFAULT_PORT), "TCP port serving /metrics and /healthz"),
-    Setting("--listen-address", non_empty, "0.0.0.0", "address to listen on"),
+    Setting("--listen-address", listen_address, "0.0.0.0", "address to listen on (IPv4 or IPv6)"),
     Setting(
-        "--interval", seconds, "10", "seconds between background collections (a scrape serves the last one)"
+        "--interval",
+        collection_interval,
+        "10",
+        "seconds between background collections (a scrape serves the last one)",
     ),
+    Setting(
+        "--health-stale-intervals",
+        number(1, 1000),
+        "6",
+        "/healthz fails when no collection completed for this many intervals",
+    ),
+    Setting(
+        "--web.config.file",
+        non_empty,
+        None,
+        "TLS and basic auth, in Prometheus exporter-toolkit's web config format",
+        metavar="FILE",
+    ),
+    Setting("--http-workers", integer(1, 256), "8", "threads answering HTTP requests"),
+    Setting("--http-max-connections", integer(16, 1_000_000), "10000", "open HTTP connections at most"),
+    Setting(
+        "--http-timeout",
+        number(0.1, 600),
+        "10",
+        "seconds for a request to arrive and for a response to be written",
+    ),
+    Setting("--http-idle-timeout", number(1, 3600), "120", "seconds a keep-alive connection may stay idle"),
     Setting(
         "--compat",
         csv(choice(*COMPAT_MODES)),
@@ -101,6 +142,12 @@ class Config:
     port: int = DEFAULT_PORT
     listen_address: str = "0.0.0.0"
     interval: float = 10.0
+    health_stale_intervals: float = 6.0
+    web_config_file: Path | None = None
+    http_workers: int = 8
+    http_max_connections: int = 10_000
+    http_timeout: float = 10.0
+    http_idle_timeout: float = 120.0
     compat: tuple[str, ...] = ()
     node_name: str | None = None  # None: resolved by the CLI (scenario node or hostname)
     proc_root: str = "/proc"
@@ -147,6 +194,12 @@ def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Conf
         port=values["port"],
         listen_address=values["listen_address"],
         interval=values["interval"],
+        health_stale_intervals=values["health_stale_intervals"],
+        web_config_file=Path(values["web_config_file"]) if values["web_config_file"] else None,
+        http_workers=values["http_workers"],
+        http_max_connections=values["http_max_connections"],
+        http_timeout=values["http_timeout"],
+        http_idle_timeout=values["http_idle_timeout"],
         compat=values["compat"],
         node_name=node_name,
         proc_root=values["proc_root"],

@@ -65,7 +65,8 @@ def gpu_known(gpu: GpuSample) -> bool:
     """Whether container series can be derived: GPU present, utilization and process list read."""
     return (
         not gpu.lost
-        and gpu.utilization is not None
+        # NVML has no utilization on a MIG device: its memory and processes still split by container.
+        and (gpu.utilization is not None or gpu.mig is not None)
         and gpu.processes_known
         and not (PROCESS_LIST_FIELDS & gpu.errors.keys())
     )
@@ -102,8 +103,11 @@ def gpu_view(gpu: GpuSample, owners: Mapping[int, Attribution], allocated: Seque
         if len(allocations) == 1 and "host" not in by_reason and set(by_container) <= {allocations[0]}
         else None
     )
+    # A process's ref may know the pod's UID where the allocation's does not: keep the richer one.
+    with_uid = {ref: ref for ref in (*allocations, *by_container) if ref.pod_uid}
     containers = []
-    for ref in sorted(set(allocations) | set(by_container)):
+    for key in sorted(set(allocations) | set(by_container)):
+        ref = with_uid.get(key, key)
         procs = by_container.get(ref, [])
         if ref == sole and (procs or unresolved):
             containers.append(

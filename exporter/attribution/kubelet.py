@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 from exporter.attribution.allocations import (
     DEFAULT_GPU_RESOURCE_PREFIXES,
@@ -152,6 +153,8 @@ class KubeletAttributor:
             self._refresh_now(now)
             ref = self._index.containers.get(owner.container_id)
         if ref is not None:
+            if not ref.pod_uid:  # the cgroup names the pod's UID even when the pod list did not
+                ref = replace(ref, pod_uid=owner.pod_uid)
             return Attribution("container", ref)
         pod = self._index.pods.get(owner.pod_uid)
         if pod is None:
@@ -159,7 +162,9 @@ class KubeletAttributor:
         sole = sole_gpu_container(
             self._pod_resources, pod[0], pod[1], devices, self._gpu_names, self._gpu_prefixes
         )
-        return Attribution("container", sole) if sole is not None else UNRESOLVED
+        return (
+            Attribution("container", replace(sole, pod_uid=owner.pod_uid)) if sole is not None else UNRESOLVED
+        )
 
     def _refresh_now(self, now: float) -> None:
         self._last_refresh = now

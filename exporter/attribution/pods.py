@@ -38,7 +38,9 @@ def index_pods(pods: Iterable[Mapping[str, Any]]) -> PodIndex:
         namespace, name = meta.get("namespace"), meta.get("name")
         if not isinstance(namespace, str) or not isinstance(name, str):
             continue
-        uids = [meta.get("uid"), (meta.get("annotations") or {}).get(MIRROR_ANNOTATION)]
+        uid_field = meta.get("uid")
+        pod_uid = uid_field.lower() if isinstance(uid_field, str) else ""
+        uids = [uid_field, (meta.get("annotations") or {}).get(MIRROR_ANNOTATION)]
         for uid in uids:
             if isinstance(uid, str) and uid:
                 index.pods[uid.lower()] = (namespace, name)
@@ -48,5 +50,5 @@ def index_pods(pods: Iterable[Mapping[str, Any]]) -> PodIndex:
                 cid, cname = cs.get("containerID"), cs.get("name")
                 # A container not started yet has no id; it cannot own a process either.
                 if isinstance(cid, str) and cid and isinstance(cname, str):
-                    index.containers[strip_runtime(cid)] = ContainerRef(namespace, name, cname)
+                    index.containers[strip_runtime(cid)] = ContainerRef(namespace, name, cname, pod_uid)
     return index

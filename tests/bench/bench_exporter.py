@@ -1,13 +1,21 @@
-"""Exporter benchmark: scrape cost against bare prometheus_client, and collection cost per process.
+"""Exporter benchmark: scrape cost against bare prometheus_client, collection cost per process, HTTP
+under load, idle connections, and loading a large scenario.
 
-1. Scrape: a node with 8 GPUs and 16, 64, 128 containers (sharing the GPUs, one process each).
-   Exporter: `generate_latest` on a registry holding only the exporter's collector, over a prepared
-   snapshot. Bare: `generate_latest` on a registry of plain `Gauge`s holding the same series (same
-   names, labels and values) and nothing else. Goal: exporter <= 1.5 x bare.
+1. Scrape: a node with 8 GPUs and 16, 128, 1024 containers in all (sharing the GPUs, one process
+   each), `--compat dcgm` on. Exporter: what a scrape runs (`Exposition.body`: the bytes rendered once
+   per collection plus the per-scrape tail). Bare: `generate_latest` on a registry of plain `Gauge`s
+   holding the same series (same names, labels and values). Goal: exporter <= 0.1 x bare.
 2. Collection: one `collect_once` (NVML source over fake pynvml functions, a dict attributor,
    building the snapshot) for a growing number of processes. Goal: linear, i.e. a constant cost
    per process. The fakes cost next to nothing, so this is the exporter's own work; real NVML calls
    and the attributor's /proc reads come on top (both per GPU or per process, so also linear).
+
+3. Load: the exporter as a process (mock source, 8 GPUs x 128 containers, compat on), 50 concurrent
+   keep-alive scrapers (asyncio, in this process) for LOAD_SECONDS (env GPU_STEWARD_BENCH_LOAD_SECONDS;
+   `make bench` runs 20 s, the issue's 60 s with the variable set). Goal: no errors, p99 < 50 ms.
+4. Idle connections: 3,000 connections opened and left idle; the exporter's thread count (from
+   /proc/<pid>/status) and a scrape's latency while they stay open. Goal: threads stay bounded.
+5. A 10,000-container scenario file: load time. Goal: < 5 s.
 
 `main()` returns a markdown section for docs/benchmarks.md (tests/bench/run_all.py).
 Run alone: `.venv/bin/python -m tests.bench.bench_exporter`.
@@ -15,27 +23,40 @@ Run alone: `.venv/bin/python -m tests.bench.bench_exporter`.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import resource
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 import timeit
+import urllib.request
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+import yaml
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from exporter.exposition import ExporterCollector
+from exporter.dcgm_compat import dcgm_families
+from exporter.exposition import ExporterCollector, Exposition
 from exporter.loop import CollectionLoop
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
 from exporter.sources.nvml import NvmlSource
+from exporter.sources.scenario import load_scenario
+from tests.promserver import free_port, start_mock_exporter, stop
 
 GPUS = 8
-CONTAINER_COUNTS = (16, 64, 128)
+CONTAINER_COUNTS = (16, 128, 1024)  # over 8 GPUs: 2, 16 and 128 per GPU
 PROCESS_COUNTS = (16, 64, 128, 512, 1024)
-GOAL_RATIO = 1.5
+GOAL_RATIO = 0.1
 
 
 class StaticSource:
@@ -99,13 +120,15 @@ def node(containers: int) -> tuple[list[GpuSample], DictAttributor]:
     return gpus, DictAttributor(owners, allocations)
 
 
-def exporter_registry(containers: int) -> CollectorRegistry:
+def exporter_registry(containers: int) -> tuple[CollectorRegistry, Exposition]:
     gpus, attributor = node(containers)
-    loop = CollectionLoop(StaticSource(gpus), attributor, "bench-node", 10.0)
+    loop = CollectionLoop(StaticSource(gpus), attributor, "bench-node", 10.0, [dcgm_families])
+    exposition = Exposition(loop, "bench", process_metrics=False)
+    loop.on_snapshot = exposition.prepare
     loop.collect_once()
     registry = CollectorRegistry()
     registry.register(ExporterCollector(loop, "bench"))
-    return registry
+    return registry, exposition
 
 
 def bare_registry(like: CollectorRegistry) -> CollectorRegistry:
@@ -134,14 +157,17 @@ def per_call(fn: Callable[[], object], number: int, repeat: int) -> tuple[float,
 def bench_scrape() -> list[tuple[int, int, float, float, float, float]]:
     rows = []
     for containers in CONTAINER_COUNTS:
-        ours = exporter_registry(containers)
+        ours, exposition = exporter_registry(containers)
         bare = bare_registry(ours)
         assert series(bare) == series(ours)
+        # the same series, served as bytes: every sample line of the bare rendering is in ours
+        served = exposition.body().decode()
+        assert served.count("\n") >= series(ours)
         # Interleave the two so that machine noise hits both alike.
         ours_t: list[float] = []
         bare_t: list[float] = []
         for _ in range(7):
-            ours_t.append(per_call(partial(generate_latest, ours), 20, 1)[0])
+            ours_t.append(per_call(partial(exposition.body, compress=True), 20, 1)[0])
             bare_t.append(per_call(partial(generate_latest, bare), 20, 1)[0])
         rows.append(
             (
@@ -154,6 +180,10 @@ def bench_scrape() -> list[tuple[int, int, float, float, float, float]]:
             )
         )
     return rows
+
+
+def _no_event(event_set: Any, timeout_ms: int) -> Any:
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
 
 
 @contextmanager
@@ -185,6 +215,27 @@ def fake_nvml(processes: int) -> Iterator[None]:
         "nvmlDeviceGetComputeRunningProcesses": lambda h: procs[h.index],
         "nvmlDeviceGetGraphicsRunningProcesses": lambda h: [],
         "nvmlDeviceGetProcessUtilization": utilization,
+        # health reads: the fixed per-GPU part of a collection
+        "nvmlSystemGetDriverVersion": lambda: "550.54.15",
+        "nvmlSystemGetCudaDriverVersion": lambda: 12040,
+        "nvmlEventSetCreate": lambda: "events",
+        "nvmlEventSetFree": lambda e: None,
+        "nvmlDeviceRegisterEvents": lambda h, t, e: None,
+        "nvmlEventSetWait_v2": _no_event,
+        "nvmlDeviceGetPciInfo": lambda h: SimpleNamespace(busId=f"00000000:{h.index:02X}:00.0"),
+        "nvmlDeviceGetClockInfo": lambda h, kind: 1980,
+        "nvmlDeviceGetEncoderUtilization": lambda h: [0, 167000],
+        "nvmlDeviceGetDecoderUtilization": lambda h: [0, 167000],
+        "nvmlDeviceGetPcieThroughput": lambda h, c: 1024,
+        "nvmlDeviceGetPcieReplayCounter": lambda h: 0,
+        "nvmlDeviceGetFieldValues": lambda h, ids: [
+            SimpleNamespace(nvmlReturn=0, valueType=3, value=SimpleNamespace(ullVal=70 if f == 82 else 0))
+            for f, _ in ids
+        ],
+        "nvmlDeviceGetTotalEccErrors": lambda h, t, c: 0,
+        "nvmlDeviceGetRemappedRows": lambda h: (0, 0, 0, 0),
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda h: 0,
+        "nvmlDeviceGetMigMode": lambda h: [0, 0],
     }
     saved = {name: getattr(pynvml, name) for name in fakes}
     for name, fn in fakes.items():
@@ -220,9 +271,146 @@ def bench_collection() -> list[tuple[int, float, float]]:
     return rows
 
 
+LOAD_SCRAPERS = 50
+IDLE_CONNECTIONS = 3000
+P99_GOAL_MS = 50.0
+
+
+def load_seconds() -> float:
+    return float(os.environ.get("GPU_STEWARD_BENCH_LOAD_SECONDS", "20"))
+
+
+def big_scenario(gpus: int, per_gpu: int) -> dict[str, Any]:
+    """`gpus` GPUs, each shared by `per_gpu` allocated containers with one process each."""
+    out = []
+    for g in range(gpus):
+        refs = [
+            {"namespace": f"team-{c % 5}", "pod": f"pod-{g}-{c}", "container": "main"} for c in range(per_gpu)
+        ]
+        out.append(
+            {
+                "index": g,
+                "uuid": f"GPU-{g:08d}-bench",
+                "model": "NVIDIA H100 80GB HBM3",
+                "memory_total": "80Gi",
+                "allocations": refs,
+                "processes": [
+                    {
+                        "pid": 1000 + g * per_gpu + c,
+                        "owner": ref,
+                        "phases": [{"from": 0, "utilization": 0.001, "memory": "64Mi"}],
+                    }
+                    for c, ref in enumerate(refs)
+                ],
+            }
+        )
+    return {"node": "bench-node", "gpus": out}
+
+
+@contextmanager
+def exporter_process(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    scenario = tmp / "load.yaml"
+    scenario.write_text(yaml.safe_dump(big_scenario(GPUS, 128)))
+    port = free_port()
+    # the collection interval of a deployment (10 s), not the tests' 1 s
+    proc = start_mock_exporter(scenario, port, tmp / "load.log", "--compat", "dcgm", "--interval", "10")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the exporter did not become ready")
+            time.sleep(0.2)
+        yield proc, port
+    finally:
+        stop(proc)
+
+
+async def _scraper(port: int, until: float, latencies: list[float], errors: list[str]) -> None:
+    request = (f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept-Encoding: gzip\r\n\r\n").encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.monotonic() < until:
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                errors.append(head.split(b"\r\n")[0].decode())
+            length = int(
+                next(
+                    line.split(b":")[1]
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+            )
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - started)
+    except (OSError, asyncio.IncompleteReadError) as e:
+        errors.append(repr(e))
+    finally:
+        writer.close()
+
+
+def bench_load(port: int) -> tuple[int, list[float], list[str]]:
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def run() -> None:
+        until = time.monotonic() + load_seconds()
+        await asyncio.gather(*(_scraper(port, until, latencies, errors) for _ in range(LOAD_SCRAPERS)))
+
+    asyncio.run(run())
+    return len(latencies), sorted(latencies), errors
+
+
+def threads_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+def bench_idle(proc: subprocess.Popen[bytes], port: int) -> tuple[int, int, int, float]:
+    """(threads before, threads with the idle connections, connections opened, a scrape's seconds)."""
+    before = threads_of(proc.pid)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, IDLE_CONNECTIONS + 512)), hard))
+    idle = []
+    try:
+        for _ in range(IDLE_CONNECTIONS):
+            idle.append(socket.create_connection(("127.0.0.1", port)))
+        time.sleep(1.0)
+        during = threads_of(proc.pid)
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            r.read()
+        return before, during, len(idle), time.perf_counter() - started
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def bench_scenario_load(tmp: Path) -> tuple[int, float]:
+    path = tmp / "10k.yaml"
+    path.write_text(yaml.safe_dump(big_scenario(8, 1250)))
+    started = time.perf_counter()
+    scenario = load_scenario(path)
+    elapsed = time.perf_counter() - started
+    return sum(len(g.processes) for g in scenario.gpus), elapsed
+
+
 def main() -> str:
     scrape = bench_scrape()
     collection = bench_collection()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        with exporter_process(tmp) as (proc, port):
+            served, latencies, errors = bench_load(port)
+            idle = bench_idle(proc, port)
+        scenario_containers, scenario_seconds = bench_scenario_load(tmp)
     worst = max(r[3] / r[5] for r in scrape)
     lines = [
         "## Exporter",
@@ -230,10 +418,11 @@ def main() -> str:
         "Command: `make bench` (all benchmarks), or for this section alone",
         "`.venv/bin/python -m tests.bench.bench_exporter`.",
         "",
-        "### Scrape: exporter vs bare prometheus_client (8 GPUs)",
+        "### Scrape: exporter vs bare prometheus_client (8 GPUs, `--compat dcgm`)",
         "",
-        "`generate_latest` on the exporter's registry over a prepared snapshot, against a registry of plain",
-        "`Gauge`s holding the same series and nothing else. Each container runs one process on one of",
+        "What a scrape of the exporter runs (`Exposition.body(compress=True)`: the bytes rendered once per",
+        "collection plus the per-scrape tail, gzip as Prometheus asks), against `generate_latest` on a",
+        "registry of plain `Gauge`s holding the same series. Each container runs one process on one of",
         "the 8 GPUs, which is allocated to it. Times per scrape, 7 interleaved rounds of 20 scrapes.",
         "",
         "| containers | series | exporter min | exporter median | bare min | bare median | ratio (median) |",
@@ -242,14 +431,14 @@ def main() -> str:
     for containers, n, o_min, o_med, b_min, b_med in scrape:
         lines.append(
             f"| {containers} | {n} | {o_min * 1e3:.2f} ms | {o_med * 1e3:.2f} ms | {b_min * 1e3:.2f} ms "
-            f"| {b_med * 1e3:.2f} ms | {o_med / b_med:.2f} |"
+            f"| {b_med * 1e3:.2f} ms | {o_med / b_med:.3f} |"
         )
     verdict = "met" if worst <= GOAL_RATIO else "NOT met"
     lines += [
         "",
-        f"Goal: exporter <= {GOAL_RATIO} x bare. Worst ratio {worst:.2f}: goal {verdict}.",
-        "The exporter builds its samples in the background collection, so a scrape only wraps them in",
-        "fresh families; plain Gauges build theirs from labelled children under locks on every scrape.",
+        f"Goal: exporter <= {GOAL_RATIO} x bare. Worst ratio {worst:.3f}: goal {verdict}.",
+        "The exporter renders (and compresses) the exposition once per background collection; a scrape",
+        "only appends a few lines. Plain Gauges render every sample on every scrape (uncompressed here).",
         "",
         "### Collection cost vs processes (8 GPUs)",
         "",
@@ -268,7 +457,48 @@ def main() -> str:
         "",
         f"Per-process cost from {PROCESS_COUNTS[1]} to {PROCESS_COUNTS[-1]} processes varies by a factor of "
         f"{spread:.2f} (1.0 = perfectly linear);",
-        f"at {PROCESS_COUNTS[0]} processes the fixed per-GPU work dominates.",
+        f"at {PROCESS_COUNTS[0]} processes the fixed per-GPU work dominates (it includes the health reads).",
+    ]
+
+    def pct(q: float) -> float:
+        return (
+            latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3 if latencies else float("nan")
+        )
+
+    p99 = pct(0.99)
+    load_ok = not errors and p99 < P99_GOAL_MS
+    before, during, opened, idle_scrape = idle
+    lines += [
+        "",
+        f"### HTTP under load: {LOAD_SCRAPERS} concurrent scrapers, 8 GPUs x 128 containers, compat on",
+        "",
+        "`python -m exporter --source mock --compat dcgm` (1024 containers) against",
+        f"{LOAD_SCRAPERS} keep-alive scrapers (asyncio, gzip, in the benchmark process)",
+        f"for {load_seconds():g} s",
+        "(`make bench` runs 20 s; `GPU_STEWARD_BENCH_LOAD_SECONDS=60` runs the issue's 60 s). Both share",
+        "the machine's cores.",
+        "",
+        "| scrapes | scrapes/s | errors | p50 | p99 | max |",
+        "|---:|---:|---:|---:|---:|---:|",
+        f"| {served} | {served / load_seconds():.0f} | {len(errors)} | {pct(0.5):.1f} ms | {p99:.1f} ms "
+        f"| {latencies[-1] * 1e3 if latencies else float('nan'):.1f} ms |",
+        "",
+        f"Goal: no errors and p99 < {P99_GOAL_MS:g} ms: {'met' if load_ok else 'NOT met'}."
+        + (f" First errors: {errors[:3]}" if errors else ""),
+        "",
+        "### Idle connections",
+        "",
+        f"{opened} connections opened to the same exporter and left idle: its threads went from {before} to",
+        f"{during} (the selector thread and at most `--http-workers` workers whatever the connection count),",
+        f"and a scrape meanwhile took {idle_scrape * 1e3:.1f} ms. Goal: threads bounded: "
+        f"{'met' if during <= before + 8 else 'NOT met'}.",
+        "",
+        "### Loading a large scenario",
+        "",
+        f"A scenario of {scenario_containers} containers (8 GPUs, one process and one allocation each)",
+        "loads in",
+        f"{scenario_seconds:.2f} s (libyaml's safe loader, strict duplicate-key check, full validation).",
+        f"Goal: < 5 s: {'met' if scenario_seconds < 5 else 'NOT met'}.",
     ]
     return "\n".join(lines)
 

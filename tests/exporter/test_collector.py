@@ -306,33 +306,6 @@ def test_attributor_gets_the_gpus_of_each_pid_when_it_accepts_them() -> None:
     assert seen["devices"] == {2: {"GPU-1"}}
 
 
-def test_dcgm_compat_names_per_container() -> None:
-    samples = [
-        gpu(
-            0,
-            0.7,
-            [proc(1, 0.5, 2 * 1024**2, OWN_A), proc(2, 0.2, 1024**2, OWN_B)],
-            memory_used_bytes=4 * 1024**2,
-            memory_total_bytes=10 * 1024**2,
-            temperature_celsius=50.0,
-        ),
-        gpu(1, 0.25),
-    ]
-    loop, registry, _ = setup(samples, compat=True)
-    loop.attributor.allocated = {"GPU-0": [A, B]}  # type: ignore[attr-defined]
-    loop.collect_once()
-    base = {"gpu": "0", "UUID": "GPU-0", "device": "nvidia0", "modelName": "M", "Hostname": "node-1"}
-    get = registry.get_sample_value
-    assert get("DCGM_FI_DEV_GPU_UTIL", base | pod(A)) == 50
-    assert get("DCGM_FI_DEV_GPU_UTIL", base | pod(B)) == 20
-    assert get("DCGM_FI_PROF_GR_ENGINE_ACTIVE", base | pod(B)) == pytest.approx(0.2)
-    assert get("DCGM_FI_DEV_FB_USED", base | pod(A)) == 2
-    assert get("DCGM_FI_DEV_FB_FREE", base | pod(A)) == 6
-    assert get("DCGM_FI_DEV_GPU_TEMP", base | pod(B)) == 50
-    unallocated = {"gpu": "1", "UUID": "GPU-1", "device": "nvidia1", "modelName": "M", "Hostname": "node-1"}
-    assert get("DCGM_FI_DEV_GPU_UTIL", unallocated | {"namespace": "", "pod": "", "container": ""}) == 25
-
-
 def test_healthz_follows_collection_progress() -> None:
     loop, _, clock = setup(node_samples())
     assert loop.healthy()

@@ -10,7 +10,7 @@ import pytest
 
 from exporter import dcgm_compat, families
 from exporter import metrics as m
-from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
+from exporter.model import Attribution, ContainerRef, GpuSample, MigInstance, ProcessSample
 from exporter.view import gpu_view
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,9 +81,22 @@ def views() -> list[object]:
         ProcessSample(1, 0.5, 1 << 20, Attribution("container", a)),
         ProcessSample(2, 0.1, 1 << 20, Attribution("host")),
     ]
+    shared.pci_bus_id, shared.driver_version, shared.cuda_version = "00000000:3B:00.0", "550.54.15", "12.4"
+    shared.memory_reserved_bytes, shared.memory_temperature_celsius = 1 << 20, 60.0
+    shared.sm_clock_hertz, shared.memory_clock_hertz = 1.98e9, 2.6e9
+    shared.encoder_utilization, shared.decoder_utilization = 0.1, 0.2
+    shared.pcie_tx_bytes_per_second = shared.pcie_rx_bytes_per_second = 1e6
+    shared.pcie_replays, shared.nvlink_tx_bytes, shared.nvlink_rx_bytes = 0, 1 << 30, 1 << 30
+    shared.xid_errors, shared.last_xid = {79: 1}, 79
+    shared.ecc_errors = {("uncorrected", "volatile"): 1}
+    shared.remapped_rows = {"correctable": 0, "uncorrectable": 1}
+    shared.row_remap_pending, shared.row_remap_failure = False, False
+    shared.clock_event_reasons = frozenset({"hw_thermal_slowdown"})
     other = GpuSample(1, "GPU-1", "M", utilization=0.1, memory_used_bytes=0, memory_total_bytes=1 << 20)
     other.processes = [ProcessSample(3, 0.1, 1 << 20, Attribution("unresolved"))]
-    return [gpu_view(shared, {}, [a, b]), gpu_view(other, {}, [])]
+    mig = GpuSample(2, "MIG-2", "M MIG 1g.10gb", memory_used_bytes=0, memory_total_bytes=1 << 20)
+    mig.mig = MigInstance("GPU-2", 1, 0, "1g.10gb")
+    return [gpu_view(shared, {}, [a, b]), gpu_view(other, {}, []), gpu_view(mig, {}, [])]
 
 
 @pytest.mark.parametrize("build", ["steward", "dcgm"])
@@ -106,5 +119,7 @@ def test_samples_carry_exactly_the_labels_of_their_spec(build: str) -> None:
 
 
 def test_the_dcgm_map_covers_exactly_the_dcgm_table() -> None:
-    mapped = [spec for spec, _ in dcgm_compat.UTILIZATION + dcgm_compat.MEMORY + dcgm_compat.DEVICE]
+    mapped = [spec for spec, _ in dcgm_compat.DEVICE + dcgm_compat.FRAMEBUFFER]
     assert sorted(s.name for s in mapped) == sorted(s.name for s in m.DCGM_METRICS)
+    per_container = {spec for spec, _ in dcgm_compat.PER_CONTAINER}
+    assert per_container == {m.DCGM_GPU_UTIL, m.DCGM_FB_USED}  # upstream's per-process fields

@@ -192,3 +192,48 @@ def test_demo_through_the_collector_after_two_minutes() -> None:
     assert util("train-busy", "1") == pytest.approx(0.92)  # 130 s = 10 s into its 60 s period
     assert util("train-busy", "4") is None  # lost GPU: unknown, not idle
     assert util("api-a", "7") == pytest.approx(0.35) and util("api-b", "7") == pytest.approx(0.10)
+
+
+def test_mock_plays_health_signals_and_mig_devices() -> None:
+    doc = {
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-mig",
+                "model": "A100",
+                "memory_total": "80Gi",
+                "health": {
+                    "xid": [{"at": 10, "code": 48}],
+                    "remapped_rows": {"uncorrectable": 1, "failure": True},
+                    "clock_events": ["hw_thermal_slowdown"],
+                },
+                "mig": [
+                    {
+                        "uuid": "MIG-1",
+                        "profile": "3g.40gb",
+                        "gpu_instance_id": 1,
+                        "memory_total": "40Gi",
+                        "processes": [
+                            {
+                                "pid": 7,
+                                "owner": {"namespace": "n", "pod": "p", "container": "c"},
+                                "phases": [{"from": 0, "utilization": 0.5, "memory": "1Gi"}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+    clock = FakeClock()
+    source = MockSource(parse_scenario(doc), clock)
+    parent, mig = source.collect()
+    assert parent.mig_enabled and parent.utilization is None and parent.processes == []
+    assert parent.memory_used_bytes == 1 << 30 and parent.xid_errors == {} and parent.last_xid == 0
+    assert parent.row_remap_failure is True and parent.remapped_rows["uncorrectable"] == 1
+    assert parent.clock_event_reasons == frozenset({"hw_thermal_slowdown"})
+    assert mig.mig is not None and mig.mig.parent_uuid == "GPU-mig" and mig.index == 0
+    assert mig.utilization is None and [p.pid for p in mig.processes] == [7]
+    clock.now += 11
+    parent, _ = source.collect()
+    assert parent.xid_errors == {48: 1} and parent.last_xid == 48

@@ -32,14 +32,32 @@ class FakeGpu:
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
     samples: list[tuple[int, int, int]] = field(default_factory=list)  # pid, timestamp us, smUtil %
     errors: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code
+    # health signals
+    bus_id: str = "00000000:3B:00.0"
+    clocks: tuple[int, int] = (1980, 2619)  # SM, memory MHz
+    enc_dec: tuple[int, int] = (5, 10)  # percent
+    pcie_kb: tuple[int, int] = (2048, 1024)  # tx, rx KB/s
+    replays: int = 3
+    memory_temp: int | None = 70  # None: no sensor (per-field NOT_SUPPORTED)
+    nvlink_links: int = 0
+    nvlink_kib: tuple[int, int] = (100, 50)  # per link, tx and rx
+    ecc: dict[tuple[int, int], int] = field(default_factory=dict)  # (type, counter) -> count
+    rows: tuple[int, int, int, int] = (0, 0, 0, 0)
+    reasons: int = 0
+    mig: list[FakeGpu] = field(default_factory=list)  # MIG devices (MIG mode when non-empty)
+    gi_ci: tuple[int, int] = (0, 0)
 
 
 class FakeNvml:
     """Installs fake pynvml functions; handles are opaque objects mapped to FakeGpus."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, gpus: list[FakeGpu]) -> None:
-        self.gpus = gpus
-        self.handles = [object() for _ in range(8)]
+        self.gpus = gpus + [m for g in gpus for m in g.mig]  # MIG devices get handles after the GPUs
+        self.count = len(gpus)
+        self.handles = [object() for _ in range(len(self.gpus))]
+        self.events: list[tuple[int, int]] = []  # (gpu index, xid) waiting in the event set
+        self.registered: list[int] = []
+        self.event_error: int | None = None
         self.init_error: int | None = None
         self.count_error: int | None = None
         self.util_calls: list[tuple[int, int]] = []  # (gpu index, last seen timestamp)
@@ -64,7 +82,7 @@ class FakeNvml:
     def nvmlDeviceGetCount(self) -> int:
         if self.count_error is not None:
             raise nvml_error(self.count_error)
-        return len(self.gpus)
+        return self.count
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> object:
         self._gpu(self.handles[index], "nvmlDeviceGetHandleByIndex")
@@ -110,6 +128,98 @@ class FakeNvml:
         if not fresh:
             raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
         return [SimpleNamespace(pid=p, timeStamp=ts, smUtil=sm, memUtil=0) for p, ts, sm in fresh]
+
+    # --- identity and health ---
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12040
+
+    def nvmlDeviceGetPciInfo(self, handle: object) -> Any:
+        return SimpleNamespace(busId=self._gpu(handle, "nvmlDeviceGetPciInfo").bus_id.encode())
+
+    def nvmlDeviceGetClockInfo(self, handle: object, kind: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")
+        return gpu.clocks[0] if kind == pynvml.NVML_CLOCK_SM else gpu.clocks[1]
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: object) -> list[int]:
+        return [self._gpu(handle, "nvmlDeviceGetEncoderUtilization").enc_dec[0], 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: object) -> list[int]:
+        return [self._gpu(handle, "nvmlDeviceGetDecoderUtilization").enc_dec[1], 167000]
+
+    def nvmlDeviceGetPcieThroughput(self, handle: object, counter: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetPcieThroughput").pcie_kb[counter]
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: object) -> int:
+        return self._gpu(handle, "nvmlDeviceGetPcieReplayCounter").replays
+
+    def nvmlDeviceGetFieldValues(self, handle: object, ids: list[tuple[int, int]]) -> list[Any]:
+        gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
+        known = {
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: gpu.memory_temp,
+            pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: gpu.nvlink_links,
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: gpu.nvlink_kib[0],
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: gpu.nvlink_kib[1],
+        }
+        out = []
+        for field_id, _ in ids:
+            value = known.get(field_id)
+            status = pynvml.NVML_SUCCESS if value is not None else pynvml.NVML_ERROR_NOT_SUPPORTED
+            out.append(
+                SimpleNamespace(nvmlReturn=status, valueType=3, value=SimpleNamespace(ullVal=value or 0))
+            )
+        return out
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: object, error_type: int, counter: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetTotalEccErrors").ecc.get((error_type, counter), 0)
+
+    def nvmlDeviceGetRemappedRows(self, handle: object) -> tuple[int, int, int, int]:
+        return self._gpu(handle, "nvmlDeviceGetRemappedRows").rows
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
+        return self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons").reasons
+
+    def nvmlDeviceGetMigMode(self, handle: object) -> list[int]:
+        gpu = self._gpu(handle, "nvmlDeviceGetMigMode")
+        return [1, 1] if gpu.mig else [0, 0]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: object) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: int) -> object:
+        gpu = self._gpu(handle, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if index >= len(gpu.mig):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return self.handles[self.gpus.index(gpu.mig[index])]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: object) -> int:
+        return self._gpu(handle, "nvmlDeviceGetGpuInstanceId").gi_ci[0]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: object) -> int:
+        return self._gpu(handle, "nvmlDeviceGetComputeInstanceId").gi_ci[1]
+
+    def nvmlEventSetCreate(self) -> object:
+        if self.event_error is not None:
+            raise nvml_error(self.event_error)
+        return "event-set"
+
+    def nvmlEventSetFree(self, event_set: object) -> None:
+        pass
+
+    def nvmlDeviceRegisterEvents(self, handle: object, types: int, event_set: object) -> None:
+        assert types == pynvml.nvmlEventTypeXidCriticalError
+        self._gpu(handle, "nvmlDeviceRegisterEvents")
+        self.registered.append(self.handles.index(handle))
+
+    def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> Any:
+        assert timeout_ms == 0  # a collection never waits for events
+        if not self.events:
+            raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
+        index, xid = self.events.pop(0)
+        return SimpleNamespace(device=self.handles[index], eventData=xid, eventType=8)
 
 
 def two_gpus() -> list[FakeGpu]:
@@ -223,6 +333,7 @@ def test_vanished_gpu_is_reported_lost(monkeypatch: pytest.MonkeyPatch) -> None:
     source = NvmlSource()
     source.collect()
     fake.gpus.pop(1)
+    fake.count = 1
     samples = source.collect()
     assert [(s.uuid, s.lost) for s in samples] == [("GPU-aaa", False), ("GPU-bbb", True)]
 
@@ -332,3 +443,99 @@ def test_unreadable_process_list_never_reads_idle(monkeypatch: pytest.MonkeyPatc
     assert first.utilization == pytest.approx(0.75)  # the device reading itself is fine
     view = gpu_view(first, {}, [ContainerRef("ns", "a", "main")])
     assert not view.known and view.containers == ()  # no container series, not 0
+
+
+def test_reads_health_signals_in_base_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = two_gpus()
+    gpus[0].nvlink_links = 2
+    gpus[0].ecc = {(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC): 4}
+    gpus[0].rows = (1, 2, 1, 0)
+    gpus[0].reasons = (
+        pynvml.nvmlClocksThrottleReasonHwThermalSlowdown | pynvml.nvmlClocksThrottleReasonSwPowerCap
+    )
+    gpus[1].memory_temp = None  # no memory sensor
+    FakeNvml(monkeypatch, gpus)
+    first, second = NvmlSource().collect()
+    assert first.ok, first.errors
+    assert (first.pci_bus_id, first.driver_version, first.cuda_version) == (
+        "00000000:3B:00.0",
+        "550.54.15",
+        "12.4",
+    )
+    assert (first.sm_clock_hertz, first.memory_clock_hertz) == (1980e6, 2619e6)
+    assert (first.encoder_utilization, first.decoder_utilization) == (
+        pytest.approx(0.05),
+        pytest.approx(0.10),
+    )
+    assert (first.pcie_tx_bytes_per_second, first.pcie_rx_bytes_per_second) == (2048 * 1024, 1024 * 1024)
+    assert first.pcie_replays == 3 and first.memory_temperature_celsius == 70
+    assert (first.nvlink_tx_bytes, first.nvlink_rx_bytes) == (200 * 1024, 100 * 1024)
+    assert (
+        first.ecc_errors[("uncorrected", "aggregate")] == 4
+        and first.ecc_errors[("corrected", "volatile")] == 0
+    )
+    assert first.remapped_rows == {"correctable": 1, "uncorrectable": 2}
+    assert (first.row_remap_pending, first.row_remap_failure) == (True, False)
+    assert first.clock_event_reasons == frozenset({"hw_thermal_slowdown", "sw_power_cap"})
+    assert second.memory_temperature_celsius is None and second.nvlink_tx_bytes is None and second.ok
+
+
+def test_xid_events_are_counted_per_gpu_and_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(monkeypatch, two_gpus())
+    source = NvmlSource()
+    first, _ = source.collect()
+    assert first.xid_errors == {} and first.last_xid == 0  # watched, none yet: zero, not absent
+    fake.events = [(0, 79), (0, 79), (1, 48)]
+    first, second = source.collect()
+    assert (first.xid_errors, first.last_xid) == ({79: 2}, 79)
+    assert (second.xid_errors, second.last_xid) == ({48: 1}, 48)
+    assert sorted(fake.registered) == [0, 1]  # registered once per GPU
+
+
+def test_gpu_without_xid_events_has_no_xid_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = two_gpus()
+    gpus[1].errors["nvmlDeviceRegisterEvents"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    FakeNvml(monkeypatch, gpus)
+    first, second = NvmlSource().collect()
+    assert first.xid_errors == {} and second.xid_errors is None
+
+
+def test_unsupported_health_fields_are_absent_not_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = two_gpus()
+    for fn in ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetEncoderUtilization"):
+        gpus[0].errors[fn] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    gpus[0].errors["nvmlDeviceGetClockInfo"] = pynvml.NVML_ERROR_NO_PERMISSION
+    FakeNvml(monkeypatch, gpus)
+    first, _ = NvmlSource().collect()
+    assert first.remapped_rows == {} and first.ecc_errors == {} and first.encoder_utilization is None
+    assert first.sm_clock_hertz is None and first.errors == {"clocks": "NoPermission"} and not first.ok
+
+
+def test_mig_devices_are_devices_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    slices = [
+        FakeGpu(
+            "MIG-1",
+            name="NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+            memory=(GiB, 40 * GiB),
+            compute=[(7, GiB)],
+            gi_ci=(1, 0),
+        ),
+        FakeGpu("MIG-2", name="NVIDIA A100-SXM4-80GB MIG 3g.40gb", memory=(0, 40 * GiB), gi_ci=(2, 0)),
+    ]
+    parent = FakeGpu("GPU-mig", name="NVIDIA A100-SXM4-80GB", mig=slices)
+    parent.errors["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    FakeNvml(monkeypatch, [parent])
+    gpu, one, two = NvmlSource().collect()
+    assert gpu.mig_enabled and gpu.mig is None and gpu.uuid == "GPU-mig"
+    assert one.mig is not None and (one.mig.parent_uuid, one.mig.gpu_instance_id, one.mig.profile) == (
+        "GPU-mig",
+        1,
+        "3g.40gb",
+    )
+    assert (one.index, one.uuid, one.memory_total_bytes, [p.pid for p in one.processes]) == (
+        0,
+        "MIG-1",
+        40 * GiB,
+        [7],
+    )
+    assert two.mig is not None and two.mig.gpu_instance_id == 2 and two.processes == []

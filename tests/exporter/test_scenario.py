@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,65 @@ def test_the_documented_example_scenario_parses_as_described() -> None:
         (50, 0.0, False),
     ]
     assert proc.at(40) is not None and proc.at(40).memory_bytes == 70 * 1024**3  # type: ignore[union-attr]
+
+
+# --- strictness: duplicate keys, finite and bounded numbers ---
+
+
+def _one_gpu(**extra: object) -> dict[str, object]:
+    return {"gpus": [{"index": 0, "uuid": "GPU-a", "model": "M", "memory_total": "1Gi", **extra}]}
+
+
+def test_duplicate_keys_are_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(
+        "gpus:\n  - index: 0\n    uuid: GPU-a\n    uuid: GPU-b\n    model: M\n    memory_total: 1Gi\n"
+    )
+    with pytest.raises(ScenarioError, match="line 4: duplicate key 'uuid'"):
+        load_scenario(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"memory_total": "1e50"}, "gpus[0].memory_total"),
+        ({"memory_total": 10**30}, "gpus[0].memory_total"),
+        ({"memory_total": "NaN"}, "gpus[0].memory_total"),
+        ({"memory_total": float("inf")}, "gpus[0].memory_total"),
+        ({"max_power_watts": float("nan")}, "gpus[0].max_power_watts"),
+        ({"max_power_watts": 1e9}, "gpus[0].max_power_watts"),
+        ({"fails_at": 1e300}, "gpus[0].fails_at"),
+        ({"index": 10**6}, "gpus[0].index"),
+        ({"health": {"xid": [{"at": 0, "code": 0}]}}, "gpus[0].health.xid[0].code"),
+        ({"health": {"clock_events": ["overheated"]}}, "gpus[0].health.clock_events[0]"),
+        ({"health": {"encoder_utilization": 5}}, "gpus[0].health.encoder_utilization"),
+        (
+            {"mig": [{"uuid": "MIG-a", "profile": "1g", "gpu_instance_id": 1, "memory_total": "2Gi"}]},
+            "gpus[0].mig",
+        ),
+    ],
+)
+def test_numbers_are_finite_and_in_range_naming_the_field(extra: dict[str, object], field: str) -> None:
+    with pytest.raises(ScenarioError, match=f"^{re.escape(field)}"):
+        parse_scenario(_one_gpu(**extra))
+
+
+def test_mig_and_health_parse() -> None:
+    scenario = parse_scenario(
+        _one_gpu(
+            memory_total="4Gi",
+            health={"xid": [{"at": 5, "code": 79}], "ecc": {"uncorrected": 2}, "nvlink": True},
+            mig=[
+                {
+                    "uuid": "MIG-a",
+                    "profile": "1g.2gb",
+                    "gpu_instance_id": 1,
+                    "memory_total": "2Gi",
+                    "allocations": [{"namespace": "n", "pod": "p", "container": "c", "pod_uid": "u"}],
+                }
+            ],
+        )
+    )
+    gpu = scenario.gpus[0]
+    assert gpu.health.xid[0].code == 79 and gpu.health.ecc_uncorrected == 2
+    assert gpu.mig[0].allocations[0].pod_uid == "u"
