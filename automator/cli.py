@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from automator.dra import cli as dra_cli
 from automator.eligibility import fmt_measure
 from automator.model import Plan, PlannerConfig, PodKey
 from automator.planner import explain, plan, plan_to_json
@@ -219,6 +220,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, ModuleType | None, BaseExce
     explain_parser = sub.add_parser("explain", help="why a pod is or is not a victim, or a preemptor's fate")
     explain_parser.add_argument("pod", metavar="NAMESPACE/POD")
     _offline_arguments(explain_parser)
+    dra_cli.add_parser(sub)
     run_parser = sub.add_parser("run", help="run the service (live cluster, Prometheus)")
     service, error = _service()
     if service is not None:
@@ -229,6 +231,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, ModuleType | None, BaseExce
 def main(argv: Sequence[str] | None = None) -> int:
     parser, service, error = build_parser()
     args = parser.parse_args(argv)
+    if args.command == dra_cli.COMMAND:
+        return dra_cli.run(args)
     try:
         if args.command == "plan":
             return _cmd_plan(args)
