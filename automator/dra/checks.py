@@ -271,8 +271,8 @@ class _Checker:
                 device.id,
                 claim,
                 pod_key,
-                f"container {pod_key}/{use.container} uses {fmt(use.memory_bytes)} bytes of GPU memory on "
-                f"device {device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
+                f"container {pod_key}/{use.container} uses GPU memory {fmt(use.memory_bytes)} on device "
+                f"{device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
             )
 
     # --- nodes -----------------------------------------------------------------------------------------
