@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from decimal import Decimal
 
+from automator.dra.load import gc_paused
 from automator.dra.model import (
     INVALID_CONSUMPTION,
     MIXED_MODE,
@@ -95,15 +96,23 @@ class _Checker:
 
     def claims(self) -> None:
         pods = self.records.pods
+        devices = self.records.devices
         for claim in self.records.claims:
-            pod_key, pod_node = self.consumer(claim)
+            live = False
             for ref in claim.pods:
-                self.pod_claims[f"{claim.namespace}/{ref.name}"][claim.name] = claim
+                key = f"{claim.namespace}/{ref.name}"
+                self.pod_claims[key][claim.name] = claim
+                pod = pods.get(key)
+                # a pod of the same name with another uid is a new pod, not the consumer
+                live = live or (
+                    pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
+                )
             if not claim.allocated:
                 continue
             for alloc in claim.allocations:
-                device = self.records.devices.get(alloc.device)
+                device = devices.get(alloc.device)
                 if device is None:
+                    pod_key, pod_node = self.consumer(claim)
                     self.add(
                         UNKNOWN_DEVICE,
                         pod_node,
@@ -125,6 +134,7 @@ class _Checker:
                     else:
                         problem = _policy_problem(amount, cap)
                     if problem:
+                        pod_key = self.consumer(claim)[0]
                         self.add(
                             INVALID_CONSUMPTION,
                             device.node,
@@ -134,13 +144,8 @@ class _Checker:
                             f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
                             f"which {problem}",
                         )
-            live = [
-                ref
-                for ref in claim.pods
-                if (pod := pods.get(f"{claim.namespace}/{ref.name}")) is not None
-                and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
-            ]
             if not live and not claim.other_consumers:
+                pod_key, pod_node = self.consumer(claim)
                 gone = ", ".join(f"{claim.namespace}/{r.name}" for r in claim.pods) or "no consumer at all"
                 self.add(
                     ORPHANED_CLAIM,
@@ -301,9 +306,10 @@ class _Checker:
 def check(records: Records, usage: Iterable[ContainerUsage] = ()) -> Report:
     """Run every check; findings sorted by severity, kind, node, device, claim."""
     checker = _Checker(records, usage)
-    checker.claims()
-    devices = checker.devices()
-    checker.usage_over_claim()
-    checker.mixed_mode()
+    with gc_paused():
+        checker.claims()
+        devices = checker.devices()
+        checker.usage_over_claim()
+        checker.mixed_mode()
     devices.sort(key=lambda d: (d.node or "", str(d.device)))
     return Report(sorted(checker.findings, key=Finding.sort_key), devices)

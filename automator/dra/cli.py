@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from automator.dra.checks import check
-from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
+from automator.dra.load import DraInputError, gc_paused, load_cluster_file, load_usage_file
 from automator.dra.report import to_json, to_text
 
 COMMAND = "dra-check"
@@ -41,12 +41,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        records = load_cluster_file(Path(args.cluster))
-        usage = load_usage_file(Path(args.usage)) if args.usage else []
+        with gc_paused():  # parsing a large List makes millions of objects and no garbage cycles
+            records = load_cluster_file(Path(args.cluster))
+            usage = load_usage_file(Path(args.usage)) if args.usage else []
+            report = check(records, usage)
     except DraInputError as exc:
         print(f"gpu-automator: error: {exc}", file=sys.stderr)
         return 2
-    report = check(records, usage)
     if args.output == "json":
         print(json.dumps(to_json(report), indent=2))
     else:

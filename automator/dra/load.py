@@ -8,10 +8,12 @@ not YAML, wrong top-level shape) is an error (`DraInputError`), which the CLI tu
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
@@ -52,75 +54,171 @@ UUID_ATTRIBUTE = "uuid"
 MAX_AMOUNT = Decimal(2**63)
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class DraInputError(Exception):
     """Input that is not a set of objects at all; the message names the file and the place."""
 
 
 class _Unparsable(Exception):
-    """A field that does not parse; caught at the object that owns it and turned into a finding."""
+    """A field that does not parse; caught at the object that owns it and turned into a finding.
+
+    Helpers name the field relative to what they were given; loops add the indexed prefix only when one is
+    raised (formatting paths for every field of every object would be most of the loading time).
+    """
 
     def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+        super().__init__(path, problem)
+        self.path, self.problem = path, problem
+
+    def under(self, prefix: str) -> _Unparsable:
+        self.path = prefix + self.path if self.path else prefix.rstrip(".")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
 
 
 @lru_cache(maxsize=65536)
-def _parse_text(text: str) -> Decimal:
-    return parse_quantity(text)
+def _parse_text(text: str, negative: bool) -> Decimal:
+    """Parsed and range-checked once per distinct text: quantity strings repeat across devices and claims."""
+    value = parse_quantity(text)
+    _check_range(value, text, negative)
+    return value
+
+
+def _check_range(value: Decimal, raw: Any, negative: bool) -> None:
+    if abs(value) > MAX_AMOUNT:
+        raise ValueError(f"{raw!r} is larger than 2^63")
+    if value < 0 and not negative:
+        raise ValueError(f"{raw!r} is negative")
 
 
 def quantity(raw: Any, path: str, *, negative: bool = False) -> Decimal:
     """A quantity field as an exact number; _Unparsable names the path. Bounded and, unless allowed, >= 0."""
-    if isinstance(raw, str):
-        try:
-            value = _parse_text(raw)
-        except ValueError as exc:
-            raise _Unparsable(path, str(exc)) from None
-    elif isinstance(raw, int) and not isinstance(raw, bool):
-        value = Decimal(raw)
-    elif isinstance(raw, float) and math.isfinite(raw):
-        value = Decimal(str(raw))
-    else:
-        raise _Unparsable(path, f"{raw!r} is not a Kubernetes quantity")
-    if abs(value) > MAX_AMOUNT:
-        raise _Unparsable(path, f"{raw!r} is larger than 2^63")
-    if value < 0 and not negative:
-        raise _Unparsable(path, f"{raw!r} is negative")
+    try:
+        if isinstance(raw, str):
+            return _parse_text(raw, negative)
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            value = Decimal(raw)
+        elif isinstance(raw, float) and math.isfinite(raw):
+            value = Decimal(str(raw))
+        else:
+            raise ValueError(f"{raw!r} is not a Kubernetes quantity")
+        _check_range(value, raw, negative)
+    except ValueError as exc:
+        raise _Unparsable(path, str(exc)) from None
     return value
 
 
-def _map(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+def _map(obj: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
     value = obj.get(key)
     if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise _Unparsable(f"{path}{key}", f"expected a map, got {type(value).__name__}")
-    return value
+        return _EMPTY
+    if isinstance(value, (dict, Mapping)):  # dict first: the ABC check is slow
+        return value
+    raise _Unparsable(prefix + key, f"expected a map, got {type(value).__name__}")
 
 
-def _list(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
+def _list(obj: Mapping[str, Any], key: str, prefix: str = "") -> list[Any]:
     value = obj.get(key)
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _Unparsable(f"{path}{key}", f"expected a list, got {type(value).__name__}")
+        raise _Unparsable(prefix + key, f"expected a list, got {type(value).__name__}")
     return value
 
 
-def _str(obj: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> str | None:
+def _str(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: bool = True) -> str | None:
     value = obj.get(key)
+    if isinstance(value, str) and value:
+        return value
     if value is None or value == "":
         if required:
-            raise _Unparsable(f"{path}{key}", "missing")
+            raise _Unparsable(prefix + key, "missing")
         return None
-    if not isinstance(value, str):
-        raise _Unparsable(f"{path}{key}", f"expected a string, got {type(value).__name__}")
-    return value
+    raise _Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
 
 
-def _item(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _Unparsable(path, f"expected a map, got {type(value).__name__}")
-    return value
+def _is_name(value: Any) -> bool:
+    """The common case, checked without a call per field; the helpers above name the field otherwise."""
+    return type(value) is str and value != ""
+
+
+def _item(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, (dict, Mapping)):
+        return value
+    raise _Unparsable("", f"expected a map, got {type(value).__name__}")
+
+
+def _capacity(raw: Any, problems: list[_Unparsable]) -> Capacity:
+    """One DeviceCapacity. A value that does not parse raises _Unparsable (relative path); a requestPolicy
+    that does not parse is appended to `problems` and leaves the value usable."""
+    item = _item(raw)
+    value = quantity(item.get("value"), "value")
+    try:
+        policy = _map(item, "requestPolicy")
+        valid = policy.get("validValues")
+        if valid is not None:
+            if not isinstance(valid, list):
+                raise _Unparsable("requestPolicy.validValues", "expected a list")
+            values = tuple(quantity(v, f"requestPolicy.validValues[{i}]") for i, v in enumerate(valid))
+            return Capacity(value, valid_values=values)
+        rng = _map(policy, "validRange", "requestPolicy.")
+        if not rng:
+            return Capacity(value)
+        low = quantity(rng.get("min"), "requestPolicy.validRange.min")
+        high = None if rng.get("max") is None else quantity(rng["max"], "requestPolicy.validRange.max")
+        step = None if rng.get("step") is None else quantity(rng["step"], "requestPolicy.validRange.step")
+        if step is not None and step <= 0:
+            raise _Unparsable("requestPolicy.validRange.step", f"{rng['step']!r} is not > 0")
+        return Capacity(value, range_min=low, range_max=high, range_step=step)
+    except _Unparsable as exc:
+        problems.append(exc)
+        return Capacity(value, policy_known=False)
+
+
+def _device(
+    item: Mapping[str, Any], device_id: DeviceId, node: str | None, problems: list[_Unparsable]
+) -> Device:
+    """One published device; fields that do not parse go to `problems` (paths relative to the device)."""
+    allow = item.get("allowMultipleAllocations", False)
+    if allow is None:
+        allow = False
+    if not isinstance(allow, bool):
+        problems.append(_Unparsable("allowMultipleAllocations", f"{allow!r} is not true or false"))
+        allow = False  # treated as exclusive: the safer reading for the sharing check
+    uuid: str | None = None
+    try:
+        attributes = _map(item, "attributes")
+        for name in (UUID_ATTRIBUTE, f"{device_id.driver}/{UUID_ATTRIBUTE}"):
+            if name in attributes:
+                try:
+                    uuid = _str(_item(attributes[name]), "string", ".")
+                except _Unparsable as exc:
+                    raise exc.under(f"attributes.{name}") from None
+                break
+    except _Unparsable as exc:
+        problems.append(exc)
+    capacity: dict[str, Capacity] = {}
+    try:
+        raw_capacity = _map(item, "capacity")
+    except _Unparsable as exc:
+        problems.append(exc)
+        raw_capacity = _EMPTY
+    for cap_name, raw in raw_capacity.items():
+        own: list[_Unparsable] = []
+        try:
+            capacity[str(cap_name)] = _capacity(raw, own)
+        except _Unparsable as exc:
+            own.append(exc)
+            capacity[str(cap_name)] = Capacity(None)
+        problems.extend(exc.under(f"capacity.{cap_name}.") for exc in own)
+    return Device(device_id, node, allow, capacity, uuid, bool(_GPU_WORD.search(device_id.driver)))
 
 
 class _Loader:
@@ -150,7 +248,7 @@ class _Loader:
     def slice_(self, obj: Mapping[str, Any], label: str) -> None:
         node: str | None = None
         try:
-            spec = _map(obj, "spec", "")
+            spec = _map(obj, "spec")
             node = _str(spec, "nodeName", "spec.", required=False)
             driver = _str(spec, "driver", "spec.")
             pool = _map(spec, "pool", "spec.")
@@ -171,90 +269,24 @@ class _Loader:
             current = (generation, [], [])
             self._pools[key] = current
         for i, raw in enumerate(devices):
-            path = f"spec.devices[{i}]"
             try:
-                item = _item(raw, path)
-                name = _str(item, "name", path + ".")
+                item = _item(raw)
+                name = _str(item, "name")
             except _Unparsable as exc:
-                self.unparsable(exc, label, node=node, into=current[2])
+                self.unparsable(exc.under(f"spec.devices[{i}]."), label, node=node, into=current[2])
                 continue
             assert name is not None
             device_id = DeviceId(driver, pool_name, name)
-            current[1].append(self.device(item, device_id, node, label, f"{path}.", current[2]))
-
-    def device(
-        self,
-        item: Mapping[str, Any],
-        device_id: DeviceId,
-        node: str | None,
-        label: str,
-        path: str,
-        findings: list[Finding],
-    ) -> Device:
-        where = f"{label} device {device_id.device}"
-
-        def bad(exc: _Unparsable) -> None:
-            self.unparsable(exc, where, node=node, device=str(device_id), into=findings)
-
-        allow = item.get("allowMultipleAllocations", False)
-        if allow is None:
-            allow = False
-        if not isinstance(allow, bool):
-            bad(_Unparsable(path + "allowMultipleAllocations", f"{allow!r} is not true or false"))
-            allow = False  # treated as exclusive: the safer reading for the sharing check
-        uuid: str | None = None
-        try:
-            attributes = _map(item, "attributes", path)
-            for name in (UUID_ATTRIBUTE, f"{device_id.driver}/{UUID_ATTRIBUTE}"):
-                if name in attributes:
-                    attr = _item(attributes[name], f"{path}attributes.{name}")
-                    uuid = _str(attr, "string", f"{path}attributes.{name}.")
-                    break
-        except _Unparsable as exc:
-            bad(exc)
-        capacity: dict[str, Capacity] = {}
-        try:
-            raw_capacity = _map(item, "capacity", path)
-        except _Unparsable as exc:
-            bad(exc)
-            raw_capacity = {}
-        for cap_name, raw in raw_capacity.items():
-            capacity[str(cap_name)] = self.capacity(raw, f"{path}capacity.{cap_name}", bad)
-        gpu = bool(_GPU_WORD.search(device_id.driver))
-        return Device(device_id, node, allow, capacity, uuid, gpu)
-
-    @staticmethod
-    def capacity(raw: Any, path: str, bad: Any) -> Capacity:
-        value: Decimal | None = None
-        try:
-            item = _item(raw, path)
-            value = quantity(item.get("value"), path + ".value")
-        except _Unparsable as exc:
-            bad(exc)
-            return Capacity(None)
-        try:
-            policy = _map(item, "requestPolicy", path + ".")
-            valid = policy.get("validValues")
-            if valid is not None:
-                if not isinstance(valid, list):
-                    raise _Unparsable(f"{path}.requestPolicy.validValues", "expected a list")
-                values = tuple(
-                    quantity(v, f"{path}.requestPolicy.validValues[{i}]") for i, v in enumerate(valid)
+            problems: list[_Unparsable] = []
+            current[1].append(_device(item, device_id, node, problems))
+            for problem in problems:
+                self.unparsable(
+                    problem.under(f"spec.devices[{i}]."),
+                    f"{label} device {name}",
+                    node=node,
+                    device=str(device_id),
+                    into=current[2],
                 )
-                return Capacity(value, valid_values=values)
-            rng = _map(policy, "validRange", path + ".requestPolicy.")
-            if not rng:
-                return Capacity(value)
-            rpath = f"{path}.requestPolicy.validRange."
-            low = quantity(rng.get("min"), rpath + "min")
-            high = None if rng.get("max") is None else quantity(rng["max"], rpath + "max")
-            step = None if rng.get("step") is None else quantity(rng["step"], rpath + "step")
-            if step is not None and step <= 0:
-                raise _Unparsable(rpath + "step", f"{rng['step']!r} is not > 0")
-            return Capacity(value, range_min=low, range_max=high, range_step=step)
-        except _Unparsable as exc:
-            bad(exc)
-            return Capacity(value, policy_known=False)
 
     # --- ResourceClaim ---------------------------------------------------------------------------------
 
@@ -262,13 +294,15 @@ class _Loader:
         claim = Claim(namespace, name, allocated=False)
         key = claim.key
         try:
-            status = _map(obj, "status", "")
+            status = _map(obj, "status")
             allocation = status.get("allocation")
             if allocation is not None:
                 claim.allocated = True
-                allocation = _item(allocation, "status.allocation")
-                devices = _map(allocation, "devices", "status.allocation.")
-                results = _list(devices, "results", "status.allocation.devices.")
+                try:
+                    devices = _map(_item(allocation), "devices", ".")
+                    results = _list(devices, "results", ".devices.")
+                except _Unparsable as exc:
+                    raise exc.under("status.allocation") from None
             else:
                 results = []
             reserved = _list(status, "reservedFor", "status.")
@@ -277,17 +311,22 @@ class _Loader:
             self.records.claims.append(claim)
             return
         for i, raw in enumerate(results):
-            path = f"status.allocation.devices.results[{i}]."
             try:
-                result = _item(raw, path[:-1])
-                driver = _str(result, "driver", path)
-                pool = _str(result, "pool", path)
-                device = _str(result, "device", path)
-                request = _str(result, "request", path, required=False) or ""
+                result = raw if type(raw) is dict else _item(raw)
+                driver, pool, device = result.get("driver"), result.get("pool"), result.get("device")
+                if not (_is_name(driver) and _is_name(pool) and _is_name(device)):
+                    driver, pool, device = (
+                        _str(result, "driver"),
+                        _str(result, "pool"),
+                        _str(result, "device"),
+                    )
+                request = _str(result, "request", required=False) or ""
                 consumed_raw = result.get("consumedCapacity")
-                consumed_map = _map(result, "consumedCapacity", path)
+                consumed_map = (
+                    consumed_raw if type(consumed_raw) is dict else _map(result, "consumedCapacity")
+                )
             except _Unparsable as exc:
-                self.unparsable(exc, label, claim=key)
+                self.unparsable(exc.under(f"status.allocation.devices.results[{i}]."), label, claim=key)
                 continue
             assert driver is not None and pool is not None and device is not None
             device_id = DeviceId(driver, pool, device)
@@ -295,21 +334,20 @@ class _Loader:
             for cap_name, amount in consumed_map.items():
                 try:
                     # negative amounts parse here and are judged by the invalid-consumption check
-                    consumed[str(cap_name)] = quantity(
-                        amount, f"{path}consumedCapacity.{cap_name}", negative=True
-                    )
+                    consumed[str(cap_name)] = quantity(amount, "", negative=True)
                 except _Unparsable as exc:
-                    self.unparsable(exc, label, device=str(device_id), claim=key)
+                    path = f"status.allocation.devices.results[{i}].consumedCapacity.{cap_name}"
+                    self.unparsable(exc.under(path), label, device=str(device_id), claim=key)
             claim.allocations.append(Allocation(request, device_id, consumed, consumed_raw is not None))
         for i, raw in enumerate(reserved):
-            path = f"status.reservedFor[{i}]."
             try:
-                ref = _item(raw, path[:-1])
-                resource = _str(ref, "resource", path)
-                consumer = _str(ref, "name", path)
-                uid = _str(ref, "uid", path, required=False)
+                ref = raw if type(raw) is dict else _item(raw)
+                resource, consumer, uid = ref.get("resource"), ref.get("name"), ref.get("uid")
+                if not (_is_name(resource) and _is_name(consumer) and _is_name(uid)):
+                    resource, consumer = _str(ref, "resource"), _str(ref, "name")
+                    uid = _str(ref, "uid", required=False)
             except _Unparsable as exc:
-                self.unparsable(exc, label, claim=key)
+                self.unparsable(exc.under(f"status.reservedFor[{i}]."), label, claim=key)
                 claim.other_consumers += 1  # unreadable consumer: assume it exists, claim it is not orphaned
                 continue
             assert consumer is not None
@@ -339,43 +377,51 @@ class _Loader:
 
     def pod(self, obj: Mapping[str, Any], label: str, namespace: str, name: str) -> None:
         key = f"{namespace}/{name}"
-        meta = obj.get("metadata") or {}
-        uid = meta.get("uid") if isinstance(meta.get("uid"), str) else None
-        pod = Pod(namespace, name, uid, None, {}, {})
+        uid = obj["metadata"].get("uid")
+        pod = Pod(namespace, name, uid if isinstance(uid, str) else None, None, {}, {})
+        # what is being read, formatted into the field path only when something does not parse
+        where: tuple[str, int, int] = ("", -1, -1)
         try:
-            spec = _map(obj, "spec", "")
+            spec = _map(obj, "spec")
             pod.node = _str(spec, "nodeName", "spec.", required=False)
             for i, raw in enumerate(_list(spec, "resourceClaims", "spec.")):
-                path = f"spec.resourceClaims[{i}]."
-                ref = _item(raw, path[:-1])
-                local = _str(ref, "name", path)
-                claim_name = _str(ref, "resourceClaimName", path, required=False)
+                where = ("spec.resourceClaims", i, -1)
+                ref = _item(raw)
+                local = _str(ref, "name")
+                claim_name = _str(ref, "resourceClaimName", required=False)
                 if local is not None and claim_name is not None:
                     pod.claim_names[local] = claim_name
-            status = _map(obj, "status", "")
+            where = ("", -1, -1)
+            status = _map(obj, "status")
             for i, raw in enumerate(_list(status, "resourceClaimStatuses", "status.")):
-                path = f"status.resourceClaimStatuses[{i}]."
-                ref = _item(raw, path[:-1])
-                local = _str(ref, "name", path)
-                claim_name = _str(ref, "resourceClaimName", path, required=False)
+                where = ("status.resourceClaimStatuses", i, -1)
+                ref = _item(raw)
+                local = _str(ref, "name")
+                claim_name = _str(ref, "resourceClaimName", required=False)
                 if local is not None and claim_name is not None:  # claims made from a template
                     pod.claim_names.setdefault(local, claim_name)
-            for group in ("initContainers", "containers"):
-                for i, raw in enumerate(_list(spec, group, "spec.")):
-                    path = f"spec.{group}[{i}]."
-                    container = _item(raw, path[:-1])
-                    cname = _str(container, "name", path)
+            for group in ("spec.initContainers", "spec.containers"):
+                where = ("", -1, -1)
+                for i, raw in enumerate(_list(spec, group[5:], "spec.")):
+                    where = (group, i, -1)
+                    container = _item(raw)
+                    cname = _str(container, "name")
                     assert cname is not None
                     refs = pod.containers.setdefault(cname, [])
-                    resources = _map(container, "resources", path)
-                    for j, rraw in enumerate(_list(resources, "claims", path + "resources.")):
-                        rpath = f"{path}resources.claims[{j}]."
-                        ref = _item(rraw, rpath[:-1])
-                        local = _str(ref, "name", rpath)
+                    resources = container.get("resources")
+                    if not resources:
+                        continue
+                    for j, rraw in enumerate(_list(_map(container, "resources"), "claims", "resources.")):
+                        where = (group, i, j)
+                        ref = _item(rraw)
+                        local = _str(ref, "name")
                         assert local is not None
-                        refs.append(ContainerClaimRef(local, _str(ref, "request", rpath, required=False)))
+                        refs.append(ContainerClaimRef(local, _str(ref, "request", required=False)))
+                        where = (group, i, -1)
         except _Unparsable as exc:
-            self.unparsable(exc, label, node=pod.node, pod=key)
+            section, i, j = where
+            prefix = "" if i < 0 else f"{section}[{i}]." + ("" if j < 0 else f"resources.claims[{j}].")
+            self.unparsable(exc.under(prefix), label, node=pod.node, pod=key)
         self.records.pods[key] = pod
 
     def node(self, obj: Mapping[str, Any], label: str, name: str) -> None:
@@ -404,9 +450,11 @@ class _Loader:
         if kind not in KINDS:
             return  # other kinds play no part
         meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(meta, (dict, Mapping)):
+            meta = _EMPTY
+        name = meta.get("name")
         namespaced = kind in ("ResourceClaim", "Pod")
-        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        namespace = meta.get("namespace")
         if (
             not isinstance(name, str)
             or not name
@@ -457,9 +505,23 @@ class _Loader:
 def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
     """Records from (object, where it came from) pairs; other kinds are ignored."""
     loader = _Loader()
-    for obj, where in objects:
-        loader.add(obj, where)
-    return loader.finish()
+    with gc_paused():
+        for obj, where in objects:
+            loader.add(obj, where)
+        return loader.finish()
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while records are built: the records hold no cycles, and every
+    collection would walk the whole input (millions of dicts), which doubled the time of a large check."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # --- files ---------------------------------------------------------------------------------------------
@@ -475,8 +537,8 @@ def _documents(path: Path) -> list[Any]:
             return [json.loads(text)]
         except ValueError:
             pass
-    try:
-        return list(yaml.safe_load_all(text))
+    try:  # libyaml's loader when PyYAML has it: the pure-Python one takes seconds per 10 MB
+        return list(yaml.load_all(text, Loader=_YAML_LOADER))
     except yaml.YAMLError as exc:
         raise DraInputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 
@@ -522,6 +584,11 @@ def parse_usage(doc: Any, where: str) -> list[ContainerUsage]:
     entries = doc.get("containers")
     if not isinstance(entries, list):
         raise DraInputError(f"{where}: containers: expected a list")
+    with gc_paused():
+        return _usage_entries(entries, where)
+
+
+def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
     usage: list[ContainerUsage] = []
     seen: set[tuple[str, str, str, str]] = set()
     for i, entry in enumerate(entries):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Final
+from typing import Final, NamedTuple
 
 # Finding kinds (the issue's contract) and their severities, in one place. critical: a promise is broken
 # now and a workload can fail; warning: the cluster's records are wrong, wasteful or unreadable.
@@ -38,8 +38,9 @@ KINDS: Final[tuple[str, ...]] = tuple(SEVERITY)
 _SEVERITY_RANK: Final = {CRITICAL: 0, WARNING: 1}
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceId:
+# The records made per allocation, consumer and usage entry are NamedTuples: tens of thousands are built per
+# check, and a tuple is built and hashed in C (docs/benchmarks.md).
+class DeviceId(NamedTuple):
     driver: str
     pool: str
     device: str
@@ -72,8 +73,7 @@ class Device:
     gpu: bool  # published by a GPU driver (counts for mixed-mode)
 
 
-@dataclass(frozen=True, slots=True)
-class Allocation:
+class Allocation(NamedTuple):
     """One `status.allocation.devices.results[]` entry; consumed holds only the amounts that parsed."""
 
     request: str
@@ -82,8 +82,7 @@ class Allocation:
     has_consumed: bool  # consumedCapacity was given (devices that allow multiple allocations)
 
 
-@dataclass(frozen=True, slots=True)
-class PodConsumer:
+class PodConsumer(NamedTuple):
     """A `status.reservedFor[]` entry of resource `pods`."""
 
     name: str
@@ -98,14 +97,13 @@ class Claim:
     allocations: list[Allocation] = field(default_factory=list)
     pods: list[PodConsumer] = field(default_factory=list)
     other_consumers: int = 0  # reservedFor entries that are not pods: their existence cannot be checked
+    key: str = field(init=False)  # namespace/name
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerClaimRef:
+class ContainerClaimRef(NamedTuple):
     """`containers[].resources.claims[]`: a pod-level claim name and optionally one request of it."""
 
     claim: str
@@ -132,8 +130,7 @@ class Node:
     device_plugin_gpus: dict[str, Decimal]  # allocatable device-plugin GPU resources above zero
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerUsage:
+class ContainerUsage(NamedTuple):
     namespace: str
     pod: str
     container: str
