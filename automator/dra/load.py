@@ -37,6 +37,8 @@ from automator.dra.model import (
     Records,
 )
 from automator.quantity import parse_quantity
+from automator.snapshot import InputError
+from automator.snapshot import _flatten as flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
@@ -60,8 +62,9 @@ _EMPTY: Mapping[str, Any] = {}
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class DraInputError(Exception):
-    """Input that is not a set of objects at all; the message names the file and the place."""
+# Input that is not a set of objects at all; the message names the file and the place. The same error as
+# the snapshot loader's, whose List flattening is reused.
+DraInputError = InputError
 
 
 class _Unparsable(Exception):
@@ -543,27 +546,11 @@ def _documents(path: Path) -> list[Any]:
         raise DraInputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 
 
-def _flatten(doc: Any, where: str) -> Iterator[tuple[Mapping[str, Any], str]]:
-    if doc is None:
-        return
-    if not isinstance(doc, Mapping):
-        raise DraInputError(f"{where}: expected a Kubernetes object, got {type(doc).__name__}")
-    kind = doc.get("kind")
-    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
-        items = doc.get("items") or []
-        if not isinstance(items, list):
-            raise DraInputError(f"{where}: items: expected a list")
-        for i, item in enumerate(items):
-            yield from _flatten(item, f"{where} items[{i}]")
-        return
-    yield doc, where
-
-
 def load_cluster_file(path: Path) -> Records:
     """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
     objects: list[tuple[Mapping[str, Any], str]] = []
     for d, doc in enumerate(_documents(path)):
-        objects.extend(_flatten(doc, f"{path} document {d}"))
+        objects.extend(flatten(doc, f"{path} document {d}"))
     return load_objects(objects)
 
 
