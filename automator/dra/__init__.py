@@ -1,0 +1,6 @@
+"""DRA capacity validation (docs/dra.md): ResourceSlices, ResourceClaims, DeviceClasses, Pods and Nodes
+of `resource.k8s.io/v1`, and measured per-container GPU memory, checked for broken promises.
+
+model: the records and findings; load: objects and files -> records; checks: records -> Report;
+report: JSON, text, metric samples, Event bodies; metrics: the Prometheus collector; cli: `dra-check`.
+"""

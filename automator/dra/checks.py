@@ -1,0 +1,315 @@
+"""The DRA capacity checks: what the scheduler promised (ResourceClaims) against what the drivers publish
+(ResourceSlices) and what containers measurably use. Pure: records in, a Report out.
+
+One pass over the claims' allocations builds per-device totals; every check then reads those totals or
+indexes, so the cost grows linearly with devices + allocations + pods + usage entries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from decimal import Decimal
+
+from automator.dra.load import gc_paused
+from automator.dra.model import (
+    INVALID_CONSUMPTION,
+    MIXED_MODE,
+    ORPHANED_CLAIM,
+    OVERCOMMITTED,
+    SHARED,
+    UNKNOWN_DEVICE,
+    USAGE_OVER_CLAIM,
+    Allocation,
+    Capacity,
+    Claim,
+    ContainerUsage,
+    DeviceId,
+    DeviceReport,
+    Finding,
+    Pod,
+    Records,
+    Report,
+)
+
+MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
+
+_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def fmt(amount: Decimal) -> str:
+    """An exact amount, with its binary-suffix form when it has one: 17179869184 (16Gi)."""
+    text = format(amount.normalize(), "f") if amount != amount.to_integral_value() else str(int(amount))
+    if amount == amount.to_integral_value() and amount > 0:
+        for suffix, size in _BINARY:
+            if int(amount) % size == 0:
+                return f"{text} ({int(amount) // size}{suffix})"
+    return text
+
+
+def _policy_problem(amount: Decimal, cap: Capacity) -> str | None:
+    """Why the capacity's requestPolicy does not allow `amount`, or None when it does."""
+    if amount < 0:
+        return "is negative"
+    if cap.valid_values is not None:
+        if amount not in cap.valid_values:
+            return f"is not one of the validValues {', '.join(fmt(v) for v in cap.valid_values)}"
+        return None
+    if cap.range_min is None:
+        return None
+    if amount < cap.range_min:
+        return f"is below the validRange min {fmt(cap.range_min)}"
+    if cap.range_max is not None and amount > cap.range_max:
+        return f"is above the validRange max {fmt(cap.range_max)}"
+    if cap.range_step is not None and (amount - cap.range_min) % cap.range_step != 0:
+        return f"is not min {fmt(cap.range_min)} + n * step {fmt(cap.range_step)}"
+    return None
+
+
+class _Checker:
+    def __init__(self, records: Records, usage: Iterable[ContainerUsage]) -> None:
+        self.records = records
+        self.usage = usage
+        self.findings: list[Finding] = list(records.findings)
+        # device -> [(claim, allocation)]
+        self.on_device: dict[DeviceId, list[tuple[Claim, Allocation]]] = defaultdict(list)
+        # pod key -> claims reserved for it or named by its spec/status
+        self.pod_claims: dict[str, dict[str, Claim]] = defaultdict(dict)
+        self.claims_by_key = {c.key: c for c in records.claims}
+
+    def consumer(self, claim: Claim) -> tuple[str | None, str | None]:
+        """(pod, node) of a claim's first pod consumer, for findings."""
+        for ref in claim.pods:
+            key = f"{claim.namespace}/{ref.name}"
+            pod = self.records.pods.get(key)
+            return key, pod.node if pod is not None else None
+        return None, None
+
+    def add(
+        self, kind: str, node: str | None, device: object, claim: str | None, pod: str | None, message: str
+    ) -> None:
+        self.findings.append(
+            Finding(kind, node, None if device is None else str(device), claim, pod, message)
+        )
+
+    # --- claims: unknown devices, invalid consumption, orphans ------------------------------------------
+
+    def claims(self) -> None:
+        pods = self.records.pods
+        devices = self.records.devices
+        for claim in self.records.claims:
+            live = False
+            for ref in claim.pods:
+                key = f"{claim.namespace}/{ref.name}"
+                self.pod_claims[key][claim.name] = claim
+                pod = pods.get(key)
+                # a pod of the same name with another uid is a new pod, not the consumer
+                live = live or (
+                    pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
+                )
+            if not claim.allocated:
+                continue
+            for alloc in claim.allocations:
+                device = devices.get(alloc.device)
+                if device is None:
+                    pod_key, pod_node = self.consumer(claim)
+                    self.add(
+                        UNKNOWN_DEVICE,
+                        pod_node,
+                        alloc.device,
+                        claim.key,
+                        pod_key,
+                        f"ResourceClaim {claim.key} request {alloc.request or '?'} is allocated device "
+                        f"{alloc.device}, which no current ResourceSlice publishes",
+                    )
+                    continue
+                self.on_device[alloc.device].append((claim, alloc))
+                for name, amount in alloc.consumed.items():
+                    cap = device.capacity.get(name)
+                    problem: str | None
+                    if cap is None:
+                        problem = "names a capacity the device does not publish"
+                    elif not cap.policy_known:
+                        continue  # the policy did not parse: reported as unparsable already
+                    else:
+                        problem = _policy_problem(amount, cap)
+                    if problem:
+                        pod_key = self.consumer(claim)[0]
+                        self.add(
+                            INVALID_CONSUMPTION,
+                            device.node,
+                            device.id,
+                            claim.key,
+                            pod_key,
+                            f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
+                            f"which {problem}",
+                        )
+            if not live and not claim.other_consumers:
+                pod_key, pod_node = self.consumer(claim)
+                gone = ", ".join(f"{claim.namespace}/{r.name}" for r in claim.pods) or "no consumer at all"
+                self.add(
+                    ORPHANED_CLAIM,
+                    pod_node,
+                    claim.allocations[0].device if len(claim.allocations) == 1 else None,
+                    claim.key,
+                    pod_key,
+                    f"ResourceClaim {claim.key} is allocated ({len(claim.allocations)} device(s)) but "
+                    f"reserved for no existing pod (reservedFor: {gone}); its capacity is held for nothing",
+                )
+
+    # --- devices: sharing and overcommitment, and the per-device totals ------------------------------------
+
+    def devices(self) -> list[DeviceReport]:
+        reports: list[DeviceReport] = []
+        for device in self.records.devices.values():
+            allocs = self.on_device.get(device.id, [])
+            claims = sorted({claim.key for claim, _ in allocs})
+            if len(claims) > 1 and not device.allow_multiple:
+                for key in claims[1:]:
+                    claim = self.claims_by_key[key]
+                    self.add(
+                        SHARED,
+                        device.node,
+                        device.id,
+                        key,
+                        self.consumer(claim)[0],
+                        f"device {device.id} does not allow multiple allocations but is allocated to "
+                        f"{len(claims)} claims: {', '.join(claims)}",
+                    )
+            capacity = {n: c.value for n, c in device.capacity.items() if c.value is not None}
+            consumed = dict.fromkeys(capacity, Decimal(0))
+            for _, alloc in allocs:
+                for name, amount in alloc.consumed.items():
+                    if name in consumed:
+                        consumed[name] += amount
+            for name, total in consumed.items():
+                if total > capacity[name]:
+                    users = sorted(
+                        f"{claim.key} {fmt(alloc.consumed[name])}"
+                        for claim, alloc in allocs
+                        if name in alloc.consumed
+                    )
+                    self.add(
+                        OVERCOMMITTED,
+                        device.node,
+                        device.id,
+                        None,
+                        None,
+                        f"device {device.id}: {name} consumed {fmt(total)} > capacity {fmt(capacity[name])} "
+                        f"({len(users)} allocations: {'; '.join(users)})",
+                    )
+            if not device.allow_multiple and any(not a.has_consumed for _, a in allocs):
+                consumed = dict(capacity)  # an exclusive allocation holds the whole device
+            reports.append(DeviceReport(device.node, device.id, capacity, consumed))
+        return reports
+
+    # --- usage against claims --------------------------------------------------------------------------
+
+    def claimed_memory(
+        self, pod: Pod | None, pod_key: str, container: str, device: DeviceId
+    ) -> tuple[list[Claim], Decimal | None]:
+        """The pod's claims that hold `device` for `container`, and the memory they consumed on it.
+
+        None memory: the allocation holds the device exclusively or names no memory (nothing to compare).
+        """
+        claims = self.pod_claims.get(pod_key, {})
+        refs = pod.containers.get(container, []) if pod is not None else []
+        selected: list[tuple[Claim, str | None]] = []
+        if refs and pod is not None:
+            for ref in refs:
+                name = pod.claim_names.get(ref.claim)
+                claim = claims.get(name) if name else None
+                if claim is None and name:
+                    claim = self.claims_by_key.get(f"{pod.namespace}/{name}")
+                if claim is not None:
+                    selected.append((claim, ref.request))
+        if not selected:  # no container references resolved: the pod's claims, all of them
+            selected = [(c, None) for c in claims.values()]
+            if pod is not None:
+                for name in pod.claim_names.values():
+                    claim = self.claims_by_key.get(f"{pod.namespace}/{name}")
+                    if claim is not None and claim.name not in claims:
+                        selected.append((claim, None))
+        holding: list[Claim] = []
+        memory: Decimal | None = Decimal(0)
+        for claim, request in selected:
+            for alloc in claim.allocations:
+                if alloc.device != device:
+                    continue
+                if (
+                    request is not None
+                    and alloc.request != request
+                    and not alloc.request.startswith(request + "/")
+                ):
+                    continue
+                if claim not in holding:
+                    holding.append(claim)
+                if MEMORY not in alloc.consumed:
+                    memory = None
+                elif memory is not None:
+                    memory += alloc.consumed[MEMORY]
+        if not holding and not selected:
+            return [], None  # not a DRA pod as far as the records tell: nothing to compare with
+        return holding, memory
+
+    def usage_over_claim(self) -> None:
+        by_uuid = {d.uuid: d for d in self.records.devices.values() if d.uuid is not None}
+        for use in self.usage:
+            device = by_uuid.get(use.gpu_uuid)
+            if device is None or use.memory_bytes is None:
+                continue  # not a DRA device (a device-plugin GPU), or usage unknown
+            pod_key = f"{use.namespace}/{use.pod}"
+            holding, claimed = self.claimed_memory(
+                self.records.pods.get(pod_key), pod_key, use.container, device.id
+            )
+            if claimed is None or use.memory_bytes <= claimed:
+                continue
+            if holding:
+                claim = ", ".join(c.key for c in holding)
+                how = f"its claim {claim} consumed {fmt(claimed)} of memory on that device"
+            else:
+                claim = None
+                how = "none of its pod's claims is allocated that device"
+            self.add(
+                USAGE_OVER_CLAIM,
+                device.node,
+                device.id,
+                claim,
+                pod_key,
+                f"container {pod_key}/{use.container} uses GPU memory {fmt(use.memory_bytes)} on device "
+                f"{device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
+            )
+
+    # --- nodes -----------------------------------------------------------------------------------------
+
+    def mixed_mode(self) -> None:
+        dra_nodes: dict[str, int] = defaultdict(int)
+        for device in self.records.devices.values():
+            if device.gpu and device.node is not None:
+                dra_nodes[device.node] += 1
+        for name, count in dra_nodes.items():
+            node = self.records.nodes.get(name)
+            if node is None or not node.device_plugin_gpus:
+                continue
+            plugin = ", ".join(f"{r}: {fmt(v)}" for r, v in sorted(node.device_plugin_gpus.items()))
+            self.add(
+                MIXED_MODE,
+                name,
+                None,
+                None,
+                None,
+                f"node {name} publishes {count} DRA GPU device(s) and also has device-plugin GPU resources "
+                f"allocatable ({plugin}): two schedulers each believe they own the same GPUs",
+            )
+
+
+def check(records: Records, usage: Iterable[ContainerUsage] = ()) -> Report:
+    """Run every check; findings sorted by severity, kind, node, device, claim."""
+    checker = _Checker(records, usage)
+    with gc_paused():
+        checker.claims()
+        devices = checker.devices()
+        checker.usage_over_claim()
+        checker.mixed_mode()
+    devices.sort(key=lambda d: (d.node or "", str(d.device)))
+    return Report(sorted(checker.findings, key=Finding.sort_key), devices)

@@ -1,0 +1,188 @@
+"""Plain records the DRA checks read, and what they report. Pure: no client library.
+
+The loader (automator/dra/load.py) turns Kubernetes objects into these records; the checks
+(automator/dra/checks.py) never see raw objects, so every field they read has been parsed once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Final, NamedTuple
+
+# Finding kinds (the issue's contract) and their severities, in one place. critical: a promise is broken
+# now and a workload can fail; warning: the cluster's records are wrong, wasteful or unreadable.
+OVERCOMMITTED: Final = "overcommitted"
+INVALID_CONSUMPTION: Final = "invalid-consumption"
+SHARED: Final = "shared-without-multiple-allocations"
+UNKNOWN_DEVICE: Final = "unknown-device"
+ORPHANED_CLAIM: Final = "orphaned-claim"
+USAGE_OVER_CLAIM: Final = "usage-over-claim"
+MIXED_MODE: Final = "mixed-mode"
+UNPARSABLE: Final = "unparsable"
+
+CRITICAL: Final = "critical"
+WARNING: Final = "warning"
+
+SEVERITY: Final[dict[str, str]] = {
+    OVERCOMMITTED: CRITICAL,
+    SHARED: CRITICAL,
+    USAGE_OVER_CLAIM: CRITICAL,
+    INVALID_CONSUMPTION: WARNING,
+    UNKNOWN_DEVICE: WARNING,
+    ORPHANED_CLAIM: WARNING,
+    MIXED_MODE: WARNING,
+    UNPARSABLE: WARNING,
+}
+KINDS: Final[tuple[str, ...]] = tuple(SEVERITY)
+_SEVERITY_RANK: Final = {CRITICAL: 0, WARNING: 1}
+
+
+# The records made per allocation, consumer and usage entry are NamedTuples: tens of thousands are built per
+# check, and a tuple is built and hashed in C (docs/benchmarks.md).
+class DeviceId(NamedTuple):
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """One DeviceCapacity. value None: it did not parse; policy_known False: its requestPolicy did not.
+
+    Both were reported as unparsable; the checks leave out only what is unknown."""
+
+    value: Decimal | None
+    valid_values: tuple[Decimal, ...] | None = None
+    range_min: Decimal | None = None
+    range_max: Decimal | None = None
+    range_step: Decimal | None = None
+    policy_known: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: DeviceId
+    node: str | None  # None for slices published with nodeSelector or allNodes
+    allow_multiple: bool
+    capacity: dict[str, Capacity]
+    uuid: str | None
+    gpu: bool  # published by a GPU driver (counts for mixed-mode)
+
+
+class Allocation(NamedTuple):
+    """One `status.allocation.devices.results[]` entry; consumed holds only the amounts that parsed."""
+
+    request: str
+    device: DeviceId
+    consumed: dict[str, Decimal]
+    has_consumed: bool  # consumedCapacity was given (devices that allow multiple allocations)
+
+
+class PodConsumer(NamedTuple):
+    """A `status.reservedFor[]` entry of resource `pods`."""
+
+    name: str
+    uid: str | None
+
+
+@dataclass(slots=True)
+class Claim:
+    namespace: str
+    name: str
+    allocated: bool
+    allocations: list[Allocation] = field(default_factory=list)
+    pods: list[PodConsumer] = field(default_factory=list)
+    other_consumers: int = 0  # reservedFor entries that are not pods: their existence cannot be checked
+    key: str = field(init=False)  # namespace/name
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
+
+
+class ContainerClaimRef(NamedTuple):
+    """`containers[].resources.claims[]`: a pod-level claim name and optionally one request of it."""
+
+    claim: str
+    request: str | None
+
+
+@dataclass(slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str | None
+    node: str | None
+    claim_names: dict[str, str]  # pod-level name (spec.resourceClaims[].name) -> ResourceClaim name
+    containers: dict[str, list[ContainerClaimRef]]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    device_plugin_gpus: dict[str, Decimal]  # allocatable device-plugin GPU resources above zero
+
+
+class ContainerUsage(NamedTuple):
+    namespace: str
+    pod: str
+    container: str
+    gpu_uuid: str
+    memory_bytes: Decimal | None  # None: unknown, never compared
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    node: str | None
+    device: str | None
+    claim: str | None
+    pod: str | None
+    message: str
+
+    @property
+    def severity(self) -> str:
+        return SEVERITY[self.kind]
+
+    def sort_key(self) -> tuple[int, str, str, str, str, str, str]:
+        return (
+            _SEVERITY_RANK[self.severity],
+            self.kind,
+            self.node or "",
+            self.device or "",
+            self.claim or "",
+            self.pod or "",
+            self.message,
+        )
+
+
+@dataclass(slots=True)
+class Records:
+    """Everything loaded from the cluster objects, with the findings loading produced (unparsable fields)."""
+
+    devices: dict[DeviceId, Device] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    pods: dict[str, Pod] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReport:
+    node: str | None
+    device: DeviceId
+    capacity: dict[str, Decimal]
+    consumed: dict[str, Decimal]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    findings: list[Finding]
+    devices: list[DeviceReport]
