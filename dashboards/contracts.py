@@ -55,12 +55,10 @@ def sibling(name: str, *, level: str | None = None, operation: str | None = None
     return derived
 
 
-POD_COVERAGE: Final[Mapping[str, str]] = {
-    w: sibling(POD_ACTIVITY, operation=f"coverage_{w}") for w in ("5m", "30m", "1h")
-}
-NODE_GPUS: Final = sibling(POD_GPUS, level="node")
-NODE_GPUS_IDLE: Final = sibling(POD_GPUS_IDLE, level="node")
-NODE_IDLE_GPU_HOURS_24H: Final = sibling(NAMESPACE_IDLE_GPU_HOURS_24H, level="node")
+POD_COVERAGE: Final[Mapping[str, str]] = {"1h": sibling(POD_ACTIVITY, operation="coverage_1h")}
+# Per (node, namespace, pod, container, GPU): the building block the node dashboard counts GPUs from (the
+# pod-level series drop the node label).
+HELD_GPU_BY_CONTAINER: Final = series.CONTAINER_EXPECTED
 
 
 # --- the exporter's metrics (exporter/metrics.py, the one metric table) ------------------------------

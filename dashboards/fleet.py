@@ -41,7 +41,8 @@ def build() -> Any:
         ),
         h.stat(
             "Allocated",
-            "GPUs held by pods (allocated by the kubelet or in use). A time-sliced GPU counts once per pod.",
+            "GPUs held by pods (allocated by the kubelet or in use). A GPU shared by n pods counts 1/n to "
+            "each, so every GPU counts once.",
             c.FLEET_GPUS,
             unit=h.GPUS,
             colour=h.ALLOCATED,

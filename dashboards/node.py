@@ -27,15 +27,16 @@ def build() -> Any:
         ),
         h.stat(
             "Held by pods",
-            "GPUs held by pods on the selected nodes (a time-sliced GPU counts once per pod).",
-            f"sum({c.NODE_GPUS}{NODE})",
+            "GPUs on the selected nodes held by at least one pod (a time-sliced GPU counts once).",
+            f"count(group by (cluster, node, uuid) ({c.HELD_GPU_BY_CONTAINER}{NODE})) or vector(0)",
             unit=h.GPUS,
             colour=h.ALLOCATED,
         ),
         h.stat(
             "Held idle",
-            "GPUs held by idle pods on the selected nodes.",
-            f"sum({c.NODE_GPUS_IDLE}{NODE})",
+            "GPUs on the selected nodes held by at least one idle pod.",
+            f"count(group by (cluster, node, uuid) ({c.HELD_GPU_BY_CONTAINER}{NODE} "
+            f"* on (cluster, namespace, pod, pod_uid) group_left () ({c.POD_IDLE} == 1))) or vector(0)",
             unit=h.GPUS,
             colour=h.IDLE,
         ),

@@ -18,7 +18,7 @@ def build() -> Any:
     lay.stats(
         h.stat(
             "GPUs held",
-            "GPUs held by the selected namespaces' pods (a time-sliced GPU counts once per pod).",
+            "GPUs held by the selected namespaces' pods (a GPU shared by n pods counts 1/n to each).",
             f"sum({c.POD_GPUS}{{{NS}}})",
             unit=h.GPUS,
             colour=h.ALLOCATED,
@@ -50,7 +50,7 @@ def build() -> Any:
             "Pods now",
             "One row per pod holding GPUs. Activity: max over the pod's GPUs of its containers' summed "
             f"share; at or below {c.IDLE_THRESHOLD:.0%} is idle. Idle for: continuous idle time (the "
-            "automator's clock). Coverage: share of the last 30 minutes with readings; below "
+            "automator's clock). Coverage: share of the last hour with readings; below "
             f"{c.MIN_COVERAGE:.0%} the automator does not trust the window. An empty "
             "activity cell means unknown, not idle.",
             [
@@ -58,10 +58,10 @@ def build() -> Any:
                 ("activity", h.Query(f"{c.POD_ACTIVITY}{PODS}"), h.RATIO),
                 ("idle for", h.Query(f"{c.POD_IDLE_SECONDS}{PODS}"), h.SECONDS),
                 ("GPU memory", h.Query(f"{c.POD_MEMORY_RATIO}{PODS}"), h.RATIO),
-                ("coverage 30m", h.Query(f"{c.POD_COVERAGE['30m']}{PODS}"), h.RATIO),
+                ("coverage 1h", h.Query(f"{c.POD_COVERAGE['1h']}{PODS}"), h.RATIO),
             ],
             sort_by="idle for",
-            thresholds={"activity": h.ACTIVITY_STEPS, "coverage 30m": h.COVERAGE_STEPS},
+            thresholds={"activity": h.ACTIVITY_STEPS, "coverage 1h": h.COVERAGE_STEPS},
         ),
         w=24,
         h=9,
@@ -104,7 +104,7 @@ def build() -> Any:
     lay.add(
         h.timeseries(
             "Coverage",
-            f"Share of each window (5 m, 30 m, 1 h) with readings. Below {c.MIN_COVERAGE:.0%} (the line) an "
+            f"Share of the last hour with readings. Below {c.MIN_COVERAGE:.0%} (the line) an "
             "average over that window says little, and the automator leaves the pod alone.",
             [h.Query(f"{c.POD_COVERAGE[w]}{PODS}", "{{namespace}}/{{pod}} " + w) for w in c.POD_COVERAGE],
             unit=h.RATIO,

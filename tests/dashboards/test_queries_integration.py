@@ -193,9 +193,9 @@ def test_core_numbers_read_what_the_scenario_holds(prom: Prometheus) -> None:
 
     fleet = "gpu-steward-fleet"
     assert value(fleet, "GPUs total") == 5
-    # idle-pod, busy-pod, api-a, api-b, unlucky (the lost GPU): 5; job-1 holds no allocation on node b
-    # but reads activity, so it holds its GPU too.
-    assert value(fleet, "Allocated") == 6
+    # Every GPU held counts once: idle-pod, busy-pod, api-a and api-b (one shared GPU, 1/2 each),
+    # unlucky (the lost GPU), and job-1, which holds no allocation on node b but reads activity.
+    assert value(fleet, "Allocated") == 5
     assert value(fleet, "Allocated but idle") == 1  # idle-pod only
     assert value(fleet, "Unknown") == 1  # unlucky: its GPU is lost, so its activity is unknown
     assert value("gpu-steward-node", "Attribution sources degraded") == 1  # podresources on node b

@@ -96,7 +96,7 @@ def test_contracts_fail_loudly_on_names_that_are_gone() -> None:
     }
     exporter_names.discard(contracts.EXPORTER_SAMPLES)
     assert exporter_names and exporter_names <= contracts.EXPORTER_SAMPLES
-    assert contracts.sibling(series.POD_GPUS, level="node") in series.RECORDED
+    assert contracts.sibling(series.POD_GPUS, operation="count_idle") == series.POD_GPUS_IDLE
 
 
 def _thresholds(panel: dict[str, Any]) -> list[Any]:
