@@ -170,3 +170,11 @@ class PrometheusAdapter:
             usage[key] = PodUsage(gpu_activity=gpu.gpu_activity, coverage=gpu.coverage, cpu_cores=cpu)
         log.debug("usage: %d pods known of %d, %d queries", len(usage), len(windows), self.queries_last_call)
         return usage
+
+
+# --- KEDA (issue 9): the cache's one query per signal base and window (automator/keda/signals.py) -------
+
+
+def keda_query(adapter: PrometheusAdapter, expr: str) -> list[dict[str, Any]]:
+    """Run one KEDA query at Prometheus's now; PrometheusUnavailable on any error (never an empty answer)."""
+    return adapter._query(expr, "KEDA", None)

@@ -27,11 +27,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from werkzeug.serving import make_server
 
 from automator.actuator import ActuatorState, PassResult, run_pass
+from automator.keda import wiring as keda
 from automator.kube import KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, Mode, PlannerConfig, PodKey
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
-from automator.prom import PrometheusAdapter
+from automator.prom import PrometheusAdapter, keda_query
 from automator.settings import ServiceSettings, SettingError, service_settings
 from automator.snapshot import InputError, load_cluster
 
@@ -224,7 +225,9 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         max_replans=settings.max_replans,
     )
-    return Wiring(service, create_app(service), elector)
+    app = create_app(service)
+    keda.attach(app, settings, metrics.registry, lambda expr: keda_query(prom, expr))  # docs/keda.md
+    return Wiring(service, app, elector)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,6 +272,7 @@ def _serve(settings: ServiceSettings) -> int:
         id="reclaim-pass",
     )
     scheduler.start()
+    wiring.app.extensions[keda.EXTENSION].start()
     server = make_server(settings.listen_address, settings.port, wiring.app, threaded=True)
 
     def stop(signum: int, _frame: object) -> None:
@@ -284,4 +288,5 @@ def _serve(settings: ServiceSettings) -> int:
         if wiring.elector is not None:
             wiring.elector.stop(timeout=5)
         scheduler.shutdown(wait=True)
+        wiring.app.extensions[keda.EXTENSION].stop()
     return 0

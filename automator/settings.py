@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from automator import settingspec as spec
 from automator.conventions import DEFAULT_LEASE_NAME
+from automator.keda import settings as keda
 from automator.model import Mode, PlannerConfig
 from automator.series import RULE_INTERVAL_SECONDS
 from automator.settingspec import Setting, SettingError
@@ -136,6 +137,7 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `gpu-automator run`: the service's own, then the planner's."""
     spec.add_arguments(parser, SERVICE_SETTINGS)
     add_planner_arguments(parser)
+    keda.add_arguments(parser)
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -165,13 +167,16 @@ class ServiceSettings:
     cluster_snapshot: str | None
     max_replans: int
     planner: PlannerConfig
+    keda: keda.KedaSettings = field(default_factory=keda.KedaSettings)
 
 
 def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceSettings:
     """The settings of `run`; SettingError names the flag or variable at fault."""
     values = spec.resolve(args, SERVICE_SETTINGS, _environ(environ))
     values["mode"] = Mode(values["mode"])
-    settings = ServiceSettings(**values, planner=planner_config(args, environ))
+    settings = ServiceSettings(
+        **values, planner=planner_config(args, environ), keda=keda.keda_settings(args, _environ(environ))
+    )
     if settings.cluster_snapshot and settings.mode is Mode.ENFORCE:
         raise SettingError(
             "--mode enforce cannot be used with --cluster-snapshot (a file cannot be evicted from)"

@@ -1,0 +1,219 @@
+"""The values KEDA reads, kept fresh in the background (pure: standard library threads only).
+
+A refresh runs one query per (signal base, window) asked about recently and one pod list per namespace,
+whatever the number of workloads: KEDA's many small requests are answered from memory. Only a question
+about a new (base, window) or namespace waits for Prometheus or the API, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from automator.keda.metrics import KedaMetrics
+from automator.keda.request import Question
+from automator.keda.signals import Base, query
+from automator.keda.values import NoValue, Reading, Value, compute, parse
+from automator.keda.workloads import Namespace, resolve
+from automator.ports import KubernetesUnavailable, PrometheusUnavailable
+
+log = logging.getLogger(__name__)
+
+QueryFn = Callable[[str], Sequence[Mapping[str, Any]]]  # raises PrometheusUnavailable
+NamespaceFn = Callable[[str], Namespace]  # raises KubernetesUnavailable
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    refresh_seconds: float = 15.0
+    max_age_seconds: float = 120.0  # data older than this is no value (503)
+    pod_grace_seconds: float = 120.0  # a pod started this recently may have no data yet
+    forget_seconds: float = 600.0  # stop refreshing what nobody asked about for this long
+    max_queries: int = 32  # distinct (base, window) pairs kept
+
+
+@dataclass
+class _Slot:
+    last_asked: float
+    data: Any = None  # Reading or Namespace
+    fetched_at: float | None = None  # wall clock of the last success
+    error: str | None = None  # the last attempt's failure, None after a success
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: Question
+    value: Value
+    query: str
+
+
+class KedaCache:
+    def __init__(
+        self,
+        run_query: QueryFn,
+        list_namespace: NamespaceFn,
+        config: CacheConfig | None = None,
+        metrics: KedaMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._query, self._list = run_query, list_namespace
+        self.config = config or CacheConfig()
+        self.metrics = metrics
+        self.clock = clock
+        self._readings: dict[tuple[Base, int], _Slot] = {}
+        self._namespaces: dict[str, _Slot] = {}
+        self._lock = threading.Lock()  # guards the two dicts; never held while waiting on I/O
+        self._fetch_lock = threading.Lock()  # one first-time fetch at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        if metrics is not None:
+            metrics.cache_age.set_function(self.oldest_age)
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def answer(self, q: Question) -> Answer:
+        """The workload's value now; NoValue (503) when data is missing, stale or unreachable;
+        UnknownWorkload (404) for a Deployment or StatefulSet that does not exist."""
+        self.ensure_started()
+        ns = self._namespace(q.workload.namespace)
+        key = (q.signal.base, q.window_seconds)
+        reading = self._reading(key)
+        pods = resolve(q.workload, ns)
+        value = compute(
+            q.signal,
+            q.aggregation,
+            pods,
+            reading,
+            self.clock(),
+            self.config.max_age_seconds,
+            self.config.pod_grace_seconds,
+        )
+        return Answer(q, value, reading.query)
+
+    def _slot(self, table: dict[Any, _Slot], key: Any, limit: int | None) -> tuple[_Slot, bool]:
+        now = self.clock()
+        with self._lock:
+            slot = table.get(key)
+            if slot is not None:
+                slot.last_asked = now
+                return slot, False
+            if limit is not None and len(table) >= limit:
+                self._forget(table, now)
+                if len(table) >= limit:
+                    raise NoValue(
+                        "too_many_queries",
+                        f"{limit} distinct signal/window pairs are already cached (--keda-max-queries)",
+                    )
+            slot = table[key] = _Slot(last_asked=now)
+            return slot, True
+
+    def _namespace(self, name: str) -> Namespace:
+        slot, _new = self._slot(self._namespaces, name, None)
+        if slot.data is None and slot.error is None:
+            with self._fetch_lock:
+                if slot.data is None and slot.error is None:
+                    self._fetch_namespace(name, slot)
+        if slot.data is None:
+            raise NoValue("kubernetes_unavailable", f"cannot list the pods of namespace {name}: {slot.error}")
+        if slot.error is not None and self._age(slot) > self.config.max_age_seconds:
+            raise NoValue("kubernetes_unavailable", f"pods of namespace {name} are stale: {slot.error}")
+        data: Namespace = slot.data
+        return data
+
+    def _reading(self, key: tuple[Base, int]) -> Reading:
+        slot, _new = self._slot(self._readings, key, self.config.max_queries)
+        if slot.data is None and slot.error is None:
+            with self._fetch_lock:
+                if slot.data is None and slot.error is None:
+                    self._fetch_reading(key, slot)
+        if slot.error is not None:
+            # The last refresh failed: fail loudly now rather than serve an answer that may be old.
+            raise NoValue("prometheus_unavailable", f"Prometheus query failed: {slot.error}")
+        data: Reading = slot.data
+        return data
+
+    def _age(self, slot: _Slot) -> float:
+        return self.clock() - slot.fetched_at if slot.fetched_at is not None else float("inf")
+
+    def oldest_age(self) -> float:
+        with self._lock:
+            slots = [*self._readings.values(), *self._namespaces.values()]
+        ages = [self._age(s) for s in slots]
+        return max(ages) if ages else 0.0
+
+    # --- refreshing ------------------------------------------------------------------------------
+
+    def _fetch_reading(self, key: tuple[Base, int], slot: _Slot) -> None:
+        expr = query(*key)
+        try:
+            reading = parse(self._query(expr), expr)
+        except PrometheusUnavailable as e:
+            slot.error = str(e)
+            if self.metrics is not None:
+                self.metrics.prometheus_errors.inc()
+            log.warning("KEDA query %s %ds failed: %s", key[0], key[1], e)
+            return
+        slot.data, slot.fetched_at, slot.error = reading, self.clock(), None
+
+    def _fetch_namespace(self, name: str, slot: _Slot) -> None:
+        try:
+            ns = self._list(name)
+        except KubernetesUnavailable as e:
+            slot.error = str(e)
+            if self.metrics is not None:
+                self.metrics.kubernetes_errors.inc()
+            log.warning("KEDA pods of namespace %s: %s", name, e)
+            return
+        slot.data, slot.fetched_at, slot.error = ns, self.clock(), None
+
+    def _forget(self, table: dict[Any, _Slot], now: float) -> None:
+        for key in [k for k, s in table.items() if now - s.last_asked > self.config.forget_seconds]:
+            del table[key]
+
+    def refresh(self) -> bool:
+        """One refresh of everything asked about recently; True when every query and list succeeded."""
+        start = time.monotonic()
+        now = self.clock()
+        with self._lock:
+            self._forget(self._readings, now)
+            self._forget(self._namespaces, now)
+            readings = list(self._readings.items())
+            namespaces = list(self._namespaces.items())
+        for key, slot in readings:
+            self._fetch_reading(key, slot)
+        for name, ns_slot in namespaces:
+            self._fetch_namespace(name, ns_slot)
+        ok = all(s.error is None for _, s in readings) and all(s.error is None for _, s in namespaces)
+        if self.metrics is not None:
+            self.metrics.refresh_duration.observe(time.monotonic() - start)
+            self.metrics.cached_queries.set(len(readings))
+            self.metrics.cached_namespaces.set(len(namespaces))
+            if ok:
+                self.metrics.last_refresh.set(self.clock())
+        return ok
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.refresh_seconds):
+            try:
+                self.refresh()
+            except Exception:  # a bug must not stop the refresh: answers would only go stale (503)
+                log.exception("KEDA refresh failed")
+
+    def ensure_started(self) -> None:
+        """Start the background refresh once (on the first question: no thread for a service nobody asks)."""
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._loop, name="keda-refresh", daemon=True)
+                self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,116 @@
+"""The metrics-api endpoint KEDA polls: GET /keda/v1/metrics (docs/keda.md), a Flask Blueprint.
+
+200 with the value at `value` (the trigger's valueLocation); 400 naming a bad parameter; 401 without valid
+credentials; 404 for a Deployment or StatefulSet that does not exist; 503 with a JSON reason when data is
+missing, stale or Prometheus/the API is unreachable, so KEDA's fallback applies. Bodies never echo
+credentials or upstream responses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from automator.keda.auth import AuthConfig, allowed
+from automator.keda.cache import Answer, KedaCache
+from automator.keda.metrics import KedaMetrics
+from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, question
+from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
+from automator.keda.values import NoValue
+from automator.keda.workloads import UnknownWorkload
+
+log = logging.getLogger(__name__)
+
+# Reasons whose detail may hold upstream text (URLs, proxy pages): the body gets a fixed sentence instead.
+_UPSTREAM = {
+    "prometheus_unavailable": "Prometheus did not answer the cache's query; see the automator's log",
+    "kubernetes_unavailable": "the Kubernetes API did not list the workload's pods; see the automator's log",
+}
+
+
+def answer_json(a: Answer) -> dict[str, Any]:
+    q, v = a.question, a.value
+    body: dict[str, Any] = {
+        "value": v.value,
+        "pods": v.pods,
+        "gpus": v.gpus,
+        "age_seconds": round(v.age_seconds, 3),
+        "signal": q.signal.name,
+        "unit": q.signal.unit,
+        "aggregation": q.aggregation,
+        "window_seconds": q.window_seconds,
+        "query": a.query,
+        "namespace": q.workload.namespace,
+        q.workload.kind: q.workload.name,
+        "pods_pending": list(v.pods_pending),
+    }
+    if q.profile is not None:
+        body["profile"] = q.profile
+    recommended = {
+        "targetValue": q.target,
+        "activationTargetValue": q.activation,
+        "metricType": q.metric_type,
+    }
+    body["recommended"] = {k: x for k, x in recommended.items() if x is not None}
+    return body
+
+
+def no_value_json(e: NoValue) -> dict[str, Any]:
+    return {"error": e.reason, "message": _UPSTREAM.get(e.reason, e.message)}
+
+
+def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = None) -> Blueprint:
+    bp = Blueprint("keda", __name__)
+
+    def reply(status: int, body: dict[str, Any]) -> Response:
+        if metrics is not None:
+            metrics.requests.labels(endpoint="http", status=str(status)).inc()
+        response = jsonify(body)
+        response.status_code = status
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @bp.get(METRICS_PATH)
+    def keda_metrics() -> Response:
+        if not allowed(auth, request.headers.get, request.args):
+            response = reply(401, {"error": "unauthorized", "message": "missing or wrong credentials"})
+            response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
+            return response
+        try:
+            a = cache.answer(question(request.args))
+        except ParamError as e:
+            return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
+        except UnknownWorkload as e:
+            return reply(404, {"error": "not_found", "message": str(e)})
+        except NoValue as e:
+            log.info("KEDA 503 for %s: %s", request.args.get("namespace"), e.message)
+            return reply(503, no_value_json(e))
+        if not math.isfinite(a.value.value):  # compute() never returns one; the JSON must stay a number
+            return reply(503, {"error": "no_data", "message": "the value is not finite"})
+        return reply(200, answer_json(a))
+
+    @bp.get(PROFILES_PATH)
+    def keda_profiles() -> Response:
+        body = {
+            "profiles": {
+                p.name: {
+                    "signal": p.signal,
+                    "aggregation": p.aggregation,
+                    "window_seconds": p.window_seconds,
+                    "targetValue": p.target,
+                    "activationTargetValue": p.activation,
+                    "metricType": p.metric_type,
+                    "description": p.help,
+                }
+                for p in PROFILES.values()
+            },
+            "signals": {s.name: {"unit": s.unit, "description": s.help} for s in SIGNALS.values()},
+            "aggregations": list(AGGREGATIONS),
+            "valueLocation": VALUE_LOCATION,
+        }
+        return jsonify(body)
+
+    return bp

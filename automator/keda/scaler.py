@@ -1,0 +1,145 @@
+"""KEDA external scaler over gRPC (KEDA's externalscaler.proto), reading the same cache as the HTTP endpoint.
+
+Trigger metadata: namespace (default: the ScaledObject's), deployment | statefulset | selector, profile,
+signal, aggregation, window, metricType, targetValue, activationThreshold. Errors are gRPC statuses:
+INVALID_ARGUMENT naming the key, NOT_FOUND, UNAVAILABLE when data is missing or stale (KEDA's fallback
+applies), RESOURCE_EXHAUSTED when too many StreamIsActive streams are open. A bounded thread pool serves
+the calls; streams take at most --keda-grpc-max-streams of its threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from automator.keda.cache import Answer, KedaCache
+from automator.keda.externalscaler import externalscaler_pb2 as pb
+from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from automator.keda.http import no_value_json
+from automator.keda.metrics import KedaMetrics
+from automator.keda.request import ParamError, Question, question
+from automator.keda.values import NoValue
+from automator.keda.workloads import UnknownWorkload
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_NAME_CHARS = re.compile(r"[^a-z0-9-]+")
+
+
+def metric_name(q: Question) -> str:
+    """The metric's name in the HPA: signal and aggregation (KEDA prefixes the trigger index)."""
+    return _NAME_CHARS.sub("-", f"gpu-{q.signal.name}-{q.aggregation}".lower().replace("_", "-"))
+
+
+class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        cache: KedaCache,
+        metrics: KedaMetrics | None = None,
+        max_streams: int = 4,
+        stream_interval: float | None = None,
+    ) -> None:
+        self.cache = cache
+        self.metrics = metrics
+        self._streams = threading.BoundedSemaphore(max_streams) if max_streams > 0 else None
+        self.stream_interval = stream_interval or cache.config.refresh_seconds
+        self._stopping = threading.Event()
+
+    def _count(self, code: grpc.StatusCode) -> None:
+        if self.metrics is not None:
+            self.metrics.requests.labels(endpoint="grpc", status=code.name).inc()
+
+    def _abort(self, context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+        self._count(code)
+        context.abort(code, message)
+        raise AssertionError("unreachable")  # abort raises
+
+    def _call(self, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+        try:
+            result = fn()
+        except ParamError as e:
+            self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{e.parameter}: {e.message}")
+        except UnknownWorkload as e:
+            self._abort(context, grpc.StatusCode.NOT_FOUND, str(e))
+        except NoValue as e:
+            body = no_value_json(e)
+            self._abort(context, grpc.StatusCode.UNAVAILABLE, f"{body['error']}: {body['message']}")
+        return result
+
+    @staticmethod
+    def _question(ref: Any) -> Question:
+        meta = dict(ref.scalerMetadata)
+        return question(meta, default_namespace=ref.namespace or None)
+
+    def _answer(self, ref: Any) -> tuple[Question, Answer]:
+        q = self._question(ref)
+        return q, self.cache.answer(q)
+
+    @staticmethod
+    def _active(q: Question, a: Answer) -> bool:
+        return a.value.value > (q.activation or 0.0)
+
+    def IsActive(self, request: Any, context: grpc.ServicerContext) -> Any:
+        q, a = self._call(context, lambda: self._answer(request))
+        self._count(grpc.StatusCode.OK)
+        return pb.IsActiveResponse(result=self._active(q, a))
+
+    def StreamIsActive(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if self._streams is None or not self._streams.acquire(blocking=False):
+            self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many StreamIsActive streams")
+        try:
+            last: bool | None = None
+            while context.is_active() and not self._stopping.is_set():
+                q, a = self._call(context, lambda: self._answer(request))
+                active = self._active(q, a)
+                if active != last:
+                    self._count(grpc.StatusCode.OK)
+                    yield pb.IsActiveResponse(result=active)
+                    last = active
+                self._stopping.wait(self.stream_interval)
+        finally:
+            self._streams.release()
+
+    def GetMetricSpec(self, request: Any, context: grpc.ServicerContext) -> Any:
+        q = self._call(context, lambda: self._question(request))
+        if q.target is None:
+            self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, "targetValue: required without a profile")
+        self._count(grpc.StatusCode.OK)
+        spec = pb.MetricSpec(
+            metricName=metric_name(q), targetSize=max(1, round(q.target)), targetSizeFloat=q.target
+        )
+        return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+    def GetMetrics(self, request: Any, context: grpc.ServicerContext) -> Any:
+        q, a = self._call(context, lambda: self._answer(request.scaledObjectRef))
+        self._count(grpc.StatusCode.OK)
+        value = pb.MetricValue(
+            metricName=request.metricName or metric_name(q),
+            metricValue=round(a.value.value),
+            metricValueFloat=a.value.value,
+        )
+        return pb.GetMetricsResponse(metricValues=[value])
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+def serve(scaler: ExternalScaler, address: str, port: int, workers: int) -> tuple[grpc.Server, int]:
+    """Start the gRPC server (plaintext: keep it on a cluster-internal Service); returns it and its port."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keda-grpc"),
+        maximum_concurrent_rpcs=workers * 4,  # beyond: RESOURCE_EXHAUSTED, never an unbounded queue
+        options=[("grpc.max_receive_message_length", 1 << 20)],
+    )
+    pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)
+    bound = server.add_insecure_port(f"{address}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {address}:{port} for the KEDA external scaler")
+    server.start()
+    return server, bound

@@ -1,0 +1,101 @@
+"""Settings of the KEDA endpoints of `gpu-automator run`, declared once (flag, GPU_STEWARD_* variable, range).
+
+Pure: argparse and the standard library only. The service reads them through automator/settings.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from automator import settingspec as spec
+from automator.keda import auth
+from automator.settingspec import Setting, SettingError
+
+DAY = 86_400
+
+KEDA_SETTINGS: tuple[Setting[Any], ...] = (
+    Setting(
+        "--keda-refresh-seconds",
+        spec.number(1, 3600),
+        "15",
+        "seconds between refreshes of the KEDA cache (one query per signal and window)",
+    ),
+    Setting(
+        "--keda-max-age-seconds",
+        spec.number(1, DAY),
+        "120",
+        "KEDA answers 503 when a pod's newest recorded sample is older than this",
+    ),
+    Setting(
+        "--keda-pod-grace-seconds",
+        spec.number(0, DAY),
+        "120",
+        "a pod started this recently may lack data without failing its workload's answer",
+    ),
+    Setting(
+        "--keda-forget-seconds",
+        spec.number(1, 30 * DAY),
+        "600",
+        "stop refreshing a signal/window or namespace nobody asked about for this long",
+    ),
+    Setting(
+        "--keda-max-queries",
+        spec.integer(1, 1000),
+        "32",
+        "distinct signal/window pairs kept fresh (each costs one query per refresh)",
+    ),
+    Setting("--keda-bearer-token-file", str, None, "file of accepted bearer tokens, one per line"),
+    Setting(
+        "--keda-api-key-file", str, None, "file of accepted API keys (X-API-KEY or api_key), one per line"
+    ),
+    Setting("--keda-basic-auth-file", str, None, "file of accepted USER:PASSWORD lines (basic auth)"),
+    Setting("--keda-tls-cert-file", str, None, "certificate (PEM) of the KEDA HTTPS listener"),
+    Setting("--keda-tls-key-file", str, None, "private key (PEM) of the KEDA HTTPS listener"),
+    Setting("--keda-tls-port", spec.port, "8443", "port of the KEDA HTTPS listener (with a certificate)"),
+    Setting("--keda-grpc-port", spec.integer(0, 65535), "0", "port of the KEDA external scaler (0: off)"),
+    Setting("--keda-grpc-workers", spec.integer(1, 256), "8", "threads answering external scaler calls"),
+    Setting(
+        "--keda-grpc-max-streams",
+        spec.integer(0, 256),
+        "4",
+        "StreamIsActive streams at once (each holds a worker thread; must be below the workers)",
+    ),
+)
+KEDA_GROUP = "KEDA endpoints (docs/keda.md)"
+
+
+@dataclass(frozen=True)
+class KedaSettings:
+    keda_refresh_seconds: float = 15.0
+    keda_max_age_seconds: float = 120.0
+    keda_pod_grace_seconds: float = 120.0
+    keda_forget_seconds: float = 600.0
+    keda_max_queries: int = 32
+    keda_bearer_token_file: str | None = None
+    keda_api_key_file: str | None = None
+    keda_basic_auth_file: str | None = None
+    keda_tls_cert_file: str | None = None
+    keda_tls_key_file: str | None = None
+    keda_tls_port: int = 8443
+    keda_grpc_port: int = 0
+    keda_grpc_workers: int = 8
+    keda_grpc_max_streams: int = 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    spec.add_arguments(parser.add_argument_group(KEDA_GROUP), KEDA_SETTINGS)
+
+
+def keda_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> KedaSettings:
+    settings = KedaSettings(**spec.resolve(args, KEDA_SETTINGS, environ))
+    if bool(settings.keda_tls_cert_file) != bool(settings.keda_tls_key_file):
+        raise SettingError("--keda-tls-cert-file and --keda-tls-key-file: give both or neither")
+    if settings.keda_grpc_port and settings.keda_grpc_max_streams >= settings.keda_grpc_workers:
+        raise SettingError(
+            "--keda-grpc-max-streams: must be below --keda-grpc-workers (streams would starve the calls)"
+        )
+    auth.load(settings.keda_bearer_token_file, settings.keda_api_key_file, settings.keda_basic_auth_file)
+    return settings

@@ -1,0 +1,33 @@
+"""The KEDA cache's namespaces from a snapshot file (`kubectl get -o yaml` List), re-read on every refresh:
+the demo's simulated cluster (pure: no client library)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from automator.keda.workloads import Namespace
+from automator.model import JsonObj, PodKey
+from automator.ports import KubernetesUnavailable
+from automator.snapshot import InputError, _documents, _flatten
+
+
+class SnapshotNamespaces:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def namespace(self, name: str) -> Namespace:
+        by_kind: dict[str, list[JsonObj]] = {"Pod": [], "ReplicaSet": [], "Deployment": [], "StatefulSet": []}
+        try:
+            for d, doc in enumerate(_documents(self.path)):
+                for obj, _where in _flatten(doc, f"{self.path} document {d}"):
+                    kind = obj.get("kind")
+                    if kind in by_kind and PodKey.of(obj).namespace == name:
+                        by_kind[str(kind)].append(obj)
+        except InputError as e:
+            raise KubernetesUnavailable(str(e)) from e
+        return Namespace(
+            pods=by_kind["Pod"],
+            replicasets=by_kind["ReplicaSet"],
+            deployments=frozenset(PodKey.of(o).name for o in by_kind["Deployment"]),
+            statefulsets=frozenset(PodKey.of(o).name for o in by_kind["StatefulSet"]),
+        )

@@ -1,0 +1,100 @@
+"""The KEDA endpoints joined to the service: cache, blueprint, external scaler, HTTPS listener.
+
+`attach` registers the /keda/v1/ routes on the service's app (no thread starts: the cache starts its
+refresh on the first question); `start` opens the gRPC and HTTPS listeners when configured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+from prometheus_client import CollectorRegistry
+
+from automator.keda import auth
+from automator.keda.cache import CacheConfig, KedaCache
+from automator.keda.http import blueprint
+from automator.keda.metrics import KedaMetrics
+from automator.keda.settings import KedaSettings
+from automator.keda.snapshot import SnapshotNamespaces
+from automator.keda.workloads import Namespace
+
+log = logging.getLogger(__name__)
+EXTENSION = "gpu_steward_keda"
+
+
+@dataclass
+class KedaRuntime:
+    cache: KedaCache
+    settings: KedaSettings
+    listen_address: str
+    auth: auth.AuthConfig
+    stoppers: list[Callable[[], None]] = field(default_factory=list)
+    grpc_port: int | None = None
+
+    def start(self) -> None:
+        """Open the external scaler and the HTTPS listener when their settings ask for them."""
+        s = self.settings
+        if s.keda_grpc_port:
+            from automator.keda.scaler import ExternalScaler, serve
+
+            scaler = ExternalScaler(self.cache, self.cache.metrics, max_streams=s.keda_grpc_max_streams)
+            server, self.grpc_port = serve(scaler, self.listen_address, s.keda_grpc_port, s.keda_grpc_workers)
+            self.stoppers.append(scaler.stop)
+            self.stoppers.append(lambda: server.stop(grace=5).wait(6))
+            log.info("KEDA external scaler on %s:%d", self.listen_address, self.grpc_port)
+        if s.keda_tls_cert_file and s.keda_tls_key_file:
+            from automator.keda.tls import serve_tls
+
+            app = Flask("gpu-steward-keda")
+            app.register_blueprint(blueprint(self.cache, self.auth, self.cache.metrics))
+            https = serve_tls(
+                app, self.listen_address, s.keda_tls_port, s.keda_tls_cert_file, s.keda_tls_key_file
+            )
+            self.stoppers.append(https.shutdown)
+            log.info("KEDA HTTPS endpoint on %s:%d", self.listen_address, s.keda_tls_port)
+
+    def stop(self) -> None:
+        for stop in reversed(self.stoppers):
+            stop()
+        self.cache.stop(timeout=5)
+
+
+def attach(
+    app: Flask,
+    settings: Any,  # automator.settings.ServiceSettings (not imported: the service imports this module)
+    registry: CollectorRegistry,
+    run_query: Callable[[str], Sequence[Mapping[str, Any]]],
+) -> KedaRuntime:
+    """Register the KEDA routes on `app`; the runtime is also kept in app.extensions[EXTENSION]."""
+    s: KedaSettings = settings.keda
+    list_namespace: Callable[[str], Namespace]
+    if settings.cluster_snapshot:
+        list_namespace = SnapshotNamespaces(Path(settings.cluster_snapshot)).namespace
+    else:
+        from automator.keda.kube import NamespaceLister
+        from automator.kube import api_client
+
+        list_namespace = NamespaceLister(api_client(settings.kubeconfig)).namespace
+    metrics = KedaMetrics(registry)
+    cache = KedaCache(
+        run_query,
+        list_namespace,
+        CacheConfig(
+            refresh_seconds=s.keda_refresh_seconds,
+            max_age_seconds=s.keda_max_age_seconds,
+            pod_grace_seconds=s.keda_pod_grace_seconds,
+            forget_seconds=s.keda_forget_seconds,
+            max_queries=s.keda_max_queries,
+        ),
+        metrics,
+    )
+    config = auth.load(s.keda_bearer_token_file, s.keda_api_key_file, s.keda_basic_auth_file)
+    app.register_blueprint(blueprint(cache, config, metrics))
+    runtime = KedaRuntime(cache, s, settings.listen_address, config)
+    app.extensions[EXTENSION] = runtime
+    return runtime
