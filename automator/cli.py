@@ -17,6 +17,7 @@ from types import ModuleType
 
 from automator import report, settings
 from automator.dra import cli as dra_cli
+from automator.keda import cli as keda_cli
 from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
 from automator.planner import plan
 from automator.resources import FieldError, parse_time
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_parser.add_argument("pod", metavar="NAMESPACE/POD")
     _offline_arguments(explain_parser)
     dra_cli.add_parser(sub)
+    keda_cli.add_parser(sub)
     run_parser = sub.add_parser("run", help="run the service (live cluster, Prometheus)")
     settings.add_service_arguments(run_parser)
     return parser
@@ -109,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == dra_cli.COMMAND:
         return dra_cli.run(args)
+    if args.command == keda_cli.COMMAND:
+        return keda_cli.run(args)
     try:
         if args.command == "plan":
             return _cmd_plan(args)
