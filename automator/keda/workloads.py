@@ -4,7 +4,7 @@ StatefulSet's directly, or a label selector's, from plain API objects of one nam
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from automator.keda.request import Workload, matches
 from automator.keda.values import PodRef
@@ -18,12 +18,29 @@ class UnknownWorkload(LookupError):
 
 @dataclass(frozen=True)
 class Namespace:
-    """A namespace's pods, ReplicaSets and the names of its Deployments and StatefulSets."""
+    """A namespace's pods, ReplicaSets and the names of its Deployments and StatefulSets, indexed once per
+    refresh by owner, so that answering for one workload reads its pods only."""
 
     pods: Sequence[JsonObj]
     replicasets: Sequence[JsonObj]
     deployments: frozenset[str]
     statefulsets: frozenset[str]
+    _by_owner: dict[tuple[str, str], list[JsonObj]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        sets_of: dict[str, set[str]] = {}
+        for rs in self.replicasets:
+            for kind, name in _owners(rs):
+                if kind == "Deployment":
+                    sets_of.setdefault(str((rs.get("metadata") or {}).get("name")), set()).add(name)
+        for pod in self.pods:
+            for kind, name in _owners(pod):
+                self._by_owner.setdefault((kind, name), []).append(pod)
+                for deployment in sets_of.get(name, ()) if kind == "ReplicaSet" else ():
+                    self._by_owner.setdefault(("Deployment", deployment), []).append(pod)
+
+    def owned_by(self, kind: str, name: str) -> list[JsonObj]:
+        return self._by_owner.get((kind, name), [])
 
 
 def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
@@ -64,16 +81,11 @@ def resolve(workload: Workload, ns: Namespace) -> list[PodRef]:
     if workload.kind == "deployment":
         if workload.name not in ns.deployments:
             raise UnknownWorkload(f"Deployment {workload.namespace}/{workload.name} not found")
-        sets = {
-            str((rs.get("metadata") or {}).get("name"))
-            for rs in ns.replicasets
-            if ("Deployment", workload.name) in set(_owners(rs))
-        }
-        chosen = [p for p in ns.pods if any(k == "ReplicaSet" and n in sets for k, n in _owners(p))]
+        chosen = ns.owned_by("Deployment", workload.name)
     elif workload.kind == "statefulset":
         if workload.name not in ns.statefulsets:
             raise UnknownWorkload(f"StatefulSet {workload.namespace}/{workload.name} not found")
-        chosen = [p for p in ns.pods if ("StatefulSet", workload.name) in set(_owners(p))]
+        chosen = ns.owned_by("StatefulSet", workload.name)
     else:
         assert workload.selector is not None
         chosen = [p for p in ns.pods if matches(workload.selector, labels_of(p))]

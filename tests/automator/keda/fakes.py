@@ -74,7 +74,8 @@ class FakePrometheus:
         self.queries.append(expr)
         if self.down:
             raise PrometheusUnavailable(
-                "KEDA query to http://prom.secret-host:9090 failed: <html>proxy page Authorization: Bearer s3cret</html>"
+                "KEDA query to http://prom.secret-host:9090 failed: "
+                "<html>proxy page Authorization: Bearer s3cret</html>"
             )
         return self.result
 

@@ -34,7 +34,7 @@ class Clock:
 
 
 def make(
-    prom: FakePrometheus | None = None, kube: FakeKube | None = None, auth: AuthConfig = AuthConfig()
+    prom: FakePrometheus | None = None, kube: FakeKube | None = None, auth: AuthConfig | None = None
 ) -> tuple[FlaskClient, KedaCache, FakePrometheus, Clock, KedaMetrics]:
     prom = prom or FakePrometheus(fresh_result())
     clock = Clock()
@@ -42,7 +42,7 @@ def make(
     cache = KedaCache(prom, kube or cluster(), CacheConfig(refresh_seconds=3600), metrics, clock=clock)
     cache.ensure_started = lambda: None  # type: ignore[method-assign]  # refreshes run by hand here
     app = Flask("t")
-    app.register_blueprint(blueprint(cache, auth, metrics))
+    app.register_blueprint(blueprint(cache, auth or AuthConfig(), metrics))
     return app.test_client(), cache, prom, clock, metrics
 
 

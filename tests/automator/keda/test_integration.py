@@ -267,7 +267,7 @@ def test_stale_data_is_503(stack: tuple[Prometheus, Path]) -> None:
 
 
 def test_external_scaler_over_grpc_reads_the_same_cache(stack: tuple[Prometheus, Path]) -> None:
-    _client_, runtime = _client(stack[0].url, stack[1])
+    _, runtime = _client(stack[0].url, stack[1])
     server, port = serve(ExternalScaler(runtime.cache), "127.0.0.1", 0, workers=2)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
