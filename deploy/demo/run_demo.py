@@ -120,7 +120,7 @@ def main() -> int:
             f"  automator decisions http://127.0.0.1:{auto_port}/decisions   (dry-run, nothing is evicted)\n"
             f"  KEDA metrics-api    http://127.0.0.1:{auto_port}/keda/v1/metrics?namespace=inference"
             "&deployment=api&profile=triton-inference\n"
-            "                      (valueLocation: value; 503 until the rules have recorded ~1 minute of data)\n"
+            "                      (valueLocation: value; 503 until the rules have recorded data)\n"
             "  The demo victims' class uses a 120 s idle window: reclaim decisions appear after ~4 minutes.\n"
             "  Ctrl-C stops everything.\n",
             flush=True,
