@@ -125,7 +125,7 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
     Setting("--max-replans", spec.integer(0, 1000), "5", "re-plans per pass after refused evictions"),
 )
 
-ALL_SETTINGS: tuple[Setting[Any], ...] = SERVICE_SETTINGS + PLANNER_SETTINGS
+ALL_SETTINGS: tuple[Setting[Any], ...] = SERVICE_SETTINGS + PLANNER_SETTINGS + keda.KEDA_SETTINGS
 PLANNER_GROUP = "planner settings (flag, else environment variable, else default)"
 
 

@@ -151,7 +151,7 @@ PROFILES: Final[dict[str, Profile]] = {
             80.0,
             5.0,
             "Value",
-            "vLLM pre-allocates its KV cache: memory in use follows the batch size",
+            "vLLM servers, as the seed scaler had it: memory in use (see docs/keda.md)",
         ),
         Profile(
             "triton-inference",
