@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo bench lint typecheck rules-check unit prometheus-bin deps clean manifests dashboards
+.PHONY: test demo bench lint typecheck rules-check unit prometheus-bin deps clean manifests dashboards protos wrk-bin
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -53,7 +53,15 @@ manifests: $(STAMP)
 	$(PY) deploy/prometheusrule/generate.py
 	$(PY) deploy/components/no-operator/generate.py
 
-bench: deps
+# wrk (Debian's package) drives the KEDA endpoint benchmark.
+wrk-bin:
+	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null; }
+
+# Regenerate the KEDA external scaler's Python code from its proto (grpcio-tools, pinned in requirements.lock).
+protos: $(STAMP)
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. automator/keda/externalscaler/externalscaler.proto
+
+bench: deps wrk-bin
 	$(PY) -m tests.bench.run_all
 
 clean:

@@ -8,6 +8,8 @@ credentials or upstream responses.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 from typing import Any
@@ -16,8 +18,8 @@ from flask import Blueprint, Response, jsonify, request
 
 from automator.keda.auth import AuthConfig, allowed
 from automator.keda.cache import Answer, KedaCache
-from automator.keda.metrics import KedaMetrics
-from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, question
+from automator.keda.metrics import HTTP_STATUSES, KedaMetrics
+from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, Question, question
 from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
 from automator.keda.values import NoValue
 from automator.keda.workloads import UnknownWorkload
@@ -62,16 +64,28 @@ def no_value_json(e: NoValue) -> dict[str, Any]:
     return {"error": e.reason, "message": _UPSTREAM.get(e.reason, e.message)}
 
 
+@functools.lru_cache(maxsize=4096)
+def cached_question(params: tuple[tuple[str, str], ...]) -> Question:
+    """question() of a query string KEDA repeats every poll; only valid questions are kept (bounded)."""
+    return question(dict(params))
+
+
 def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = None) -> Blueprint:
     bp = Blueprint("keda", __name__)
 
+    counters = (
+        {int(s): metrics.requests.labels(endpoint="http", status=s) for s in HTTP_STATUSES} if metrics else {}
+    )
+
     def reply(status: int, body: dict[str, Any]) -> Response:
-        if metrics is not None:
-            metrics.requests.labels(endpoint="http", status=str(status)).inc()
-        response = jsonify(body)
-        response.status_code = status
-        response.headers["Cache-Control"] = "no-store"
-        return response
+        if status in counters:
+            counters[status].inc()
+        return Response(
+            json.dumps(body, separators=(",", ":"), allow_nan=False),
+            status=status,
+            mimetype="application/json",
+            headers={"Cache-Control": "no-store"},
+        )
 
     @bp.get(METRICS_PATH)
     def keda_metrics() -> Response:
@@ -80,7 +94,7 @@ def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = 
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
         try:
-            a = cache.answer(question(request.args))
+            a = cache.answer(cached_question(tuple(request.args.items())))
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
         except UnknownWorkload as e:

@@ -3,8 +3,9 @@ StatefulSet's directly, or a label selector's, from plain API objects of one nam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from automator.keda.request import Workload, matches
 from automator.keda.values import PodRef
@@ -25,7 +26,9 @@ class Namespace:
     replicasets: Sequence[JsonObj]
     deployments: frozenset[str]
     statefulsets: frozenset[str]
-    _by_owner: dict[tuple[str, str], list[JsonObj]] = field(default_factory=dict, compare=False, repr=False)
+    # Running pods only, as PodRefs sorted by name: by owner (a Deployment through its ReplicaSets), and all.
+    _by_owner: dict[tuple[str, str], list[PodRef]] = field(default_factory=dict, compare=False, repr=False)
+    _running: list[tuple[PodRef, JsonObj]] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         sets_of: dict[str, set[str]] = {}
@@ -33,14 +36,22 @@ class Namespace:
             for kind, name in _owners(rs):
                 if kind == "Deployment":
                     sets_of.setdefault(str((rs.get("metadata") or {}).get("name")), set()).add(name)
-        for pod in self.pods:
+        for pod in sorted(self.pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
+            if not _is_running(pod):
+                continue
+            ref = _ref(pod)
+            self._running.append((ref, pod))
             for kind, name in _owners(pod):
-                self._by_owner.setdefault((kind, name), []).append(pod)
+                self._by_owner.setdefault((kind, name), []).append(ref)
                 for deployment in sets_of.get(name, ()) if kind == "ReplicaSet" else ():
-                    self._by_owner.setdefault(("Deployment", deployment), []).append(pod)
+                    self._by_owner.setdefault(("Deployment", deployment), []).append(ref)
 
-    def owned_by(self, kind: str, name: str) -> list[JsonObj]:
+    def owned_by(self, kind: str, name: str) -> list[PodRef]:
+        """The running pods the object owns, sorted by name."""
         return self._by_owner.get((kind, name), [])
+
+    def matching(self, selector: Mapping[str, Any]) -> list[PodRef]:
+        return [ref for ref, pod in self._running if matches(selector, labels_of(pod))]
 
 
 def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
@@ -49,7 +60,7 @@ def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
             yield str(ref.get("kind") or ""), str(ref.get("name") or "")
 
 
-def _running(pod: JsonObj) -> bool:
+def _is_running(pod: JsonObj) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Running" and not is_terminating(pod) and not is_finished(pod)
 
@@ -81,12 +92,10 @@ def resolve(workload: Workload, ns: Namespace) -> list[PodRef]:
     if workload.kind == "deployment":
         if workload.name not in ns.deployments:
             raise UnknownWorkload(f"Deployment {workload.namespace}/{workload.name} not found")
-        chosen = ns.owned_by("Deployment", workload.name)
-    elif workload.kind == "statefulset":
+        return ns.owned_by("Deployment", workload.name)
+    if workload.kind == "statefulset":
         if workload.name not in ns.statefulsets:
             raise UnknownWorkload(f"StatefulSet {workload.namespace}/{workload.name} not found")
-        chosen = ns.owned_by("StatefulSet", workload.name)
-    else:
-        assert workload.selector is not None
-        chosen = [p for p in ns.pods if matches(workload.selector, labels_of(p))]
-    return sorted((_ref(p) for p in chosen if _running(p)), key=lambda r: r.name)
+        return ns.owned_by("StatefulSet", workload.name)
+    assert workload.selector is not None
+    return ns.matching(workload.selector)
