@@ -224,8 +224,8 @@ def main() -> str:
         f"{'met' if min(ratios) >= 10 else 'not met'} ({min(ratios):.1f}x). An answer costs about "
         "0.1 ms in the cache (question, pods, aggregation); the rest is the service's Python HTTP server "
         "and Flask on a 2-core machine shared with wrk. Prometheus answers this small backfilled data "
-        "set (2,000 series) from memory in Go; each direct query's cost grows with the series it selects, the endpoint's "
-        "does not."
+        "set (2,000 series) from memory in Go; each direct query's cost grows with the series it "
+        "selects, the endpoint's does not."
     )
     return "\n".join(lines) + "\n"
 
