@@ -1,0 +1,122 @@
+"""The service's wiring of the KEDA endpoints: flags -> auth files, HTTPS listener, external scaler; and
+the generated gRPC code against its proto."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from automator.cli import build_parser
+from automator.keda.externalscaler import externalscaler_pb2 as pb
+from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
+from automator.keda.wiring import EXTENSION, KedaRuntime
+from automator.service import build
+from automator.settings import service_settings
+from automator.settingspec import SettingError
+from tools.promserver import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+PROTO = "automator/keda/externalscaler/externalscaler.proto"
+CLUSTER = json.dumps(
+    {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "api", "namespace": "inference"},
+            }
+        ],
+    }
+)
+
+
+def settings(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
+    snapshot = tmp_path / "cluster.json"
+    snapshot.write_text(CLUSTER)
+    dead = f"http://127.0.0.1:{free_port()}"
+    argv = ["run", "--cluster-snapshot", str(snapshot), "--prometheus-url", dead, "--prometheus-timeout", "2"]
+    return service_settings(build_parser().parse_args([*argv, *extra]), environ={})
+
+
+def test_bad_auth_file_and_half_tls_are_setting_errors(tmp_path: Path) -> None:
+    with pytest.raises(SettingError, match="--keda-bearer-token-file"):
+        settings(tmp_path, "--keda-bearer-token-file", str(tmp_path / "missing"))
+    with pytest.raises(SettingError, match="--keda-tls-cert-file"):
+        settings(tmp_path, "--keda-tls-cert-file", str(tmp_path / "cert.pem"))
+    with pytest.raises(SettingError, match="--keda-grpc-max-streams"):
+        settings(
+            tmp_path, "--keda-grpc-port", "9000", "--keda-grpc-workers", "2", "--keda-grpc-max-streams", "2"
+        )
+    with pytest.raises(SettingError, match="--keda-max-age-seconds"):
+        settings(tmp_path, "--keda-max-age-seconds", "nan")
+
+
+@pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="needs the openssl command for a test certificate"
+)
+def test_https_listener_and_grpc_scaler_start_with_auth(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    (tmp_path / "token").write_text("tok-1\n")
+    tls_port, grpc_port = free_port(), free_port()
+    s = settings(
+        tmp_path,
+        "--listen-address", "127.0.0.1",
+        "--keda-tls-cert-file", str(cert), "--keda-tls-key-file", str(key), "--keda-tls-port", str(tls_port),
+        "--keda-grpc-port", str(grpc_port), "--keda-bearer-token-file", str(tmp_path / "token"),
+    )  # fmt: skip
+    wiring = build(s)
+    runtime: KedaRuntime = wiring.app.extensions[EXTENSION]
+    runtime.start()
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        url = f"https://127.0.0.1:{tls_port}/keda/v1/metrics?namespace=inference&deployment=api&profile=training"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url, context=context, timeout=10)
+        assert e.value.code == 401
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer tok-1"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, context=context, timeout=30)
+        assert e.value.code == 503  # authenticated; Prometheus is down
+        assert json.loads(e.value.read())["error"] == "prometheus_unavailable"
+        with grpc.insecure_channel(f"127.0.0.1:{runtime.grpc_port}") as channel:
+            ref = pb.ScaledObjectRef(
+                name="x", namespace="inference", scalerMetadata={"deployment": "api", "profile": "training"}
+            )
+            with pytest.raises(grpc.RpcError) as rpc:
+                pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=30)
+            assert rpc.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        runtime.stop()
+
+
+def test_generated_code_is_current(tmp_path: Path) -> None:
+    shutil.copytree(
+        REPO / "automator" / "keda" / "externalscaler", tmp_path / "automator" / "keda" / "externalscaler"
+    )
+    for generated in (tmp_path / "automator" / "keda" / "externalscaler").glob("*_pb2*.py"):
+        generated.unlink()
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--grpc_python_out=.", PROTO],
+        cwd=tmp_path, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    for name in ("externalscaler_pb2.py", "externalscaler_pb2_grpc.py"):
+        assert filecmp.cmp(
+            tmp_path / Path(PROTO).parent / name, REPO / Path(PROTO).parent / name, shallow=False
+        ), f"{name} is stale: run make protos"
