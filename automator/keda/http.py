@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from automator.keda.auth import AuthConfig, allowed
+from automator.keda.auth import API_KEY_PARAM, AuthConfig, allowed
 from automator.keda.cache import Answer, KedaCache
 from automator.keda.metrics import HTTP_STATUSES, KedaMetrics
 from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, Question, question
@@ -94,7 +94,8 @@ def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = 
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
         try:
-            a = cache.answer(cached_question(tuple(request.args.items())))
+            params = tuple((k, v) for k, v in request.args.items() if k != API_KEY_PARAM)  # no secret as a key
+            a = cache.answer(cached_question(params))
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
         except UnknownWorkload as e:
