@@ -94,7 +94,8 @@ def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = 
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
         try:
-            params = tuple((k, v) for k, v in request.args.items() if k != API_KEY_PARAM)  # no secret as a key
+            # The API key never becomes part of a cache key.
+            params = tuple((k, v) for k, v in request.args.items() if k != API_KEY_PARAM)
             a = cache.answer(cached_question(params))
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
