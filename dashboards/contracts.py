@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from automator import series
+from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
 from automator.model import PlannerConfig
 from exporter import metrics as exporter_metrics
@@ -110,3 +111,12 @@ AUTOMATOR_LAST_SUCCESS: Final = _family(_AUTOMATOR.last_success)
 AUTOMATOR_IS_LEADER: Final = _family(_AUTOMATOR.is_leader)
 AUTOMATOR_UNRESOLVED: Final = _family(_AUTOMATOR.unresolved)
 AUTOMATOR_BUILD_INFO: Final = _family(_AUTOMATOR.build_info)
+
+# --- the automator's KEDA endpoints (automator/keda/metrics.py) -----------------------------------------
+_KEDA: Final = KedaMetrics(CollectorRegistry())
+AUTOMATOR_KEDA_REQUESTS: Final = _counter(_KEDA.requests)
+AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET: Final = _family(_KEDA.refresh_duration) + "_bucket"
+AUTOMATOR_KEDA_PROMETHEUS_ERRORS: Final = _counter(_KEDA.prometheus_errors)
+AUTOMATOR_KEDA_KUBERNETES_ERRORS: Final = _counter(_KEDA.kubernetes_errors)
+AUTOMATOR_KEDA_CACHE_AGE: Final = _family(_KEDA.cache_age)
+AUTOMATOR_KEDA_CACHED_QUERIES: Final = _family(_KEDA.cached_queries)

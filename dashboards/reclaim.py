@@ -1,4 +1,5 @@
-"""Reclaim activity: what the automator decided and did, what it could not do, and what it cost."""
+"""Reclaim activity: what the automator decided and did, what it could not do, and what it cost; and how
+its KEDA endpoints answer."""
 
 from __future__ import annotations
 
@@ -152,6 +153,57 @@ def build() -> Any:
             "Queries the last pass made: one per distinct idle window, whatever the pod count. Growth with "
             "the pod count would be a regression.",
             [h.Query(f"max({c.AUTOMATOR_QUERIES_PER_PASS})", "queries")],
+        ),
+        w=6,
+    )
+    lay.row("KEDA endpoints")
+    lay.add(
+        h.timeseries(
+            "KEDA answers by status",
+            "Requests KEDA made to the metrics-api endpoint (http: HTTP code) and the external scaler (grpc: "
+            "gRPC code). 503 / UNAVAILABLE: no fresh value, KEDA's fallback applies (docs/keda.md).",
+            [
+                h.Query(
+                    f"sum by (endpoint, status) (rate({c.AUTOMATOR_KEDA_REQUESTS}[{h.RATE_INTERVAL}]))",
+                    "{{endpoint}} {{status}}",
+                )
+            ],
+            colours={"http 200": h.BUSY, "grpc OK": h.BUSY, "http 503": h.BAD, "grpc UNAVAILABLE": h.BAD},
+        ),
+        w=6,
+    )
+    lay.add(
+        h.timeseries(
+            "KEDA cache age",
+            "Seconds since the oldest cached KEDA query or pod list was refreshed successfully, and the "
+            "queries kept fresh (one per signal and window, whatever the number of workloads).",
+            [
+                h.Query(f"max({c.AUTOMATOR_KEDA_CACHE_AGE})", "age"),
+                h.Query(f"max({c.AUTOMATOR_KEDA_CACHED_QUERIES})", "queries kept"),
+            ],
+        ),
+        w=6,
+    )
+    lay.add(
+        h.timeseries(
+            "KEDA refresh duration",
+            "Median and 95th percentile of a background refresh of the KEDA cache (its queries and lists).",
+            [
+                h.Query(_quantile(0.5, c.AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET), "p50"),
+                h.Query(_quantile(0.95, c.AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET), "p95"),
+            ],
+            unit=h.SECONDS,
+        ),
+        w=6,
+    )
+    lay.add(
+        h.timeseries(
+            "KEDA upstream errors",
+            "Failed Prometheus queries and Kubernetes lists of the KEDA cache, per second.",
+            [
+                h.Query(f"sum(rate({c.AUTOMATOR_KEDA_PROMETHEUS_ERRORS}[{h.RATE_INTERVAL}]))", "Prometheus"),
+                h.Query(f"sum(rate({c.AUTOMATOR_KEDA_KUBERNETES_ERRORS}[{h.RATE_INTERVAL}]))", "Kubernetes"),
+            ],
         ),
         w=6,
     )

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
+from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
 from dashboards import contracts
 from tests.dashboards.queries import PanelQuery, panel_queries, variable_queries
@@ -84,9 +85,13 @@ DEGRADED_NODE = {
 }
 
 
-def _automator_activity(metrics: AutomatorMetrics, stop_event: threading.Event) -> None:
-    """A pass per second, as the service records them."""
+def _automator_activity(metrics: AutomatorMetrics, keda: KedaMetrics, stop_event: threading.Event) -> None:
+    """A pass per second, as the service records them, and KEDA answers and refreshes."""
     while not stop_event.wait(1.0):
+        keda.requests.labels(endpoint="http", status="200").inc()
+        keda.refresh_duration.observe(0.05)
+        keda.cache_age.set(3)
+        keda.cached_queries.set(2)
         metrics.passes.labels(result="ok").inc()
         metrics.pass_duration.observe(0.2)
         metrics.query_duration.observe(0.02)
@@ -116,10 +121,11 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     registry = CollectorRegistry()
     metrics = AutomatorMetrics(registry, version="test", mode="enforce")
     metrics.is_leader.set(1)
+    keda = KedaMetrics(registry)
     automator_port = free_port()
     server, _ = start_http_server(automator_port, addr="127.0.0.1", registry=registry)
     stop_event = threading.Event()
-    activity = threading.Thread(target=_automator_activity, args=(metrics, stop_event), daemon=True)
+    activity = threading.Thread(target=_automator_activity, args=(metrics, keda, stop_event), daemon=True)
     activity.start()
     prometheus = None
     try:
