@@ -20,6 +20,16 @@ def _quantile(q: float, bucket: str) -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({bucket}[{h.RATE_INTERVAL}])))"
 
 
+def _latency(title: str, description: str, bucket: str) -> Any:
+    """Median and 95th percentile of a duration histogram, in seconds."""
+    return h.timeseries(
+        title,
+        description,
+        [h.Query(_quantile(0.5, bucket), "p50"), h.Query(_quantile(0.95, bucket), "p95")],
+        unit=h.SECONDS,
+    )
+
+
 def build() -> Any:
     lay = h.Layout()
     lay.stats(
@@ -123,27 +133,19 @@ def build() -> Any:
         w=6,
     )
     lay.add(
-        h.timeseries(
+        _latency(
             "Pass duration",
             "Median and 95th percentile of a pass (snapshot, queries, plan, actions).",
-            [
-                h.Query(_quantile(0.5, c.AUTOMATOR_PASS_DURATION_BUCKET), "p50"),
-                h.Query(_quantile(0.95, c.AUTOMATOR_PASS_DURATION_BUCKET), "p95"),
-            ],
-            unit=h.SECONDS,
+            c.AUTOMATOR_PASS_DURATION_BUCKET,
         ),
         w=6,
     )
     lay.add(
-        h.timeseries(
+        _latency(
             "Prometheus query time",
             "Median and 95th percentile of each query the automator makes to Prometheus, failed ones "
             "included.",
-            [
-                h.Query(_quantile(0.5, c.AUTOMATOR_QUERY_DURATION_BUCKET), "p50"),
-                h.Query(_quantile(0.95, c.AUTOMATOR_QUERY_DURATION_BUCKET), "p95"),
-            ],
-            unit=h.SECONDS,
+            c.AUTOMATOR_QUERY_DURATION_BUCKET,
         ),
         w=6,
     )
@@ -185,14 +187,10 @@ def build() -> Any:
         w=6,
     )
     lay.add(
-        h.timeseries(
+        _latency(
             "KEDA refresh duration",
             "Median and 95th percentile of a background refresh of the KEDA cache (its queries and lists).",
-            [
-                h.Query(_quantile(0.5, c.AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET), "p50"),
-                h.Query(_quantile(0.95, c.AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET), "p95"),
-            ],
-            unit=h.SECONDS,
+            c.AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET,
         ),
         w=6,
     )
