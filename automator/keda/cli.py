@@ -44,7 +44,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     so.add_argument("--trigger", choices=TRIGGERS, default="metrics-api")
     so.add_argument("--url", default=DEFAULT_URL, help="the automator's base URL (metrics-api)")
     so.add_argument("--scaler-address", default=DEFAULT_SCALER_ADDRESS, help="host:port (external)")
-    so.add_argument("--auth", choices=AUTH_MODES, default="none", help="metrics-api authMode")
+    so.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        default="bearer",
+        help="metrics-api authMode (default bearer; none: open)",
+    )
     so.add_argument("--secret", default="gpu-steward-keda", help="Secret and TriggerAuthentication name")
     so.add_argument("--min-replicas", type=int, default=1)
     so.add_argument("--max-replicas", type=int, default=10)

@@ -27,7 +27,7 @@ class Options:
     trigger: str = "metrics-api"
     url: str = DEFAULT_URL
     scaler_address: str = DEFAULT_SCALER_ADDRESS
-    auth: str = "none"
+    auth: str = "bearer"
     secret: str = "gpu-steward-keda"
     min_replicas: int = 1
     max_replicas: int = 10

@@ -83,3 +83,17 @@ def test_api_key_and_selector(capsys: pytest.CaptureFixture[str]) -> None:
     meta = so["spec"]["triggers"][0]["metadata"]
     assert (meta["authMode"], meta["method"], meta["keyParamName"]) == ("apiKey", "header", "X-API-KEY")
     assert dict(parse_qsl(urlsplit(meta["url"]).query))["selector"] == "app=trainer"
+
+
+def test_default_prints_scaledobject_and_trigger_authentication(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["keda", "scaledobject", "--namespace", "inference", "--deployment", "api", "--profile", "batch"]
+    assert main(argv) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["Secret", "TriggerAuthentication", "ScaledObject"]
+    (trigger,) = docs[-1]["spec"]["triggers"]
+    assert trigger["authenticationRef"]["name"] == docs[1]["metadata"]["name"]
+    assert trigger["metadata"]["authMode"] == "bearer"
+    assert trigger["metadata"]["targetValue"] == "70" and trigger["metricType"] == "Value"
+    assert main([*argv, "--auth", "none"]) == 0
+    assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == ["ScaledObject"]
