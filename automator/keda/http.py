@@ -61,7 +61,9 @@ def answer_json(a: Answer) -> dict[str, Any]:
 
 
 def no_value_json(e: NoValue) -> dict[str, Any]:
-    return {"error": e.reason, "message": _UPSTREAM.get(e.reason, e.message)}
+    """The 503 body: `error` the reason's code, `reason` (and `message`, as in every error body) the sentence."""
+    sentence = _UPSTREAM.get(e.reason, e.message)
+    return {"error": e.reason, "reason": sentence, "message": sentence}
 
 
 @functools.lru_cache(maxsize=4096)

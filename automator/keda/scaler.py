@@ -69,7 +69,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
             self._abort(context, grpc.StatusCode.NOT_FOUND, str(e))
         except NoValue as e:
             body = no_value_json(e)
-            self._abort(context, grpc.StatusCode.UNAVAILABLE, f"{body['error']}: {body['message']}")
+            self._abort(context, grpc.StatusCode.UNAVAILABLE, f"{body['error']}: {body['reason']}")
         return result
 
     @staticmethod
