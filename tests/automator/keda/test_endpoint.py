@@ -134,6 +134,7 @@ def test_stale_data_is_503_never_0() -> None:
     client, *_ = make(FakePrometheus(fresh_result(age=500)))
     status, body = get(client, URL + "&profile=training")
     assert status == 503 and body["error"] == "stale" and "value" not in body
+    assert "old" in body["reason"]
 
 
 def test_data_ageing_in_the_cache_turns_503() -> None:
