@@ -171,10 +171,8 @@ class PrometheusAdapter:
         log.debug("usage: %d pods known of %d, %d queries", len(usage), len(windows), self.queries_last_call)
         return usage
 
+    # --- KEDA (issue 9): the cache's one query per signal base and window (automator/keda/signals.py) ---
 
-# --- KEDA (issue 9): the cache's one query per signal base and window (automator/keda/signals.py) -------
-
-
-def keda_query(adapter: PrometheusAdapter, expr: str) -> list[dict[str, Any]]:
-    """Run one KEDA query at Prometheus's now; PrometheusUnavailable on any error (never an empty answer)."""
-    return adapter._query(expr, "KEDA", None)
+    def keda_query(self, expr: str) -> list[dict[str, Any]]:
+        """One KEDA query at Prometheus's now; PrometheusUnavailable on any error (never an empty answer)."""
+        return self._query(expr, "KEDA", None)

@@ -32,7 +32,7 @@ from automator.kube import KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, Mode, PlannerConfig, PodKey
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
-from automator.prom import PrometheusAdapter, keda_query
+from automator.prom import PrometheusAdapter
 from automator.settings import ServiceSettings, SettingError, service_settings
 from automator.snapshot import InputError, load_cluster
 
@@ -226,7 +226,7 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         max_replans=settings.max_replans,
     )
     app = create_app(service)
-    keda.attach(app, settings, metrics.registry, lambda expr: keda_query(prom, expr))  # docs/keda.md
+    keda.attach(app, settings, metrics.registry, prom.keda_query)  # docs/keda.md
     return Wiring(service, app, elector)
 
 
