@@ -61,7 +61,7 @@ def answer_json(a: Answer) -> dict[str, Any]:
 
 
 def no_value_json(e: NoValue) -> dict[str, Any]:
-    """The 503 body: `error` the reason's code, `reason` (and `message`, as in every error body) the sentence."""
+    """The 503 body: `error` the code; `reason` and `message` (as in every error body) the sentence."""
     sentence = _UPSTREAM.get(e.reason, e.message)
     return {"error": e.reason, "reason": sentence, "message": sentence}
 
