@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import json
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -85,6 +86,8 @@ def test_https_listener_and_grpc_scaler_start_with_auth(tmp_path: Path) -> None:
     runtime: KedaRuntime = wiring.app.extensions[EXTENSION]
     runtime.start()
     try:
+        # A client that connects and says nothing holds no one up (the handshake runs in its own thread).
+        silent = socket.create_connection(("127.0.0.1", tls_port), timeout=5)
         context = ssl.create_default_context(cafile=str(cert))
         url = f"https://127.0.0.1:{tls_port}/keda/v1/metrics?namespace=inference&deployment=api&profile=training"
         with pytest.raises(urllib.error.HTTPError) as e:
@@ -102,6 +105,7 @@ def test_https_listener_and_grpc_scaler_start_with_auth(tmp_path: Path) -> None:
             with pytest.raises(grpc.RpcError) as rpc:
                 pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=30)
             assert rpc.value.code() == grpc.StatusCode.UNAVAILABLE
+        silent.close()
     finally:
         runtime.stop()
 
