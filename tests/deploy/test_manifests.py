@@ -22,7 +22,15 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 KUBERNETES_VERSION = "1.34.0"
-KUSTOMIZATIONS = ["", "overlays/enforce", "overlays/no-operator", "namespace", "exporter", "automator"]
+KUSTOMIZATIONS = [
+    "",
+    "overlays/enforce",
+    "overlays/no-operator",
+    "overlays/keda-grpc",
+    "namespace",
+    "exporter",
+    "automator",
+]
 NOT_VALIDATED = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"),

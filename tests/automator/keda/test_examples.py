@@ -4,6 +4,9 @@ valid questions, and are exactly what the command prints (a drift fails here).""
 from __future__ import annotations
 
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -12,6 +15,9 @@ import yaml
 
 from automator.cli import main
 from automator.keda.request import METRICS_PATH, VALUE_LOCATION, question
+from automator.keda.settings import KEDA_SETTINGS
+
+KEDA_GRPC = next(s for s in KEDA_SETTINGS if s.flag == "--keda-grpc-port")
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "deploy" / "keda").glob("scaledobject-*.yaml"))
@@ -97,3 +103,30 @@ def test_default_prints_scaledobject_and_trigger_authentication(capsys: pytest.C
     assert trigger["metadata"]["targetValue"] == "70" and trigger["metricType"] == "Value"
     assert main([*argv, "--auth", "none"]) == 0
     assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == ["ScaledObject"]
+
+
+def test_keda_grpc_overlay_opens_the_scaler_port_the_example_names() -> None:
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    assert kubectl, "kubectl is missing: run make deps"
+    out = subprocess.run(
+        [kubectl, "kustomize", str(REPO / "deploy" / "overlays" / "keda-grpc")],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(out) if o]
+    (deployment,) = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpu-steward-automator"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[KEDA_GRPC.env] == "9000"
+    assert {"name": "grpc", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
+    (service,) = [
+        o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "gpu-steward-automator"
+    ]
+    (grpc_port,) = [p for p in service["spec"]["ports"] if p["name"] == "grpc"]
+    # The external example's scalerAddress is this Service and port.
+    (example,) = [p for p in EXAMPLES if "external" in p.name]
+    (so,) = [d for d in yaml.safe_load_all(example.read_text()) if d and d["kind"] == "ScaledObject"]
+    address = so["spec"]["triggers"][0]["metadata"]["scalerAddress"]
+    ns = service["metadata"]["namespace"]
+    assert address == f"{service['metadata']['name']}.{ns}.svc:{grpc_port['port']}"
