@@ -96,7 +96,24 @@ def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
 
 
 def is_reclaim_class(pc: JsonObj | None) -> bool:
-    return pc is not None and str(annotations_of(pc).get(RECLAIM_ANNOTATION, "")).strip().lower() == "true"
+    """Issue 15, decision 3: the opt-in value is exactly "true" (not "TRUE", not " true")."""
+    return pc is not None and annotations_of(pc).get(RECLAIM_ANNOTATION) == "true"
+
+
+def reclaim_annotation_warnings(priority_classes: list[JsonObj]) -> list[AnnotationWarning]:
+    """A warning for every class whose opt-in annotation is neither "true" nor "false" (no opt-in)."""
+    warnings: list[AnnotationWarning] = []
+    for pc in sorted(priority_classes, key=lambda pc: str((pc.get("metadata") or {}).get("name"))):
+        ann = annotations_of(pc)
+        if RECLAIM_ANNOTATION in ann and ann[RECLAIM_ANNOTATION] not in ("true", "false"):
+            value = ann[RECLAIM_ANNOTATION]
+            message = (
+                f'{RECLAIM_ANNOTATION}: {value!r} is neither "true" nor "false": '
+                "the class does not opt in to reclaim"
+            )
+            name = str((pc.get("metadata") or {}).get("name"))
+            warnings.append(AnnotationWarning(name, RECLAIM_ANNOTATION, str(value), message, ()))
+    return warnings
 
 
 class SettingsCache:
@@ -169,7 +186,8 @@ class _Builder:
             if not is_finished(obj):
                 self._pod(PodKey.of(obj), obj, settings)
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
-        return ClusterIndex(self.nodes, self.preemptors, self.pdbs, self._warnings(settings))
+        warnings = reclaim_annotation_warnings(self.cluster.priority_classes) + self._warnings(settings)
+        return ClusterIndex(self.nodes, self.preemptors, self.pdbs, warnings)
 
     def _nodes(self) -> None:
         for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):

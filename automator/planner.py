@@ -19,6 +19,7 @@ from automator.eligibility import verdict_for
 from automator.fit import scheduling_signature, static_misfit
 from automator.model import (
     ClusterState,
+    CutOff,
     Decision,
     Plan,
     PlannerConfig,
@@ -149,6 +150,8 @@ class _Pass:
                 continue
             result = self._search(node, req, pre.priority)
             results.append((node, result))
+            if result.cut_off:
+                self.plan.search_cut_off.append(CutOff(pre.key, node.name, result.misfit or ""))
             # Across nodes the set order alone decides (not the victims' names): equal sets go to the
             # node whose name sorts first, which is the first one met.
             if result.key is not None and (best is None or result.key[:-1] < best[0][:-1]):
@@ -176,11 +179,14 @@ class _Pass:
             for pdb in victim.pdbs:
                 self.index.pdbs.remaining[pdb] = self.index.pdbs.remaining.get(pdb, 0) - 1
                 self.pdb_version += 1
-        # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass (issue 4:
-        # freed GPUs are not offered to the next preemptor).
-        node.take(req)
-        node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
-        node.version += 1
+        if victims:
+            # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass
+            # (issue 4: freed GPUs are not offered to the next preemptor).
+            node.take(req)
+            node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
+            node.version += 1
+        # Issue 15, decision 1: a preemptor that already fits reserves nothing; later preemptors may count
+        # the same free GPUs (the next pass sees what the scheduler did).
         target = self.plan.decisions if victims else self.plan.already_fit
         target.append(
             Decision(
@@ -231,6 +237,9 @@ class _Pass:
         if result.misfit and result.free_gpus + result.reclaimable >= req.gpus:
             closest += f"; enough GPUs but {result.misfit}"
         reason = f"no node fits even after evicting all eligible idle pods; {closest}"
+        cut = [node.name for node, result in results if result.cut_off]
+        if cut:
+            reason += f"; victim search cut off (node skipped): {', '.join(cut)}"
         if excluded:
             reason += f"; {excluded}"
         self._unresolved(pre, reason)
