@@ -6,6 +6,7 @@ malformed field is an InputError naming the object and the field.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 
 from automator.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
 from automator.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.records import record
 from automator.resources import (
     FieldError,
     integer,
@@ -30,18 +32,68 @@ class InputError(Exception):
     """Bad input; the message names the object and the field."""
 
 
-def _documents(path: Path) -> Iterator[Any]:
+# Keys no reader of a snapshot uses, dropped while parsing (before the objects under them are built):
+# `kubectl get -o json|yaml` writes managedFields on every object, often half of its size.
+DROPPED_KEYS = frozenset({"managedFields", "kubectl.kubernetes.io/last-applied-configuration"})
+
+_YAML_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
+
+
+class _PruningLoader(_YAML_BASE):  # type: ignore[misc]
+    """Safe YAML loader (libyaml's when available) that never builds the values of DROPPED_KEYS."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        node.value = [
+            (k, v) for k, v in node.value if not (isinstance(k, yaml.ScalarNode) and k.value in DROPPED_KEYS)
+        ]
+        result: dict[Any, Any] = super().construct_mapping(node, deep)
+        return result
+
+
+def _drop_keys(obj: dict[str, Any]) -> dict[str, Any]:
+    for key in DROPPED_KEYS.intersection(obj):
+        del obj[key]
+    return obj
+
+
+def is_json(text: str | bytes) -> bool:
+    """JSON is told by content, not by file name: a document that starts with `{` or `[`."""
+    head = text[:4096].lstrip()
+    return head[:1] in ("{", "[", b"{", b"[")
+
+
+def documents(path: Path) -> Iterator[Any]:
+    """The documents of a `kubectl get -o json|yaml` file or multi-document YAML, DROPPED_KEYS left out.
+
+    JSON (told by content) goes through json; YAML through libyaml's safe loader when PyYAML has it, else
+    the pure one. InputError names the file."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if is_json(data):
+        try:
+            doc = json.loads(data, object_hook=_drop_keys)
+        except ValueError:
+            pass  # not JSON after all (a YAML flow mapping, say): the YAML parser reports it
+        else:
+            del data
+            yield doc
+            return
     try:
-        yield from yaml.safe_load_all(text)
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not valid YAML/JSON: not UTF-8: {exc}") from exc
+    del data
+    try:
+        yield from yaml.load_all(text, Loader=_PruningLoader)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 
 
-def _flatten(doc: Any, where: str) -> Iterator[tuple[JsonObj, str]]:
+def flatten(doc: Any, where: str, consume: bool = False) -> Iterator[tuple[JsonObj, str]]:
+    """The objects of one document: a `*List` is unpacked (recursively), `where` says where each was.
+    consume: each List item is released once the caller has it (a large file is not held twice)."""
     if doc is None:
         return
     if not isinstance(doc, Mapping):
@@ -52,7 +104,9 @@ def _flatten(doc: Any, where: str) -> Iterator[tuple[JsonObj, str]]:
         if not isinstance(items, list):
             raise InputError(f"{where}: items: expected a list")
         for i, item in enumerate(items):
-            yield from _flatten(item, f"{where} items[{i}]")
+            if consume:
+                items[i] = None
+            yield from flatten(item, f"{where} items[{i}]", consume)
         return
     yield dict(doc), where
 
@@ -211,11 +265,12 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
         "PodDisruptionBudget": state.pdbs,
     }
     seen: set[str] = set()
-    for d, doc in enumerate(_documents(path)):
-        for obj, where in _flatten(doc, f"{path} document {d}"):
-            kind = obj.get("kind")
+    for d, doc in enumerate(documents(path)):
+        for raw, where in flatten(doc, f"{path} document {d}", consume=True):
+            kind = raw.get("kind")
             if kind not in KINDS:
                 continue  # other kinds (Services, Deployments...) play no part
+            obj = record(raw)  # only what the planner reads is kept
             label = _name(obj, str(kind), where, kind in ("Pod", "PodDisruptionBudget"))
             if label in seen:
                 raise InputError(f"{label}: listed twice")
@@ -246,7 +301,7 @@ def _number(value: Any, label: str, field: str, upper: float | None) -> float | 
 
 def load_usage(path: Path) -> dict[PodKey, PodUsage]:
     """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores}]`; a pod not listed is unknown."""
-    docs = [d for d in _documents(path) if d is not None]
+    docs = [d for d in documents(path) if d is not None]
     if len(docs) != 1 or not isinstance(docs[0], Mapping):
         raise InputError(f"{path}: expected one YAML mapping with a `pods` list")
     pods = docs[0].get("pods")

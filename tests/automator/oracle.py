@@ -39,7 +39,10 @@ def fits(free: tuple[int, int, int], victims: Sequence[Candidate], req: Requests
 
 
 def brute_force(
-    eligible: Sequence[Candidate], free: tuple[int, int, int], req: Requests, remaining: Mapping[tuple[str, str], int]
+    eligible: Sequence[Candidate],
+    free: tuple[int, int, int],
+    req: Requests,
+    remaining: Mapping[tuple[str, str], int],
 ) -> tuple[SetKey, tuple[Candidate, ...]] | None:
     """The best set by the contract's order over all subsets, or None."""
     best: tuple[SetKey, tuple[Candidate, ...]] | None = None
