@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from automator.conventions import RECLAIM_ANNOTATION
 from automator.eligibility import Assessment, ClassSettings, PdbIndex, assess, class_settings
@@ -31,6 +32,7 @@ from automator.resources import (
     is_finished,
     is_terminating,
     is_unschedulable,
+    labels_of,
     node_allocatable,
     node_name,
     pod_priority,
@@ -175,6 +177,9 @@ class _Builder:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     preemptors: list[Preemptor] = field(default_factory=list)
     class_pods: dict[str, list[PodKey]] = field(default_factory=dict)
+    covering_cache: dict[tuple[str, tuple[Any, ...]], tuple[list[tuple[str, str]], str | None]] = field(
+        default_factory=dict
+    )
 
     def build(self) -> ClusterIndex:
         self.classes = classes_by_name(self.cluster.priority_classes)
@@ -225,7 +230,7 @@ class _Builder:
         self, key: PodKey, obj: JsonObj, bound: str, req: Requests, pod_settings: ClassSettings
     ) -> Candidate:
         usage = self.usage.get(key)
-        pdb_ids, pdb_reason = self.pdbs.covering(obj)
+        pdb_ids, pdb_reason = self._covering(obj)
         try:
             priority = pod_priority(obj, self.classes, self.global_default)
             scheduled = scheduled_at(obj)
@@ -236,6 +241,18 @@ class _Builder:
         assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason)
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
+
+    def _covering(self, obj: JsonObj) -> tuple[list[tuple[str, str]], str | None]:
+        """PdbIndex.covering, once per namespace and label set (pods of one workload share them)."""
+        meta = obj.get("metadata") or {}
+        try:
+            key = (str(meta.get("namespace") or "default"), tuple(sorted(labels_of(obj).items())))
+            cached = self.covering_cache.get(key)
+        except (TypeError, AttributeError):  # unhashable or unsortable labels: no cache
+            return self.pdbs.covering(obj)
+        if cached is None:
+            cached = self.covering_cache[key] = self.pdbs.covering(obj)
+        return list(cached[0]), cached[1]
 
     def _preemptor(self, key: PodKey, obj: JsonObj) -> None:
         error: str | None = None

@@ -29,6 +29,7 @@ from automator.model import (
     Verdict,
     Victim,
 )
+from automator.ranking import Rankings
 from automator.report import explain, plan_to_json
 from automator.resources import FieldError, Requests, annotations_of, parse_time
 from automator.victims import NodeResult, SetKey, protected_summary, search_node
@@ -48,6 +49,7 @@ class _Static:
     feasible: list[NodeState]
     ruled_out: Counter[str]
     first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
+    names: set[str] = field(default_factory=set)  # of the feasible nodes
 
 
 @dataclass
@@ -60,10 +62,15 @@ class _Pass:
     pdb_version: int = 0
     static_cache: dict[str, _Static] = field(default_factory=dict)
     # (priority, requests) -> node name -> (node version, PDB version, result): alike preemptors share them
-    search_cache: dict[tuple[int, Requests], dict[str, tuple[int, int, NodeResult]]] = field(
+    search_cache: dict[tuple[int, int, int, int], dict[str, tuple[int, tuple[int, ...], NodeResult]]] = field(
         default_factory=dict
     )
+    node_pdbs: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     verdict_count: int = 0
+    rankings: Rankings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rankings = Rankings(self.exclude)
 
     def run(self) -> Plan:
         self.plan.warnings.extend(self.index.warnings)
@@ -102,6 +109,7 @@ class _Pass:
                 )
                 if misfit is None:
                     cached.feasible.append(node)
+                    cached.names.add(node.name)
                 else:
                     cached.ruled_out[misfit[0]] += 1
                     cached.first_detail = cached.first_detail or f"{node.name}: {misfit[1]}"
@@ -121,13 +129,24 @@ class _Pass:
     def _unresolved(self, pre: Preemptor, reason: str) -> None:
         self.plan.unresolved.append(Unresolved(pre.key, reason))
 
+    def _pdb_state(self, node: NodeState) -> tuple[int, ...]:
+        """What is left of the budgets of the PodDisruptionBudgets covering the node's candidates."""
+        ids = self.node_pdbs.get(node.name)
+        if ids is None or ids[0] != node.version:
+            ids = self.node_pdbs[node.name] = (
+                node.version,
+                tuple(sorted({p for c in node.candidates for p in c.pdbs})),
+            )
+        return tuple(self.index.pdbs.remaining.get(p, 0) for p in ids[1])
+
     def _search(self, node: NodeState, req: Requests, priority: int) -> NodeResult:
-        """search_node, cached until a decision changes the node or a PodDisruptionBudget."""
-        cache = self.search_cache.setdefault((priority, req), {})
+        """search_node, cached until a decision changes the node or a PodDisruptionBudget covering it."""
+        cache = self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
         entry = cache.get(node.name)
-        if entry is None or entry[0] != node.version or entry[1] != self.pdb_version:
+        pdb_state = self._pdb_state(node)
+        if entry is None or entry[0] != node.version or entry[1] != pdb_state:
             result = search_node(node, req, priority, self.index.pdbs, self.exclude)
-            entry = cache[node.name] = (node.version, self.pdb_version, result)
+            entry = cache[node.name] = (node.version, pdb_state, result)
         return entry[2]
 
     def _place(self, pre: Preemptor) -> None:
@@ -141,6 +160,8 @@ class _Pass:
             return
         req = pre.req
         static = self._static(pre)
+        if self.verdict_count >= VERDICT_LIMIT and self._place_ranked(pre, req, static):
+            return
         too_small: list[NodeState] = []
         results: list[tuple[NodeState, NodeResult]] = []
         best: tuple[SetKey, NodeState, NodeResult] | None = None
@@ -169,6 +190,32 @@ class _Pass:
             self._record(pre, best_result, force=True)
         self._commit(pre, req, best_node, best_result)
 
+    def _place_ranked(self, pre: Preemptor, req: Requests, static: _Static) -> bool:
+        """Issue 14: the same choice as searching every feasible node, searching nodes in the order of
+        their ranking (automator/ranking.py) until no node left can beat the best set found. Used once full
+        verdicts are no longer recorded; False (nothing decided) sends the preemptor to the full search,
+        which explains why it stays unresolved."""
+        best: tuple[SetKey, str, NodeState, NodeResult] | None = None
+        cut_off: list[CutOff] = []
+        for bound, name, version in self.rankings.ranking(self.index.nodes, pre.priority, req):
+            if best is not None and (bound, name) > (best[0][:-1], best[1]):
+                break  # no node left can beat the best set found (equal sets go to the first name)
+            node = self.index.nodes[name]
+            if version != node.version or name not in static.names:
+                continue
+            result = self._search(node, req, pre.priority)
+            if result.cut_off:
+                cut_off.append(CutOff(pre.key, name, result.misfit or ""))
+            if result.key is not None and (best is None or (result.key[:-1], name) < (best[0][:-1], best[1])):
+                best = (result.key, name, node, result)
+        if best is None:
+            return False
+        self.plan.search_cut_off.extend(cut_off)
+        if best[0][0] > 0:
+            self._record(pre, best[3], force=True)
+        self._commit(pre, req, best[2], best[3])
+        return True
+
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]
         victims = result.victims
@@ -185,6 +232,7 @@ class _Pass:
             node.take(req)
             node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
             node.version += 1
+            self.rankings.changed(node)
         # Issue 15, decision 1: a preemptor that already fits reserves nothing; later preemptors may count
         # the same free GPUs (the next pass sees what the scheduler did).
         target = self.plan.decisions if victims else self.plan.already_fit

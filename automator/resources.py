@@ -48,12 +48,45 @@ def quantity(value: Any, field: str) -> Decimal:
     return result
 
 
+# Parsed amounts by (type, literal, scale): a cluster repeats a few literals ("8Gi", "2") on thousands of
+# pods, and Decimal parsing is most of reading one. Only valid literals are kept; bounded.
+_AMOUNTS: dict[tuple[type, Any, int], int] = {}
+_AMOUNTS_MAX = 65_536
+
+
+def _recall(value: Any, scale: int) -> tuple[tuple[type, Any, int] | None, int | None]:
+    if type(value) not in (str, int, float):  # bools, lists, maps: never cached, always checked
+        return None, None
+    key = (type(value), value, scale)
+    return key, _AMOUNTS.get(key)
+
+
+def _remember(key: tuple[type, Any, int] | None, amount: int) -> int:
+    if key is None:
+        return amount
+    if len(_AMOUNTS) >= _AMOUNTS_MAX:
+        _AMOUNTS.clear()
+    _AMOUNTS[key] = amount
+    return amount
+
+
 def whole(value: Any, field: str) -> int:
     """A GPU count: extended resources are whole numbers."""
+    key, cached = _recall(value, 0)
+    if cached is not None:
+        return cached
     result = quantity(value, field)
     if result != result.to_integral_value():
         raise FieldError(field, f"{value!r} is not a whole number of devices")
-    return int(result)
+    return _remember(key, int(result))
+
+
+def scaled(value: Any, scale: int, field: str) -> int:
+    """A quantity times `scale` (1000: millicores), rounded up as the scheduler does."""
+    key, cached = _recall(value, scale)
+    if cached is not None:
+        return cached
+    return _remember(key, math.ceil(quantity(value, field) * scale))
 
 
 def _container_requests(
@@ -75,9 +108,9 @@ def _container_requests(
     for name, scale in (("cpu", 1000), ("memory", 1)):
         # Kubernetes defaults a missing request to the limit.
         if name in requests:
-            amounts.append(math.ceil(quantity(requests[name], f"{field}.resources.requests.{name}") * scale))
+            amounts.append(scaled(requests[name], scale, f"{field}.resources.requests.{name}"))
         elif name in limits:
-            amounts.append(math.ceil(quantity(limits[name], f"{field}.resources.limits.{name}") * scale))
+            amounts.append(scaled(limits[name], scale, f"{field}.resources.limits.{name}"))
         else:
             amounts.append(0)
     return gpus, amounts[0], amounts[1]

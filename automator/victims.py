@@ -61,7 +61,7 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
     )
 
 
-def _sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
+def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
     """Split the node's candidates into eligible and protected for this preemptor priority."""
     result = NodeResult(None, (), node.free()[0], 0, [], {}, 0, None)
     for pod in node.candidates:
@@ -85,7 +85,7 @@ def search_node(
 ) -> NodeResult:
     """Best victim set on one node for a preemptor with these requests and priority."""
     free_g, free_c, free_m = node.free()
-    result = _sort_candidates(node, priority, exclude)
+    result = sort_candidates(node, priority, exclude)
     if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
         result.key = set_key(())
         return result
