@@ -17,6 +17,7 @@ from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cl
 from automator.conventions import LAST_RECLAIM_ANNOTATION
 from automator.eligibility import verdict_for
 from automator.fit import scheduling_signature, static_misfit
+from automator.gc_pause import gc_paused
 from automator.model import (
     ClusterState,
     CutOff,
@@ -316,4 +317,5 @@ def plan(
     exclude: frozenset[PodKey] = frozenset(),
 ) -> Plan:
     """Plan one pass. exclude: pods never to be chosen as victims (e.g. their eviction was refused)."""
-    return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude).run()
+    with gc_paused():
+        return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude).run()

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from automator.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
+from automator.gc_pause import gc_paused
 from automator.model import ClusterState, JsonObj, PodKey, PodUsage
 from automator.records import record
 from automator.resources import (
@@ -314,6 +315,14 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
         "PodDisruptionBudget": state.pdbs,
     }
     seen: set[str] = set()
+    with gc_paused():
+        _read_cluster(path, gpu_resources, lists, seen)
+    return state
+
+
+def _read_cluster(
+    path: Path, gpu_resources: tuple[str, ...], lists: dict[str, list[JsonObj]], seen: set[str]
+) -> None:
     for d, doc in enumerate(documents(path, _keep)):
         for raw, where in flatten(doc, f"{path} document {d}", consume=True):
             kind = raw.get("kind")
@@ -334,7 +343,6 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
             else:
                 _check_pdb(obj, label)
             lists[str(kind)].append(obj)
-    return state
 
 
 def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:

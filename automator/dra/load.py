@@ -8,11 +8,9 @@ not YAML, wrong top-level shape) is an error (`DraInputError`), which the CLI tu
 
 from __future__ import annotations
 
-import gc
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +31,7 @@ from automator.dra.model import (
     PodConsumer,
     Records,
 )
+from automator.gc_pause import gc_paused
 from automator.quantity import parse_quantity
 from automator.snapshot import InputError, documents, flatten
 
@@ -505,19 +504,6 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
         for obj, where in objects:
             loader.add(obj, where)
         return loader.finish()
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while records are built: the records hold no cycles, and every
-    collection would walk the whole input (millions of dicts), which doubled the time of a large check."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # --- files ---------------------------------------------------------------------------------------------

@@ -169,9 +169,10 @@ def write_dump(directory: Path) -> dict[str, tuple[Path, Path]]:
 
 def run_cli(cluster: Path, usage: Path) -> tuple[float, float, int]:
     """(wall seconds, peak resident MiB, exit code) of one `gpu-automator plan` in a fresh process."""
-    cli = Path(sys.executable).with_name("gpu-automator")
     argv = [
-        str(cli),
+        sys.executable,
+        "-m",
+        "automator",
         "plan",
         "--cluster",
         str(cluster),
