@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from automator.cluster_index import NodeState
 from automator.model import PodKey
 from automator.resources import Requests
-from automator.victims import sort_candidates
+from automator.victims import is_eligible
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
@@ -64,7 +64,7 @@ class Rankings:
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
         cached = self.eligible.get((node.name, priority))
         if cached is None or cached.version != node.version:
-            pods = sort_candidates(node, priority, self.exclude).eligible
+            pods = [pod for pod in node.candidates if is_eligible(pod, priority, self.exclude)]
             cached = _Eligible(
                 node.version,
                 _prefix(sorted((p.req.gpus for p in pods), reverse=True)),

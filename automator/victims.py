@@ -61,6 +61,15 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
     )
 
 
+def is_eligible(pod: Candidate, priority: int, exclude: frozenset[PodKey]) -> bool:
+    """Whether a preemptor of this priority may evict the pod (sort_candidates' eligible list)."""
+    return (
+        pod.priority < priority
+        and not (exclude and pod.key in exclude)
+        and verdict_for(pod.assessment, priority)[0]
+    )
+
+
 def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
     """Split the node's candidates into eligible and protected for this preemptor priority."""
     result = NodeResult(None, (), node.free()[0], 0, [], {}, 0, None)
