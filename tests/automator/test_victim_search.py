@@ -37,17 +37,22 @@ def test_crowded_time_sliced_node_gets_eight_victims_one_of_them_big() -> None:
     assert [name for name in evicted if name.startswith("big")] == ["big-0"]  # the one with less run time
 
 
-def test_no_set_reported_unresolved_only_when_none_exists() -> None:
-    # Only the set of both big pods carries enough cpu: a pruned pool of the best-ranked pods would miss it.
-    objs: list[JsonObj] = [k8s.node("ts", gpus=16, cpu="32")]
+def test_a_valid_set_is_found_where_a_pruned_pool_found_none() -> None:
+    # A PodDisruptionBudget lets only 6 of the 14 small pods go: every 8-victim set needs both big pods,
+    # which rank last; a search among the best-ranked pods only reported the preemptor unresolved.
+    objs: list[JsonObj] = [k8s.node("ts", gpus=16, cpu="64")]
     for i in range(2):
         objs.append(k8s.pod(f"big-{i}", gpus=1, node_name="ts", priority=300, cpu="8"))
     for i in range(14):
-        objs.append(k8s.pod(f"small-{i:02}", gpus=1, node_name="ts", priority=100, cpu="500m"))
-    objs.append(k8s.preemptor("p", gpus=2, cpu="25"))
+        objs.append(k8s.pod(f"small-{i:02}", gpus=1, node_name="ts", cpu="500m", labels={"app": "a"}))
+    objs.append(k8s.pdb("small", {"matchLabels": {"app": "a"}}, 6))
+    objs.append(k8s.preemptor("p", gpus=8, cpu="1"))
     names = [o["metadata"]["name"] for o in objs if o["kind"] == "Pod" and o["spec"].get("nodeName")]
     result = plan(k8s.cluster(*objs), k8s.idle(*names), PlannerConfig(), k8s.NOW)
-    assert [sorted(v.pod.name for v in d.victims) for d in result.decisions] == [["big-0", "big-1"]]
+    assert result.unresolved == []
+    (decision,) = result.decisions
+    evicted = sorted(v.pod.name for v in decision.victims)
+    assert len(evicted) == 8 and evicted[:2] == ["big-0", "big-1"]
 
 
 def _random_node(rng: random.Random, pods: int, prefix: str = "") -> tuple[list[JsonObj], list[str]]:
