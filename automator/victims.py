@@ -224,6 +224,18 @@ class _Search:
         self.steps = 0
         self.best: tuple[SetKey, list[Candidate]] | None = None
         self.counts: Counter[tuple[str, str]] = Counter()
+        # Dominance between single pods (the best set is closed under it, see _dominates): skipping a pod
+        # forbids the later pods it dominates, taking one forces the later pods that dominate it.
+        self.forbids: list[list[int]] = [[] for _ in classes]
+        self.forces: list[list[int]] = [[] for _ in classes]
+        single = [i for i, c in enumerate(classes) if len(c.pods) == 1]
+        for x, y in itertools.combinations(single, 2):
+            if _dominates(classes[x], classes[y]):
+                self.forbids[x].append(y)
+            elif _dominates(classes[y], classes[x]):
+                self.forces[x].append(y)
+        self.forbidden = [0] * len(classes)
+        self.forced = [0] * len(classes)
 
     def run(self, size: int) -> None:
         self.best = None
@@ -258,27 +270,70 @@ class _Search:
         most = min(left, len(cls.pods))
         for pdb in cls.pdbs:
             most = min(most, self.remaining.get(pdb, 0) - self.counts[pdb])
-        for take in range(max(most, 0), -1, -1):
-            if take:
-                picked = cls.pods[:take]
-                self.chosen.extend(picked)
-                for pdb in cls.pdbs:
-                    self.counts[pdb] += take
-                self._branch(
-                    j + 1,
-                    left - take,
-                    g + take * cls.gpus,
-                    c + take * cls.cpu,
-                    m + take * cls.mem,
-                    max(maxp, cls.priority),
-                    sump + take * cls.priority,
-                    age + sum(p.age for p in picked),
-                )
-                del self.chosen[-take:]
-                for pdb in cls.pdbs:
-                    self.counts[pdb] -= take
+        least = 0
+        if self.forbidden[j]:
+            most = min(most, 0)
+        if self.forced[j]:
+            least = 1
+        for take in range(max(most, 0), least - 1, -1):
+            if take and self.forces[j]:
+                for y in self.forces[j]:
+                    self.forced[y] += 1
+                self._take(j, cls, take, left, g, c, m, maxp, sump, age)
+                for y in self.forces[j]:
+                    self.forced[y] -= 1
+            elif not take and self.forbids[j]:
+                for y in self.forbids[j]:
+                    self.forbidden[y] += 1
+                self._branch(j + 1, left, g, c, m, maxp, sump, age)
+                for y in self.forbids[j]:
+                    self.forbidden[y] -= 1
+            elif take:
+                self._take(j, cls, take, left, g, c, m, maxp, sump, age)
             else:
                 self._branch(j + 1, left, g, c, m, maxp, sump, age)
+
+    def _take(
+        self,
+        j: int,
+        cls: _Class,
+        take: int,
+        left: int,
+        g: int,
+        c: int,
+        m: int,
+        maxp: int,
+        sump: int,
+        age: float,
+    ) -> None:
+        picked = cls.pods[:take]
+        self.chosen.extend(picked)
+        for pdb in cls.pdbs:
+            self.counts[pdb] += take
+        self._branch(
+            j + 1,
+            left - take,
+            g + take * cls.gpus,
+            c + take * cls.cpu,
+            m + take * cls.mem,
+            max(maxp, cls.priority),
+            sump + take * cls.priority,
+            age + sum(p.age for p in picked),
+        )
+        del self.chosen[-take:]
+        for pdb in cls.pdbs:
+            self.counts[pdb] -= take
+
+
+def _dominates(a: _Class, b: _Class) -> bool:
+    """Single pod a is at least as good a victim as single pod b in every set: the same GPUs, priority and
+    budgets, at least b's cpu and memory, and less run time (by a millisecond at least, so the rounded sum
+    cannot tie) or the same run time and a first name. Swapping b for a in a set keeps it fitting and makes
+    it come strictly earlier in the order, so the best set never holds b without a."""
+    pa, pb = a.pods[0], b.pods[0]
+    if (a.gpus, a.priority, a.pdbs) != (b.gpus, b.priority, b.pdbs) or a.cpu < b.cpu or a.mem < b.mem:
+        return False
+    return pa.age <= pb.age - 0.002 or (pa.age == pb.age and str(pa.key) < str(pb.key))
 
 
 def _misfit(req: Requests, size: int, cpu: tuple[int, int], mem: tuple[int, int]) -> str:

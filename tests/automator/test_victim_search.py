@@ -237,3 +237,31 @@ def test_planner_decides_as_the_straightforward_oracle(
     state, usage = _random_cluster(seed)
     config = PlannerConfig()
     assert planner_outcome(state, usage, config, k8s.NOW) == oracle_plan(state, usage, config, k8s.NOW)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_dominance_pruning_keeps_the_same_set(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Single pods that are better victims than others in every set (same GPUs, priority and budgets, more
+    # cpu and memory, less run time) cut the search; the set found must be the one found without the cut.
+    rng = random.Random(5000 + seed)
+    objs: list[JsonObj] = [k8s.node("n", gpus=20, cpu="80", memory="512Gi")]
+    names = []
+    for i in range(20):
+        names.append(f"v{i:02}")
+        objs.append(
+            k8s.pod(
+                names[-1],
+                gpus=rng.choice((1, 1, 2)),
+                node_name="n",
+                priority=rng.choice((10, 100)),
+                cpu=f"{rng.randrange(100, 4000)}m",
+                memory=f"{rng.choice((1, 2, 4))}Gi",
+                scheduled_ago=rng.choice((3600, 3600, 3600 + rng.randrange(5000))),
+            )
+        )
+    objs.append(k8s.preemptor("p", gpus=rng.choice((4, 8)), cpu=str(rng.choice((10, 20, 30)))))
+    state, usage = k8s.cluster(*objs), k8s.idle(*names)
+    with_cut = planner_outcome(state, usage, PlannerConfig(), k8s.NOW)
+    monkeypatch.setattr(victims_module, "_dominates", lambda a, b: False)
+    monkeypatch.setattr(victims_module, "SEARCH_BUDGET", 10**8)
+    assert with_cut == planner_outcome(state, usage, PlannerConfig(), k8s.NOW)
