@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from automator.conventions import RECLAIM_ANNOTATION
 from automator.eligibility import Assessment, ClassSettings, PdbIndex, assess, class_settings
@@ -31,6 +32,7 @@ from automator.resources import (
     is_finished,
     is_terminating,
     is_unschedulable,
+    labels_of,
     node_allocatable,
     node_name,
     pod_priority,
@@ -96,7 +98,24 @@ def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
 
 
 def is_reclaim_class(pc: JsonObj | None) -> bool:
-    return pc is not None and str(annotations_of(pc).get(RECLAIM_ANNOTATION, "")).strip().lower() == "true"
+    """Issue 15, decision 3: the opt-in value is exactly "true" (not "TRUE", not " true")."""
+    return pc is not None and annotations_of(pc).get(RECLAIM_ANNOTATION) == "true"
+
+
+def reclaim_annotation_warnings(priority_classes: list[JsonObj]) -> list[AnnotationWarning]:
+    """A warning for every class whose opt-in annotation is neither "true" nor "false" (no opt-in)."""
+    warnings: list[AnnotationWarning] = []
+    for pc in sorted(priority_classes, key=lambda pc: str((pc.get("metadata") or {}).get("name"))):
+        ann = annotations_of(pc)
+        if RECLAIM_ANNOTATION in ann and ann[RECLAIM_ANNOTATION] not in ("true", "false"):
+            value = ann[RECLAIM_ANNOTATION]
+            message = (
+                f'{RECLAIM_ANNOTATION}: {value!r} is neither "true" nor "false": '
+                "the class does not opt in to reclaim"
+            )
+            name = str((pc.get("metadata") or {}).get("name"))
+            warnings.append(AnnotationWarning(name, RECLAIM_ANNOTATION, str(value), message, ()))
+    return warnings
 
 
 class SettingsCache:
@@ -158,6 +177,9 @@ class _Builder:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     preemptors: list[Preemptor] = field(default_factory=list)
     class_pods: dict[str, list[PodKey]] = field(default_factory=dict)
+    covering_cache: dict[tuple[str, tuple[Any, ...]], tuple[list[tuple[str, str]], str | None]] = field(
+        default_factory=dict
+    )
 
     def build(self) -> ClusterIndex:
         self.classes = classes_by_name(self.cluster.priority_classes)
@@ -169,7 +191,8 @@ class _Builder:
             if not is_finished(obj):
                 self._pod(PodKey.of(obj), obj, settings)
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
-        return ClusterIndex(self.nodes, self.preemptors, self.pdbs, self._warnings(settings))
+        warnings = reclaim_annotation_warnings(self.cluster.priority_classes) + self._warnings(settings)
+        return ClusterIndex(self.nodes, self.preemptors, self.pdbs, warnings)
 
     def _nodes(self) -> None:
         for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
@@ -207,7 +230,7 @@ class _Builder:
         self, key: PodKey, obj: JsonObj, bound: str, req: Requests, pod_settings: ClassSettings
     ) -> Candidate:
         usage = self.usage.get(key)
-        pdb_ids, pdb_reason = self.pdbs.covering(obj)
+        pdb_ids, pdb_reason = self._covering(obj)
         try:
             priority = pod_priority(obj, self.classes, self.global_default)
             scheduled = scheduled_at(obj)
@@ -218,6 +241,18 @@ class _Builder:
         assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason)
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
+
+    def _covering(self, obj: JsonObj) -> tuple[list[tuple[str, str]], str | None]:
+        """PdbIndex.covering, once per namespace and label set (pods of one workload share them)."""
+        meta = obj.get("metadata") or {}
+        try:
+            key = (str(meta.get("namespace") or "default"), tuple(sorted(labels_of(obj).items())))
+            cached = self.covering_cache.get(key)
+        except (TypeError, AttributeError):  # unhashable or unsortable labels: no cache
+            return self.pdbs.covering(obj)
+        if cached is None:
+            cached = self.covering_cache[key] = self.pdbs.covering(obj)
+        return list(cached[0]), cached[1]
 
     def _preemptor(self, key: PodKey, obj: JsonObj) -> None:
         error: str | None = None

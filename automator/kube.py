@@ -26,6 +26,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 from automator.conventions import COMPONENT, LAST_RECLAIM_ANNOTATION, REPORTING_COMPONENT
 from automator.model import ClusterState, JsonObj, PodKey
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
+from automator.records import record
 from automator.resources import rfc3339
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class KubernetesAdapter:
                 # List items carry no kind/apiVersion; add them so objects look like `kubectl get -o json`.
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", api_version)
-                items.append(item)
+                items.append(record(item))  # only the fields the planner reads (automator/records.py)
             token = (body.get("metadata") or {}).get("continue") or None
             if token is None:
                 return items

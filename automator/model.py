@@ -111,6 +111,15 @@ class Unresolved:
 
 
 @dataclass(frozen=True)
+class CutOff:
+    """A node whose victim-set search ran out of budget: skipped for that preemptor (never a larger set)."""
+
+    preemptor: PodKey
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class AnnotationWarning:
     priority_class: str
     annotation: str
@@ -138,3 +147,4 @@ class Plan:
     # Preemptors that fit on a node as it is: nothing is evicted for them (victims always empty); they
     # take their GPUs on that node for the rest of the pass. `decisions` only holds decisions that evict.
     already_fit: list[Decision] = field(default_factory=list)
+    search_cut_off: list[CutOff] = field(default_factory=list)

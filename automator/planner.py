@@ -17,8 +17,10 @@ from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cl
 from automator.conventions import LAST_RECLAIM_ANNOTATION
 from automator.eligibility import verdict_for
 from automator.fit import scheduling_signature, static_misfit
+from automator.gc_pause import gc_paused
 from automator.model import (
     ClusterState,
+    CutOff,
     Decision,
     Plan,
     PlannerConfig,
@@ -28,6 +30,7 @@ from automator.model import (
     Verdict,
     Victim,
 )
+from automator.ranking import Rankings
 from automator.report import explain, plan_to_json
 from automator.resources import FieldError, Requests, annotations_of, parse_time
 from automator.victims import NodeResult, SetKey, protected_summary, search_node
@@ -47,6 +50,7 @@ class _Static:
     feasible: list[NodeState]
     ruled_out: Counter[str]
     first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
+    names: set[str] = field(default_factory=set)  # of the feasible nodes
 
 
 @dataclass
@@ -59,10 +63,15 @@ class _Pass:
     pdb_version: int = 0
     static_cache: dict[str, _Static] = field(default_factory=dict)
     # (priority, requests) -> node name -> (node version, PDB version, result): alike preemptors share them
-    search_cache: dict[tuple[int, Requests], dict[str, tuple[int, int, NodeResult]]] = field(
+    search_cache: dict[tuple[int, int, int, int], dict[str, tuple[int, tuple[int, ...], NodeResult]]] = field(
         default_factory=dict
     )
+    node_pdbs: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     verdict_count: int = 0
+    rankings: Rankings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rankings = Rankings(self.exclude)
 
     def run(self) -> Plan:
         self.plan.warnings.extend(self.index.warnings)
@@ -101,6 +110,7 @@ class _Pass:
                 )
                 if misfit is None:
                     cached.feasible.append(node)
+                    cached.names.add(node.name)
                 else:
                     cached.ruled_out[misfit[0]] += 1
                     cached.first_detail = cached.first_detail or f"{node.name}: {misfit[1]}"
@@ -120,13 +130,24 @@ class _Pass:
     def _unresolved(self, pre: Preemptor, reason: str) -> None:
         self.plan.unresolved.append(Unresolved(pre.key, reason))
 
+    def _pdb_state(self, node: NodeState) -> tuple[int, ...]:
+        """What is left of the budgets of the PodDisruptionBudgets covering the node's candidates."""
+        ids = self.node_pdbs.get(node.name)
+        if ids is None or ids[0] != node.version:
+            ids = self.node_pdbs[node.name] = (
+                node.version,
+                tuple(sorted({p for c in node.candidates for p in c.pdbs})),
+            )
+        return tuple(self.index.pdbs.remaining.get(p, 0) for p in ids[1])
+
     def _search(self, node: NodeState, req: Requests, priority: int) -> NodeResult:
-        """search_node, cached until a decision changes the node or a PodDisruptionBudget."""
-        cache = self.search_cache.setdefault((priority, req), {})
+        """search_node, cached until a decision changes the node or a PodDisruptionBudget covering it."""
+        cache = self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
         entry = cache.get(node.name)
-        if entry is None or entry[0] != node.version or entry[1] != self.pdb_version:
+        pdb_state = self._pdb_state(node)
+        if entry is None or entry[0] != node.version or entry[1] != pdb_state:
             result = search_node(node, req, priority, self.index.pdbs, self.exclude)
-            entry = cache[node.name] = (node.version, self.pdb_version, result)
+            entry = cache[node.name] = (node.version, pdb_state, result)
         return entry[2]
 
     def _place(self, pre: Preemptor) -> None:
@@ -140,6 +161,8 @@ class _Pass:
             return
         req = pre.req
         static = self._static(pre)
+        if self.verdict_count >= VERDICT_LIMIT and self._place_ranked(pre, req, static):
+            return
         too_small: list[NodeState] = []
         results: list[tuple[NodeState, NodeResult]] = []
         best: tuple[SetKey, NodeState, NodeResult] | None = None
@@ -149,6 +172,8 @@ class _Pass:
                 continue
             result = self._search(node, req, pre.priority)
             results.append((node, result))
+            if result.cut_off:
+                self.plan.search_cut_off.append(CutOff(pre.key, node.name, result.misfit or ""))
             # Across nodes the set order alone decides (not the victims' names): equal sets go to the
             # node whose name sorts first, which is the first one met.
             if result.key is not None and (best is None or result.key[:-1] < best[0][:-1]):
@@ -166,6 +191,32 @@ class _Pass:
             self._record(pre, best_result, force=True)
         self._commit(pre, req, best_node, best_result)
 
+    def _place_ranked(self, pre: Preemptor, req: Requests, static: _Static) -> bool:
+        """Issue 14: the same choice as searching every feasible node, searching nodes in the order of
+        their ranking (automator/ranking.py) until no node left can beat the best set found. Used once full
+        verdicts are no longer recorded; False (nothing decided) sends the preemptor to the full search,
+        which explains why it stays unresolved."""
+        best: tuple[SetKey, str, NodeState, NodeResult] | None = None
+        cut_off: list[CutOff] = []
+        for bound, name, version in self.rankings.ranking(self.index.nodes, pre.priority, req):
+            if best is not None and (bound, name) > (best[0][:-1], best[1]):
+                break  # no node left can beat the best set found (equal sets go to the first name)
+            node = self.index.nodes[name]
+            if version != node.version or name not in static.names:
+                continue
+            result = self._search(node, req, pre.priority)
+            if result.cut_off:
+                cut_off.append(CutOff(pre.key, name, result.misfit or ""))
+            if result.key is not None and (best is None or (result.key[:-1], name) < (best[0][:-1], best[1])):
+                best = (result.key, name, node, result)
+        if best is None:
+            return False
+        self.plan.search_cut_off.extend(cut_off)
+        if best[0][0] > 0:
+            self._record(pre, best[3], force=True)
+        self._commit(pre, req, best[2], best[3])
+        return True
+
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]
         victims = result.victims
@@ -176,11 +227,15 @@ class _Pass:
             for pdb in victim.pdbs:
                 self.index.pdbs.remaining[pdb] = self.index.pdbs.remaining.get(pdb, 0) - 1
                 self.pdb_version += 1
-        # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass (issue 4:
-        # freed GPUs are not offered to the next preemptor).
-        node.take(req)
-        node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
-        node.version += 1
+        if victims:
+            # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass
+            # (issue 4: freed GPUs are not offered to the next preemptor).
+            node.take(req)
+            node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
+            node.version += 1
+            self.rankings.changed(node)
+        # Issue 15, decision 1: a preemptor that already fits reserves nothing; later preemptors may count
+        # the same free GPUs (the next pass sees what the scheduler did).
         target = self.plan.decisions if victims else self.plan.already_fit
         target.append(
             Decision(
@@ -231,6 +286,9 @@ class _Pass:
         if result.misfit and result.free_gpus + result.reclaimable >= req.gpus:
             closest += f"; enough GPUs but {result.misfit}"
         reason = f"no node fits even after evicting all eligible idle pods; {closest}"
+        cut = [node.name for node, result in results if result.cut_off]
+        if cut:
+            reason += f"; victim search cut off (node skipped): {', '.join(cut)}"
         if excluded:
             reason += f"; {excluded}"
         self._unresolved(pre, reason)
@@ -259,4 +317,5 @@ def plan(
     exclude: frozenset[PodKey] = frozenset(),
 ) -> Plan:
     """Plan one pass. exclude: pods never to be chosen as victims (e.g. their eviction was refused)."""
-    return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude).run()
+    with gc_paused():
+        return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude).run()

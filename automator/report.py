@@ -96,6 +96,17 @@ def plan_to_json(result: Plan) -> dict[str, Any]:
         ],
         "warnings": [_warning_json(w) for w in result.warnings],
         "skipped_cooldown": [str(k) for k in result.skipped_cooldown],
+        # Only when a node's victim search ran out of budget (the node was skipped for that preemptor).
+        **(
+            {
+                "search_cut_off": [
+                    {"preemptor": str(c.preemptor), "node": c.node, "reason": c.reason}
+                    for c in result.search_cut_off
+                ]
+            }
+            if result.search_cut_off
+            else {}
+        ),
     }
 
 
@@ -122,6 +133,8 @@ def plan_to_text(result: Plan) -> str:
         lines.append(f"{u.preemptor}: unresolved: {u.reason}")
     for w in result.warnings:
         lines.append(f"warning: PriorityClass {w.priority_class}: {w.message}")
+    for c in result.search_cut_off:
+        lines.append(f"warning: {c.preemptor}: node {c.node} skipped: {c.reason}")
     if not lines:
         lines.append("no pending preemptors")
     return "\n".join(lines)
@@ -244,6 +257,8 @@ def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKe
     # Preemptors in cooldown are among the unresolved, with the time left as their reason.
     for u in plan.unresolved:
         log.info("unresolved preemptor=%s: %s", u.preemptor, u.reason)
+    for c in plan.search_cut_off:
+        log.warning("search cut off preemptor=%s node=%s: %s", c.preemptor, c.node, c.reason)
     for w in plan.warnings:
         log.warning(
             "invalid annotation class=%s %s=%r: %s (%d pods)",

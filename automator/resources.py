@@ -48,39 +48,86 @@ def quantity(value: Any, field: str) -> Decimal:
     return result
 
 
+# Parsed amounts by (type, literal, scale): a cluster repeats a few literals ("8Gi", "2") on thousands of
+# pods, and Decimal parsing is most of reading one. Only valid literals are kept; bounded.
+_AMOUNTS: dict[tuple[type, Any, int], int] = {}
+_AMOUNTS_MAX = 65_536
+
+
+def _recall(value: Any, scale: int) -> tuple[tuple[type, Any, int] | None, int | None]:
+    if type(value) not in (str, int, float):  # bools, lists, maps: never cached, always checked
+        return None, None
+    key = (type(value), value, scale)
+    return key, _AMOUNTS.get(key)
+
+
+def _remember(key: tuple[type, Any, int] | None, amount: int) -> int:
+    if key is None:
+        return amount
+    if len(_AMOUNTS) >= _AMOUNTS_MAX:
+        _AMOUNTS.clear()
+    _AMOUNTS[key] = amount
+    return amount
+
+
 def whole(value: Any, field: str) -> int:
     """A GPU count: extended resources are whole numbers."""
+    key, cached = _recall(value, 0)
+    if cached is not None:
+        return cached
     result = quantity(value, field)
     if result != result.to_integral_value():
         raise FieldError(field, f"{value!r} is not a whole number of devices")
-    return int(result)
+    return _remember(key, int(result))
+
+
+def scaled(value: Any, scale: int, field: str) -> int:
+    """A quantity times `scale` (1000: millicores), rounded up as the scheduler does."""
+    key, cached = _recall(value, scale)
+    if cached is not None:
+        return cached
+    return _remember(key, math.ceil(quantity(value, field) * scale))
+
+
+def _amount(value: Any, scale: int, field: str, i: int, where: str, name: str) -> int:
+    """whole (scale 0) or scaled, the field path built only when the literal is not already known."""
+    if type(value) in (str, int, float):
+        cached = _AMOUNTS.get((type(value), value, scale))
+        if cached is not None:
+            return cached
+    path = f"{field}[{i}].resources.{where}.{name}"
+    return whole(value, path) if scale == 0 else scaled(value, scale, path)
 
 
 def _container_requests(
-    container: Mapping[str, Any], gpu_resources: Iterable[str], field: str
+    container: Mapping[str, Any], gpu_resources: tuple[str, ...], field: str, i: int
 ) -> tuple[int, int, int]:
     resources = container.get("resources") or {}
     limits = resources.get("limits") or {}
     requests = resources.get("requests") or {}
     if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
-        raise FieldError(f"{field}.resources", "limits and requests must be maps")
+        raise FieldError(f"{field}[{i}].resources", "limits and requests must be maps")
     gpus = 0
     for name in gpu_resources:
         # Extended resources are set as limits; a request alone is invalid in Kubernetes but harmless here.
         if name in limits:
-            gpus += whole(limits[name], f"{field}.resources.limits.{name}")
+            gpus += _amount(limits[name], 0, field, i, "limits", name)
         elif name in requests:
-            gpus += whole(requests[name], f"{field}.resources.requests.{name}")
-    amounts: list[int] = []
-    for name, scale in (("cpu", 1000), ("memory", 1)):
-        # Kubernetes defaults a missing request to the limit.
-        if name in requests:
-            amounts.append(math.ceil(quantity(requests[name], f"{field}.resources.requests.{name}") * scale))
-        elif name in limits:
-            amounts.append(math.ceil(quantity(limits[name], f"{field}.resources.limits.{name}") * scale))
-        else:
-            amounts.append(0)
-    return gpus, amounts[0], amounts[1]
+            gpus += _amount(requests[name], 0, field, i, "requests", name)
+    # Kubernetes defaults a missing request to the limit.
+    if "cpu" in requests:
+        cpu = _amount(requests["cpu"], 1000, field, i, "requests", "cpu")
+    elif "cpu" in limits:
+        cpu = _amount(limits["cpu"], 1000, field, i, "limits", "cpu")
+    else:
+        cpu = 0
+    if "memory" in requests:
+        memory = _amount(requests["memory"], 1, field, i, "requests", "memory")
+    elif "memory" in limits:
+        memory = _amount(limits["memory"], 1, field, i, "limits", "memory")
+    else:
+        memory = 0
+    return gpus, cpu, memory
 
 
 def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
@@ -89,28 +136,33 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     max(sum over app containers + restartable (sidecar) init containers, the peak during init), where an
     init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
     """
-    names = tuple(gpu_resources)
+    names = gpu_resources if isinstance(gpu_resources, tuple) else tuple(gpu_resources)
     spec = pod.get("spec") or {}
-    total = [0, 0, 0]
+    gpus = cpu = memory = 0
     for i, container in enumerate(spec.get("containers") or []):
-        for j, amount in enumerate(_container_requests(container, names, f"spec.containers[{i}]")):
-            total[j] += amount
-    sidecars = [0, 0, 0]
-    init_peak = [0, 0, 0]
-    for i, container in enumerate(spec.get("initContainers") or []):
-        amounts = _container_requests(container, names, f"spec.initContainers[{i}]")
-        for j, amount in enumerate(amounts):
-            init_peak[j] = max(init_peak[j], sidecars[j] + amount)
-        if container.get("restartPolicy") == "Always":
+        g, c, m = _container_requests(container, names, "spec.containers", i)
+        gpus, cpu, memory = gpus + g, cpu + c, memory + m
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        sidecars = [0, 0, 0]
+        init_peak = [0, 0, 0]
+        for i, container in enumerate(init_containers):
+            amounts = _container_requests(container, names, "spec.initContainers", i)
             for j, amount in enumerate(amounts):
-                sidecars[j] += amount
-    effective = [max(total[j] + sidecars[j], init_peak[j]) for j in range(3)]
-    overhead = spec.get("overhead") or {}
-    if "cpu" in overhead:
-        effective[1] += math.ceil(quantity(overhead["cpu"], "spec.overhead.cpu") * 1000)
-    if "memory" in overhead:
-        effective[2] += math.ceil(quantity(overhead["memory"], "spec.overhead.memory"))
-    return Requests(effective[0], effective[1], effective[2])
+                init_peak[j] = max(init_peak[j], sidecars[j] + amount)
+            if container.get("restartPolicy") == "Always":
+                for j, amount in enumerate(amounts):
+                    sidecars[j] += amount
+        gpus = max(gpus + sidecars[0], init_peak[0])
+        cpu = max(cpu + sidecars[1], init_peak[1])
+        memory = max(memory + sidecars[2], init_peak[2])
+    overhead = spec.get("overhead")
+    if overhead:
+        if "cpu" in overhead:
+            cpu += math.ceil(quantity(overhead["cpu"], "spec.overhead.cpu") * 1000)
+        if "memory" in overhead:
+            memory += math.ceil(quantity(overhead["memory"], "spec.overhead.memory"))
+    return Requests(gpus, cpu, memory)
 
 
 def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:

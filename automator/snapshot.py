@@ -6,15 +6,20 @@ malformed field is an InputError naming the object and the field.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from automator.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
+from automator.gc_pause import gc_paused
 from automator.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.records import record
 from automator.resources import (
     FieldError,
     integer,
@@ -30,18 +35,81 @@ class InputError(Exception):
     """Bad input; the message names the object and the field."""
 
 
-def _documents(path: Path) -> Iterator[Any]:
+# Keys no reader of a snapshot uses, dropped while parsing (before the objects under them are built):
+# `kubectl get -o json|yaml` writes managedFields on every object, often half of its size.
+DROPPED_KEYS = frozenset({"managedFields", "kubectl.kubernetes.io/last-applied-configuration"})
+
+_YAML_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
+
+
+class _PruningLoader(_YAML_BASE):  # type: ignore[misc]
+    """Safe YAML loader (libyaml's when available) that never builds the values of DROPPED_KEYS."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        node.value = [
+            (k, v) for k, v in node.value if not (isinstance(k, yaml.ScalarNode) and k.value in DROPPED_KEYS)
+        ]
+        result: dict[Any, Any] = super().construct_mapping(node, deep)
+        return result
+
+
+def _drop_keys(obj: dict[str, Any]) -> dict[str, Any]:
+    for key in DROPPED_KEYS.intersection(obj):
+        del obj[key]
+    return obj
+
+
+def _keeping(keep: Callable[[JsonObj], JsonObj]) -> Callable[[dict[str, Any]], Any]:
+    def hook(obj: dict[str, Any]) -> Any:  # called for every JSON object: kept lean
+        if "managedFields" in obj:
+            del obj["managedFields"]
+            return obj  # metadata, not an object of a kind
+        if "metadata" in obj:
+            return keep(_drop_keys(obj))
+        return obj
+
+    return hook
+
+
+def is_json(text: str | bytes) -> bool:
+    """JSON is told by content, not by file name: a document that starts with `{` or `[`."""
+    head = text[:4096].lstrip()
+    return head[:1] in ("{", "[", b"{", b"[")
+
+
+def documents(path: Path, keep: Callable[[JsonObj], JsonObj] | None = None) -> Iterator[Any]:
+    """The documents of a `kubectl get -o json|yaml` file or multi-document YAML, DROPPED_KEYS left out.
+
+    JSON (told by content) goes through json; YAML through libyaml's safe loader when PyYAML has it, else
+    the pure one. keep: applied to every JSON object as soon as it is built (what it drops is never held
+    for the whole file). InputError names the file."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if is_json(data):
+        try:
+            doc = json.loads(data, object_hook=_drop_keys if keep is None else _keeping(keep))
+        except ValueError:
+            pass  # not JSON after all (a YAML flow mapping, say): the YAML parser reports it
+        else:
+            del data
+            yield doc
+            return
     try:
-        yield from yaml.safe_load_all(text)
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not valid YAML/JSON: not UTF-8: {exc}") from exc
+    del data
+    try:
+        yield from yaml.load_all(text, Loader=_PruningLoader)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 
 
-def _flatten(doc: Any, where: str) -> Iterator[tuple[JsonObj, str]]:
+def flatten(doc: Any, where: str, consume: bool = False) -> Iterator[tuple[JsonObj, str]]:
+    """The objects of one document: a `*List` is unpacked (recursively), `where` says where each was.
+    consume: each List item is released once the caller has it (a large file is not held twice)."""
     if doc is None:
         return
     if not isinstance(doc, Mapping):
@@ -52,7 +120,9 @@ def _flatten(doc: Any, where: str) -> Iterator[tuple[JsonObj, str]]:
         if not isinstance(items, list):
             raise InputError(f"{where}: items: expected a list")
         for i, item in enumerate(items):
-            yield from _flatten(item, f"{where} items[{i}]")
+            if consume:
+                items[i] = None
+            yield from flatten(item, f"{where} items[{i}]", consume)
         return
     yield dict(doc), where
 
@@ -131,29 +201,58 @@ _SHAPES: dict[str, list[tuple[str, tuple[Any, str]]]] = {
 }
 
 
-def _values_at(value: Any, steps: list[str], where: str) -> Iterator[tuple[Any, str]]:
-    """(value, field path) for every value a dotted path with [] steps reaches; wrong shapes above stop."""
-    if not steps:
-        yield value, where
-        return
-    step, rest = steps[0], steps[1:]
-    name, each = (step[:-2], True) if step.endswith("[]") else (step, False)
-    if not isinstance(value, Mapping) or value.get(name) is None:
-        return
-    inner = value[name]
-    path = f"{where}.{name}" if where else name
-    if not each:
-        yield from _values_at(inner, rest, path)
-    elif isinstance(inner, list):
-        for i, item in enumerate(inner):
-            yield from _values_at(item, rest, f"{path}[{i}]")
+@dataclass
+class _Step:
+    """One step of the shape paths: the field name, whether each list item is meant, its expected shape,
+    and the steps below it. The paths are walked together, each field once."""
+
+    name: str
+    each: bool
+    shape: tuple[Any, str] | None = None
+    below: dict[str, _Step] = dataclass_field(default_factory=dict)
+
+
+def _compile(paths: list[tuple[str, tuple[Any, str]]]) -> dict[str, _Step]:
+    root: dict[str, _Step] = {}
+    for dotted, shape in paths:
+        level = root
+        steps = dotted.split(".")
+        for i, raw in enumerate(steps):
+            if raw not in level:
+                level[raw] = _Step(raw.removesuffix("[]"), raw.endswith("[]"))
+            if i == len(steps) - 1:
+                level[raw].shape = shape
+            level = level[raw].below
+    return root
+
+
+_COMPILED = {kind: _compile(paths) for kind, paths in _SHAPES.items()}
+
+
+def _walk(value: Mapping[str, Any], steps: dict[str, _Step], where: tuple[str, ...], label: str) -> None:
+    for step in steps.values():
+        inner = value.get(step.name)
+        if inner is None:
+            continue
+        path = (*where, step.name)
+        if step.each:
+            if not isinstance(inner, list):
+                continue  # the list's own shape is checked by its own step
+            for i, item in enumerate(inner):
+                _visit(item, step, (*path[:-1], f"{step.name}[{i}]"), label)
+        else:
+            _visit(inner, step, path, label)
+
+
+def _visit(value: Any, step: _Step, path: tuple[str, ...], label: str) -> None:
+    if step.shape is not None and not isinstance(value, step.shape[0]):
+        raise InputError(f"{label}: {'.'.join(path)}: expected {step.shape[1]}, got {type(value).__name__}")
+    if step.below and isinstance(value, Mapping):
+        _walk(value, step.below, path, label)
 
 
 def _check_shape(obj: JsonObj, kind: str, label: str) -> None:
-    for dotted, (expected, text) in _SHAPES[kind]:
-        for value, where in _values_at(obj, dotted.split("."), ""):
-            if not isinstance(value, expected):
-                raise InputError(f"{label}: {where}: expected {text}, got {type(value).__name__}")
+    _walk(obj, _COMPILED[kind], (), label)
 
 
 def _check(label: str, check: Any, *args: Any) -> None:
@@ -202,6 +301,11 @@ def _check_pdb(pdb: JsonObj, label: str) -> None:
         _check(label, integer, allowed, "status.disruptionsAllowed")
 
 
+def _keep(obj: JsonObj) -> JsonObj:
+    """An object of the kinds the planner reads becomes its record as soon as it is parsed."""
+    return record(obj) if obj.get("kind") in KINDS and "metadata" in obj else obj
+
+
 def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)) -> ClusterState:
     state = ClusterState([], [], [], [])
     lists = {
@@ -211,11 +315,20 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
         "PodDisruptionBudget": state.pdbs,
     }
     seen: set[str] = set()
-    for d, doc in enumerate(_documents(path)):
-        for obj, where in _flatten(doc, f"{path} document {d}"):
-            kind = obj.get("kind")
+    with gc_paused():
+        _read_cluster(path, gpu_resources, lists, seen)
+    return state
+
+
+def _read_cluster(
+    path: Path, gpu_resources: tuple[str, ...], lists: dict[str, list[JsonObj]], seen: set[str]
+) -> None:
+    for d, doc in enumerate(documents(path, _keep)):
+        for raw, where in flatten(doc, f"{path} document {d}", consume=True):
+            kind = raw.get("kind")
             if kind not in KINDS:
                 continue  # other kinds (Services, Deployments...) play no part
+            obj = record(raw)  # only what the planner reads is kept
             label = _name(obj, str(kind), where, kind in ("Pod", "PodDisruptionBudget"))
             if label in seen:
                 raise InputError(f"{label}: listed twice")
@@ -230,7 +343,6 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
             else:
                 _check_pdb(obj, label)
             lists[str(kind)].append(obj)
-    return state
 
 
 def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:
@@ -246,7 +358,7 @@ def _number(value: Any, label: str, field: str, upper: float | None) -> float | 
 
 def load_usage(path: Path) -> dict[PodKey, PodUsage]:
     """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores}]`; a pod not listed is unknown."""
-    docs = [d for d in _documents(path) if d is not None]
+    docs = [d for d in documents(path) if d is not None]
     if len(docs) != 1 or not isinstance(docs[0], Mapping):
         raise InputError(f"{path}: expected one YAML mapping with a `pods` list")
     pods = docs[0].get("pods")

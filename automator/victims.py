@@ -8,7 +8,6 @@ disruptionsAllowed. docs/reclaim.md states the order.
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,10 +16,6 @@ from automator.cluster_index import Candidate, NodeState
 from automator.eligibility import PdbIndex, verdict_for
 from automator.model import PodKey
 from automator.resources import Requests
-
-# Victim sets tried per node and size before the search narrows to the best-ranked victims. A node of
-# 8 GPUs has at most 8 GPU pods (C(8,4) = 70); only nodes with many fractional/MIG pods reach this.
-COMBINATION_BUDGET = 5000
 
 # Short names of protection rules for unresolved reasons.
 _SHORT = {
@@ -52,6 +47,7 @@ class NodeResult:
     protected: dict[PodKey, tuple[str, str]]
     not_lower: int
     misfit: str | None
+    cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
 
 
 def set_key(victims: Sequence[Candidate]) -> SetKey:
@@ -65,12 +61,16 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
     )
 
 
-def _pdbs_allow(victims: Sequence[Candidate], pdbs: PdbIndex) -> bool:
-    counts = Counter(pdb for v in victims for pdb in v.pdbs)
-    return all(pdbs.remaining.get(pdb, 0) >= n for pdb, n in counts.items())
+def is_eligible(pod: Candidate, priority: int, exclude: frozenset[PodKey]) -> bool:
+    """Whether a preemptor of this priority may evict the pod (sort_candidates' eligible list)."""
+    return (
+        pod.priority < priority
+        and not (exclude and pod.key in exclude)
+        and verdict_for(pod.assessment, priority)[0]
+    )
 
 
-def _sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
+def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
     """Split the node's candidates into eligible and protected for this preemptor priority."""
     result = NodeResult(None, (), node.free()[0], 0, [], {}, 0, None)
     for pod in node.candidates:
@@ -94,31 +94,246 @@ def search_node(
 ) -> NodeResult:
     """Best victim set on one node for a preemptor with these requests and priority."""
     free_g, free_c, free_m = node.free()
-    result = _sort_candidates(node, priority, exclude)
+    result = sort_candidates(node, priority, exclude)
     if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
         result.key = set_key(())
         return result
-    need = req.gpus - free_g
-    if need > result.reclaimable:
+    need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
+    if need[0] > result.reclaimable or not result.eligible:
         return result
-    eligible = result.eligible
-    by_size = sorted((p.req.gpus for p in eligible), reverse=True)
-    # Fewest victims first: no set smaller than the k largest reaching `need` can free enough GPUs.
-    lower = next(k for k in range(len(by_size) + 1) if sum(by_size[:k]) >= need)
-    ranked = sorted(eligible, key=lambda p: (p.priority, p.age, str(p.key)))
-    for size in range(max(lower, 1), len(eligible) + 1):
-        pool = ranked
-        while len(pool) > size and math.comb(len(pool), size) > COMBINATION_BUDGET:
-            pool = pool[:-1]  # drop the least attractive victim: the search stays bounded, not exhaustive
-        options = [c for c in itertools.combinations(pool, size) if sum(p.req.gpus for p in c) >= need]
-        for key, combo in sorted((set_key(c), c) for c in options):
-            cpu = free_c + sum(p.req.cpu_m for p in combo)
-            mem = free_m + sum(p.req.memory for p in combo)
-            if cpu >= req.cpu_m and mem >= req.memory and _pdbs_allow(combo, pdbs):
-                result.key, result.victims = key, combo
-                return result
-            result.misfit = _misfit(req, size, (free_c, cpu), (free_m, mem))
+    found = best_set(result.eligible, need, pdbs)
+    if found is CUT_OFF:
+        result.cut_off = True
+        result.misfit = (
+            f"search cut off after {SEARCH_BUDGET:,} steps among {len(result.eligible)} eligible pods: "
+            "node skipped for this preemptor"
+        )
+    elif found:
+        result.key, result.victims = set_key(found), tuple(found)
+    else:
+        eligible = result.eligible
+        cpu = free_c + sum(p.req.cpu_m for p in eligible)
+        mem = free_m + sum(p.req.memory for p in eligible)
+        result.misfit = _misfit(req, len(eligible), (free_c, cpu), (free_m, mem))
     return result
+
+
+def _rank(pod: Candidate) -> tuple[int, float, str]:
+    return (pod.priority, pod.age, str(pod.key))
+
+
+@dataclass
+class _Class:
+    """Eligible pods alike in everything the order compares except run time and name: for a given count
+    taken from the class, its first pods (least run time, then name) are always the best choice."""
+
+    gpus: int
+    cpu: int
+    mem: int
+    priority: int
+    pdbs: tuple[tuple[str, str], ...]
+    pods: list[Candidate]
+
+
+def _classes(eligible: Sequence[Candidate]) -> list[_Class]:
+    groups: dict[tuple[int, int, int, int, tuple[tuple[str, str], ...]], list[Candidate]] = {}
+    for pod in sorted(eligible, key=lambda p: (p.age, str(p.key))):
+        shape = (pod.req.gpus, pod.req.cpu_m, pod.req.memory, pod.priority, tuple(pod.pdbs))
+        groups.setdefault(shape, []).append(pod)
+    classes: list[_Class] = []
+    for (gpus, cpu, mem, prio, pdb_ids), pods in groups.items():
+        ages = [p.age for p in pods]
+        # Run times are compared rounded to the millisecond: pods whose run times differ by less than that
+        # (but are not equal) could swap places on their names, so they are not grouped.
+        close = any(0 < b - a < 0.002 for a, b in itertools.pairwise(ages))
+        for part in [[p] for p in pods] if close else [pods]:
+            classes.append(_Class(gpus, cpu, mem, prio, pdb_ids, part))
+    # Cheapest first (lowest priority, fewest GPUs): good sets are found early and bound the rest.
+    classes.sort(key=lambda c: (c.priority, c.gpus, -c.cpu, -c.mem, c.pods[0].age, str(c.pods[0].key)))
+    return classes
+
+
+class _CutOff(list[Candidate]):
+    """Marker: the search ran out of budget."""
+
+
+CUT_OFF = _CutOff()
+
+
+def best_set(eligible: Sequence[Candidate], need: tuple[int, int, int], pdbs: PdbIndex) -> list[Candidate]:
+    """The first set in the contract's order that frees `need` (GPUs, cpu, memory still missing; <= 0 when
+    none) within the PDB budgets: an exact branch and bound, by set size. [] when no set fits, CUT_OFF when
+    the search exceeded SEARCH_BUDGET steps."""
+    classes = _classes(eligible)
+    pods = [p for c in classes for p in c.pods]
+    n = len(pods)
+    # Per suffix of the class list: the pods' values sorted, to bound what the remaining slots can add.
+    starts = list(itertools.accumulate([len(c.pods) for c in classes], initial=0))
+    suffix: list[tuple[list[int], list[int], list[int], list[int], list[int], list[float]]] = []
+    for j in range(len(classes) + 1):
+        rest = pods[starts[j] :]
+        suffix.append(
+            (
+                _prefix(sorted((p.req.gpus for p in rest), reverse=True)),
+                _prefix(sorted((p.req.cpu_m for p in rest), reverse=True)),
+                _prefix(sorted((p.req.memory for p in rest), reverse=True)),
+                _prefix(sorted(p.req.gpus for p in rest)),
+                _prefix(sorted(p.priority for p in rest)),
+                _prefix_f(sorted(p.age for p in rest)),
+            )
+        )
+    min_prio = [min((c.priority for c in classes[j:]), default=0) for j in range(len(classes) + 1)]
+    top_g = suffix[0][0]
+    lower = next((k for k in range(n + 1) if top_g[k] >= need[0]), n + 1)
+    search = _Search(classes, suffix, min_prio, need, pdbs)
+    for size in range(max(lower, 1), n + 1):
+        search.run(size)
+        if search.steps > SEARCH_BUDGET:
+            return CUT_OFF
+        if search.best is not None:
+            return sorted(search.best[1], key=_rank)
+    return []
+
+
+def _prefix(values: list[int]) -> list[int]:
+    return list(itertools.accumulate(values, initial=0))
+
+
+def _prefix_f(values: list[float]) -> list[float]:
+    return list(itertools.accumulate(values, initial=0.0))
+
+
+# Steps (branches tried) one node's search may take for one preemptor before the node is skipped.
+SEARCH_BUDGET = 200_000
+
+
+class _Search:
+    def __init__(
+        self,
+        classes: list[_Class],
+        suffix: list[tuple[list[int], list[int], list[int], list[int], list[int], list[float]]],
+        min_prio: list[int],
+        need: tuple[int, int, int],
+        pdbs: PdbIndex,
+    ) -> None:
+        self.classes = classes
+        self.suffix = suffix
+        self.min_prio = min_prio
+        self.need = need
+        self.remaining = pdbs.remaining
+        self.steps = 0
+        self.best: tuple[SetKey, list[Candidate]] | None = None
+        self.counts: Counter[tuple[str, str]] = Counter()
+        # Dominance between single pods (the best set is closed under it, see _dominates): skipping a pod
+        # forbids the later pods it dominates, taking one forces the later pods that dominate it.
+        self.forbids: list[list[int]] = [[] for _ in classes]
+        self.forces: list[list[int]] = [[] for _ in classes]
+        single = [i for i, c in enumerate(classes) if len(c.pods) == 1]
+        for x, y in itertools.combinations(single, 2):
+            if _dominates(classes[x], classes[y]):
+                self.forbids[x].append(y)
+            elif _dominates(classes[y], classes[x]):
+                self.forces[x].append(y)
+        self.forbidden = [0] * len(classes)
+        self.forced = [0] * len(classes)
+
+    def run(self, size: int) -> None:
+        self.best = None
+        self.chosen: list[Candidate] = []
+        self._branch(0, size, 0, 0, 0, 0, 0, 0.0)
+
+    def _branch(self, j: int, left: int, g: int, c: int, m: int, maxp: int, sump: int, age: float) -> None:
+        self.steps += 1
+        if self.steps > SEARCH_BUDGET:
+            return
+        if left == 0:
+            if g >= self.need[0] and c >= self.need[1] and m >= self.need[2]:
+                key = set_key(sorted(self.chosen, key=_rank))
+                if self.best is None or key < self.best[0]:
+                    self.best = (key, list(self.chosen))
+            return
+        top_g, top_c, top_m, low_g, low_p, low_a = self.suffix[j]
+        if left >= len(top_g):  # fewer pods left than slots
+            return
+        if g + top_g[left] < self.need[0] or c + top_c[left] < self.need[1] or m + top_m[left] < self.need[2]:
+            return
+        if self.best is not None:
+            bound = (
+                max(g + low_g[left], self.need[0]),
+                max(maxp, self.min_prio[j]),
+                sump + low_p[left],
+            )
+            best = self.best[0]
+            if bound > best[1:4] or (bound == best[1:4] and age + low_a[left] > best[4] + 0.002):
+                return
+        cls = self.classes[j]
+        most = min(left, len(cls.pods))
+        for pdb in cls.pdbs:
+            most = min(most, self.remaining.get(pdb, 0) - self.counts[pdb])
+        least = 0
+        if self.forbidden[j]:
+            most = min(most, 0)
+        if self.forced[j]:
+            least = 1
+        for take in range(max(most, 0), least - 1, -1):
+            if take and self.forces[j]:
+                for y in self.forces[j]:
+                    self.forced[y] += 1
+                self._take(j, cls, take, left, g, c, m, maxp, sump, age)
+                for y in self.forces[j]:
+                    self.forced[y] -= 1
+            elif not take and self.forbids[j]:
+                for y in self.forbids[j]:
+                    self.forbidden[y] += 1
+                self._branch(j + 1, left, g, c, m, maxp, sump, age)
+                for y in self.forbids[j]:
+                    self.forbidden[y] -= 1
+            elif take:
+                self._take(j, cls, take, left, g, c, m, maxp, sump, age)
+            else:
+                self._branch(j + 1, left, g, c, m, maxp, sump, age)
+
+    def _take(
+        self,
+        j: int,
+        cls: _Class,
+        take: int,
+        left: int,
+        g: int,
+        c: int,
+        m: int,
+        maxp: int,
+        sump: int,
+        age: float,
+    ) -> None:
+        picked = cls.pods[:take]
+        self.chosen.extend(picked)
+        for pdb in cls.pdbs:
+            self.counts[pdb] += take
+        self._branch(
+            j + 1,
+            left - take,
+            g + take * cls.gpus,
+            c + take * cls.cpu,
+            m + take * cls.mem,
+            max(maxp, cls.priority),
+            sump + take * cls.priority,
+            age + sum(p.age for p in picked),
+        )
+        del self.chosen[-take:]
+        for pdb in cls.pdbs:
+            self.counts[pdb] -= take
+
+
+def _dominates(a: _Class, b: _Class) -> bool:
+    """Single pod a is at least as good a victim as single pod b in every set: the same GPUs, priority and
+    budgets, at least b's cpu and memory, and less run time (by a millisecond at least, so the rounded sum
+    cannot tie) or the same run time and a first name. Swapping b for a in a set keeps it fitting and makes
+    it come strictly earlier in the order, so the best set never holds b without a."""
+    pa, pb = a.pods[0], b.pods[0]
+    if (a.gpus, a.priority, a.pdbs) != (b.gpus, b.priority, b.pdbs) or a.cpu < b.cpu or a.mem < b.mem:
+        return False
+    return pa.age <= pb.age - 0.002 or (pa.age == pb.age and str(pa.key) < str(pb.key))
 
 
 def _misfit(req: Requests, size: int, cpu: tuple[int, int], mem: tuple[int, int]) -> str:

@@ -3,6 +3,7 @@ duplicate keys, which plain YAML loading lets through (the last one silently win
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -40,6 +41,23 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKeyError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
 def load(text: str) -> Any:
-    """Parse one YAML document; yaml.YAMLError when malformed, DuplicateKeyError on a repeated key."""
+    """Parse one YAML document; yaml.YAMLError when malformed, DuplicateKeyError on a repeated key.
+
+    JSON (told by content: it starts with `{`) is parsed by json, many times faster than a YAML parser;
+    text that only looks like JSON (a YAML flow mapping) falls back to YAML."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text, object_pairs_hook=_json_object)
+        except json.JSONDecodeError:
+            pass
     return yaml.load(text, Loader=_StrictLoader)

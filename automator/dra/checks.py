@@ -11,7 +11,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from decimal import Decimal
 
-from automator.dra.load import gc_paused
 from automator.dra.model import (
     INVALID_CONSUMPTION,
     MIXED_MODE,
@@ -31,6 +30,7 @@ from automator.dra.model import (
     Records,
     Report,
 )
+from automator.gc_pause import gc_paused
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from automator.dra.checks import check
-from automator.dra.load import DraInputError, gc_paused, load_cluster_file, load_usage_file
+from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
 from automator.dra.report import to_json, to_text
+from automator.gc_pause import gc_paused
 
 COMMAND = "dra-check"
 

@@ -8,18 +8,13 @@ not YAML, wrong top-level shape) is an error (`DraInputError`), which the CLI tu
 
 from __future__ import annotations
 
-import gc
-import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from automator.dra.model import (
     UNPARSABLE,
@@ -36,9 +31,9 @@ from automator.dra.model import (
     PodConsumer,
     Records,
 )
+from automator.gc_pause import gc_paused
 from automator.quantity import parse_quantity
-from automator.snapshot import InputError
-from automator.snapshot import _flatten as flatten
+from automator.snapshot import InputError, documents, flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
@@ -57,9 +52,6 @@ MAX_AMOUNT = Decimal(2**63)
 
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 # Input that is not a set of objects at all; the message names the file and the place. The same error as
@@ -514,42 +506,13 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
         return loader.finish()
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while records are built: the records hold no cycles, and every
-    collection would walk the whole input (millions of dicts), which doubled the time of a large check."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 # --- files ---------------------------------------------------------------------------------------------
-
-
-def _documents(path: Path) -> list[Any]:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DraInputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    if text.lstrip().startswith("{"):
-        try:  # JSON (`kubectl get -o json`) parses far faster with json than with the YAML parser
-            return [json.loads(text)]
-        except ValueError:
-            pass
-    try:  # libyaml's loader when PyYAML has it: the pure-Python one takes seconds per 10 MB
-        return list(yaml.load_all(text, Loader=_YAML_LOADER))
-    except yaml.YAMLError as exc:
-        raise DraInputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 
 
 def load_cluster_file(path: Path) -> Records:
     """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
     objects: list[tuple[Mapping[str, Any], str]] = []
-    for d, doc in enumerate(_documents(path)):
+    for d, doc in enumerate(documents(path)):
         objects.extend(flatten(doc, f"{path} document {d}"))
     return load_objects(objects)
 
@@ -596,7 +559,7 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
 
 
 def load_usage_file(path: Path) -> list[ContainerUsage]:
-    docs = [d for d in _documents(path) if d is not None]
+    docs = [d for d in documents(path) if d is not None]
     if len(docs) != 1:
         raise DraInputError(f"{path}: expected one YAML mapping with a `containers` list")
     return parse_usage(docs[0], str(path))

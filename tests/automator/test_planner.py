@@ -58,7 +58,9 @@ def test_preemptor_that_already_fits_evicts_nothing() -> None:
     ]
 
 
-def test_a_preemptor_that_fits_takes_its_gpus_for_the_rest_of_the_pass() -> None:
+def test_a_preemptor_that_fits_reserves_nothing_for_the_rest_of_the_pass() -> None:
+    # Issue 15, decision 1 (this test asserted the opposite before): evicting for `second` on the
+    # assumption that `first` binds to the free GPUs is not allowed; both count the same free GPUs.
     state = k8s.cluster(
         k8s.node("n1", gpus=8),
         k8s.pod("idle", gpus=4, node_name="n1"),
@@ -66,10 +68,11 @@ def test_a_preemptor_that_fits_takes_its_gpus_for_the_rest_of_the_pass() -> None
         k8s.preemptor("second", created_ago=50),
     )
     result = run(state, k8s.idle("idle"))
-    assert [str(d.preemptor) for d in result.already_fit] == ["ml/first"]
-    # `first` will take the 4 free GPUs, so `second` needs the idle pod's.
-    assert victims(result) == {"ml/second": ["ml/idle"]}
-    assert result.decisions[0].free_gpus_before == 0
+    assert [(str(d.preemptor), d.node, d.free_gpus_before) for d in result.already_fit] == [
+        ("ml/first", "n1", 4),
+        ("ml/second", "n1", 4),
+    ]
+    assert result.decisions == []
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,10 @@ import yaml
 
 from automator.dra import cli as dra_cli
 from automator.dra.checks import check
-from automator.dra.load import gc_paused, load_objects, parse_usage
+from automator.dra.load import load_objects, parse_usage
 from automator.dra.model import Report
 from automator.dra.report import to_json
+from automator.gc_pause import gc_paused
 from tests.automator.fixtures.dra import builders as b
 
 DEVICES_PER_NODE = 8

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,21 @@ def test_mig_and_health_parse() -> None:
     gpu = scenario.gpus[0]
     assert gpu.health.xid[0].code == 79 and gpu.health.ecc_uncorrected == 2
     assert gpu.mig[0].allocations[0].pod_uid == "u"
+
+
+def test_json_scenario_is_told_by_content_and_parses_as_yaml_does(tmp_path: Path) -> None:
+    # Issue 14: JSON is parsed as JSON whatever the file is called; duplicate keys are still refused.
+    doc = _minimal()
+    as_json = tmp_path / "scenario.yaml"
+    as_json.write_text(json.dumps(doc))
+    as_yaml = tmp_path / "scenario.yml"
+    as_yaml.write_text(yaml.safe_dump(doc))
+    assert load_scenario(as_json) == load_scenario(as_yaml)
+    duplicate = tmp_path / "dup.json"
+    duplicate.write_text('{"gpus": [], "gpus": []}')
+    with pytest.raises(ScenarioError, match=r"dup\.json: duplicate key 'gpus'"):
+        load_scenario(duplicate)
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("{gpus: [1}")  # looks like JSON, is neither: the YAML parser names the problem
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(flow)
