@@ -22,6 +22,7 @@ _METADATA = (
     "annotations",
     "creationTimestamp",
     "deletionTimestamp",
+    "ownerReferences",  # the KEDA cache finds a workload's pods by their owners
 )
 # Annotations no reader uses and that can be as large as the object itself.
 _DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})

@@ -8,7 +8,7 @@ from pathlib import Path
 from automator.keda.workloads import Namespace
 from automator.model import JsonObj, PodKey
 from automator.ports import KubernetesUnavailable
-from automator.snapshot import InputError, _documents, _flatten
+from automator.snapshot import InputError, documents, flatten
 
 
 class SnapshotNamespaces:
@@ -18,8 +18,8 @@ class SnapshotNamespaces:
     def namespace(self, name: str) -> Namespace:
         by_kind: dict[str, list[JsonObj]] = {"Pod": [], "ReplicaSet": [], "Deployment": [], "StatefulSet": []}
         try:
-            for d, doc in enumerate(_documents(self.path)):
-                for obj, _where in _flatten(doc, f"{self.path} document {d}"):
+            for d, doc in enumerate(documents(self.path)):
+                for obj, _where in flatten(doc, f"{self.path} document {d}"):
                     kind = obj.get("kind")
                     if kind in by_kind and PodKey.of(obj).namespace == name:
                         by_kind[str(kind)].append(obj)
