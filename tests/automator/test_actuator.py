@@ -26,8 +26,8 @@ from tests.automator.fakes import FakeKube, FakePrometheus
 NOW = k8s.NOW
 LONG_AGO = NOW - timedelta(hours=2)
 CONFIG = PlannerConfig()
-IDLE = PodUsage(gpu_activity=0.0, coverage=1.0)
-BUSY = PodUsage(gpu_activity=0.9, coverage=1.0)
+IDLE = PodUsage(gpu_activity=0.0, coverage=1.0, gpu_recent_max=0.0)
+BUSY = PodUsage(gpu_activity=0.9, coverage=1.0, gpu_recent_max=0.9)
 PRE = PodKey("team", "pending")
 
 

@@ -58,7 +58,7 @@ def make_service(
     clock = Clock()
     svc = service.Service(
         kube=kube,
-        prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0)}),
+        prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0, gpu_recent_max=0.0)}),
         config=PlannerConfig(),
         mode=mode,
         interval=30,
