@@ -26,6 +26,7 @@ class PassOutcome(StrEnum):
     OK = "ok"
     PROMETHEUS_UNAVAILABLE = "prometheus_unavailable"
     KUBERNETES_ERROR = "kubernetes_error"
+    CLOCK_SKEW = "clock_skew"  # Prometheus' clock more than 120 s from ours: no eviction
     ERROR = "error"
 
 

@@ -165,7 +165,9 @@ def test_rule6_threshold_default(activity: float, eligible: bool) -> None:
 def test_rule6_threshold_from_annotation() -> None:
     pc = k8s.victim_class(gpu_idle_usage_threshold="0.3")
     assert verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.3, gpu_recent_max=0.0)}).eligible
-    assert not verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.31, gpu_recent_max=0.0)}).eligible
+    assert not verdict(
+        pc, priority_class="batch", usage={VICTIM: PodUsage(0.31, gpu_recent_max=0.0)}
+    ).eligible
 
 
 # rule 7
