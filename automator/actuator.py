@@ -486,6 +486,17 @@ def run_pass(
     return result
 
 
+def _forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, cooldown: timedelta) -> None:
+    """Drop remembered reclaims once their cooldown passed and none of their victims still terminates."""
+    if not state.reclaimed:
+        return
+    terminating = {PodKey.of(p) for p in cluster.pods if is_terminating(p)}
+    for key, (when, written) in list(state.reclaimed.items()):
+        victims = {v.strip() for v in written.get(RECLAIM_VICTIMS_ANNOTATION, "").split(",")}
+        if now - when >= cooldown and not any(str(t) in victims for t in terminating):
+            del state.reclaimed[key]
+
+
 def skew_verdict(skew: float | None) -> tuple[bool, str]:
     """(may evict, what to report) for Prometheus' clock minus ours."""
     if skew is None or abs(skew) <= SKEW_WARN_SECONDS:
@@ -509,10 +520,9 @@ def _run(
     max_evictions_per_hour: int | None,
     result: PassResult,
 ) -> None:
-    cooldown = timedelta(seconds=config.cooldown_seconds)
-    for key in [k for k, (t, _) in state.reclaimed.items() if now - t >= cooldown]:
-        del state.reclaimed[key]
-    cluster = with_reclaim_memory(kube.snapshot(), state.reclaimed)
+    snapshot = kube.snapshot()
+    _forget_reclaims(state, snapshot, now, timedelta(seconds=config.cooldown_seconds))
+    cluster = with_reclaim_memory(snapshot, state.reclaimed)
     windows = planner.usage_windows(cluster, config)
     try:
         usage = prom.usage(windows, recent_seconds=config.recent_window_seconds, now=now)

@@ -118,6 +118,8 @@ def _retry_after(e: ApiException) -> float | None:
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """An ApiClient from a kubeconfig file, or the pod's service account when none is given."""
     cfg = client.Configuration()
+    # No hidden retries: a call's time is bounded by its own timeout; the next pass or round tries again.
+    cfg.retries = False
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:

@@ -49,6 +49,7 @@ class FakeKube:
     # Pods whose UNKNOWN answer hid an accepted eviction (the pod is then terminating).
     accepted_silently: set[PodKey] = field(default_factory=set)
     fail_get: bool = False  # get_pod raises KubernetesUnavailable
+    dry_run_ok: bool = False  # dry runs always pass (the script then only answers the real evictions)
     # Called before each write with its kind ("evict", "annotate", "event"): e.g. to lose leadership.
     before_write: Callable[[str], None] | None = None
     eviction_calls: list[PodKey] = field(default_factory=list)
@@ -90,7 +91,7 @@ class FakeKube:
             self.dry_run_calls.append(pod)
             script = self.eviction_script.get(pod) or []
             # A dry run answers what the real one would for budgets and refusals, and changes nothing.
-            peek = script[0] if script else EvictionOutcome.OK
+            peek = script[0] if script and not self.dry_run_ok else EvictionOutcome.OK
             if peek in (EvictionOutcome.UNKNOWN, EvictionOutcome.CONFLICT):
                 peek = EvictionOutcome.OK
             if obj is None:
