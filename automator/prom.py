@@ -210,6 +210,8 @@ class PrometheusAdapter:
         self.clock_skew_seconds = None
         if not windows:
             return {}
+        if any(w.gpu_seconds <= 0 for w in windows.values()):
+            raise ValueError("GPU window must be > 0 s (a [0s] window reads as idle)")
         bad: set[PodKey] = set()
         q = recent_query(recent_seconds)
         recent, prom_time = parse_recent_result(self._query(q, f"recent {recent_seconds}s", at), q, bad)
@@ -217,8 +219,6 @@ class PrometheusAdapter:
             self.clock_skew_seconds = prom_time - now.timestamp()
         gpu_by_window: dict[int, dict[PodKey, PodUsage]] = {}
         for seconds in sorted({w.gpu_seconds for w in windows.values()}):
-            if seconds <= 0:
-                raise ValueError(f"GPU window must be > 0 s, got {seconds} (a [0s] window reads as idle)")
             q = gpu_query(seconds)
             gpu_by_window[seconds] = parse_gpu_result(
                 self._query(q, f"GPU {seconds}s", prom_time), q, seconds, self.rule_interval, bad
