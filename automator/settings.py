@@ -165,9 +165,10 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
     ),
     Setting(
         "--rule-interval",
-        spec.number(1, 3600),
+        spec.number(1, 120),
         str(RULE_INTERVAL_SECONDS),
-        "evaluation interval (s) of the recorded series, for coverage",
+        "evaluation interval (s) of the recorded series, for coverage (at most 120: beyond, samples go "
+        "stale between evaluations and coverage would be overstated)",
     ),
     Setting(
         "--leader-election",

@@ -50,6 +50,8 @@ class FakeKube:
     accepted_silently: set[PodKey] = field(default_factory=set)
     fail_get: bool = False  # get_pod raises KubernetesUnavailable
     dry_run_ok: bool = False  # dry runs always pass (the script then only answers the real evictions)
+    # Called with the live objects right after a snapshot was taken: what changes between list and act.
+    after_snapshot: Callable[[ClusterState], None] | None = None
     # Called before each write with its kind ("evict", "annotate", "event"): e.g. to lose leadership.
     before_write: Callable[[str], None] | None = None
     eviction_calls: list[PodKey] = field(default_factory=list)
@@ -71,7 +73,10 @@ class FakeKube:
     def snapshot(self) -> ClusterState:
         if self.fail_snapshot is not None:
             raise KubernetesUnavailable(self.fail_snapshot)
-        return copy.deepcopy(self.cluster)
+        taken = copy.deepcopy(self.cluster)
+        if self.after_snapshot is not None:
+            self.after_snapshot(self.cluster)
+        return taken
 
     def get_pod(self, pod: PodKey) -> JsonObj | None:
         self.get_calls.append(pod)

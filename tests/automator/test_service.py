@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ def test_metrics_endpoint() -> None:
     assert 'gpu_steward_automator_passes_total{result="ok"} 1.0' in text
     assert 'gpu_steward_automator_decisions_total{mode="dry-run"} 1.0' in text
     assert "gpu_steward_automator_is_leader 1.0" in text
-    assert "gpu_steward_automator_prometheus_queries_per_pass 1.0" in text
+    assert "gpu_steward_automator_prometheus_queries_per_pass 2.0" in text
     assert "gpu_steward_automator_pass_duration_seconds_count 1.0" in text
     assert 'gpu_steward_automator_build_info{mode="dry-run",version="unknown"} 1.0' in text
 
@@ -182,6 +183,7 @@ def test_env_vars_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPU_STEWARD_MODE", "enforce")
     monkeypatch.setenv("GPU_STEWARD_INTERVAL", "15")
     monkeypatch.setenv("GPU_STEWARD_LEADER_ELECTION", "false")
+    monkeypatch.setenv("GPU_STEWARD_SINGLE_REPLICA", "true")
     monkeypatch.setenv("GPU_STEWARD_GPU_RESOURCES", "nvidia.com/gpu, nvidia.com/mig-1g.10gb")
     monkeypatch.setenv("GPU_STEWARD_MIN_COVERAGE", "0.5")
     s = resolved(["--interval", "60"])
@@ -260,12 +262,20 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
 
     def prometheus(request: Request) -> Response:
         query = request.args["query"]
-        assert "[1800s]" in query
         metric = {"namespace": "ml", "pod": "idle"}
-        result: list[dict[str, Any]] = [
-            {"metric": metric, "value": [0, "0.01"]},
-            {"metric": {**metric, "stat": "count"}, "value": [0, "60"]},
-        ]
+        result: list[dict[str, Any]]
+        if "max_over_time" in query:  # the recent window, with Prometheus' clock
+            assert "[300s]" in query
+            result = [
+                {"metric": metric, "value": [0, "0.02"]},
+                {"metric": {"stat": "clock"}, "value": [0, str(time.time())]},
+            ]
+        else:
+            assert "[1800s]" in query
+            result = [
+                {"metric": metric, "value": [0, "0.01"]},
+                {"metric": {**metric, "stat": "count"}, "value": [0, "60"]},
+            ]
         return Response(
             json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}),
             content_type="application/json",
@@ -280,7 +290,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
     wiring.service.clock = lambda: datetime.now(UTC)
     result = wiring.service.run_once()
     assert result is not None and result.ok, result and result.reason
-    assert result.prometheus_queries == 1
+    assert result.prometheus_queries == 2
     assert result.plan is not None and [str(v.pod) for v in result.plan.decisions[0].victims] == ["ml/idle"]
     http = wiring.app.test_client()
     assert http.get("/readyz").status_code == 200
@@ -288,7 +298,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
         wiring.service.metrics.registry.get_sample_value(
             "gpu_steward_automator_prometheus_query_duration_seconds_count"
         )
-        == 1
+        == 2
     )
 
 
