@@ -48,7 +48,7 @@ class FakeKube:
     fail_writes: bool = False  # annotate/event raise KubernetesUnavailable
     # Pods whose UNKNOWN answer hid an accepted eviction (the pod is then terminating).
     accepted_silently: set[PodKey] = field(default_factory=set)
-    fail_get: bool = False  # get_pod raises KubernetesUnavailable
+    fail_get: bool | set[PodKey] = False  # get_pod raises KubernetesUnavailable (for these pods)
     dry_run_ok: bool = False  # dry runs always pass (the script then only answers the real evictions)
     # Called with the live objects right after a snapshot was taken: what changes between list and act.
     after_snapshot: Callable[[ClusterState], None] | None = None
@@ -80,7 +80,7 @@ class FakeKube:
 
     def get_pod(self, pod: PodKey) -> JsonObj | None:
         self.get_calls.append(pod)
-        if self.fail_get:
+        if self.fail_get is True or (isinstance(self.fail_get, set) and pod in self.fail_get):
             raise KubernetesUnavailable(f"get pod {pod}: fake failure")
         obj = self._pod(pod)
         return copy.deepcopy(obj) if obj is not None else None
@@ -101,7 +101,8 @@ class FakeKube:
                 peek = EvictionOutcome.OK
             if obj is None:
                 peek = EvictionOutcome.NOT_FOUND
-            return EvictionResult(peek, _STATUS[peek], f"fake dry-run {peek}")
+            retry = 5.0 if peek is EvictionOutcome.THROTTLED else None
+            return EvictionResult(peek, _STATUS[peek], f"fake dry-run {peek}", retry)
         self.eviction_calls.append(pod)
         self.uids_sent.append(uid)
         script = self.eviction_script.get(pod) or []
