@@ -260,16 +260,20 @@ class _Enforcer:
             self.metrics.evictions.labels(result=str(result.outcome)).inc()
         return result
 
-    def _resolve_unknown(self, pod: PodKey) -> bool:
-        """An eviction without an answer: read the pod before anything else is evicted. True = evicted."""
+    def _resolve_unknown(self, pod: PodKey) -> tuple[bool, str | None]:
+        """An eviction without an answer: read the pod before anything else is evicted.
+
+        (evicted, why the pass must stop). A pod that cannot be read is taken as evicted (its preemptor
+        enters cooldown, so no second victim goes for it) and the pass stops.
+        """
         try:
             now = self.kube.get_pod(pod)
         except KubernetesUnavailable as e:
-            raise _Stop(f"eviction of {pod} has no known outcome and the pod cannot be read: {e}") from e
+            return True, f"eviction of {pod} has no known outcome and the pod cannot be read: {e}"
         uid = self.uids.get(pod)
         if now is None or is_terminating(now):
-            return True
-        return bool(uid) and (now.get("metadata") or {}).get("uid") != uid
+            return True, None
+        return bool(uid) and (now.get("metadata") or {}).get("uid") != uid, None
 
     def _preemptor_changed(self, key: PodKey) -> str | None:
         """Read the preemptor again just before its victims go: gone, scheduled, nominated or replaced."""
@@ -332,9 +336,10 @@ class _Enforcer:
             if result.outcome is not EvictionOutcome.OK:
                 detail += f": {result.status or 'no answer'} {result.message}"
             evicted = result.outcome in (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND)
+            stop: str | None = None
             if result.outcome is EvictionOutcome.UNKNOWN:
-                evicted = self._resolve_unknown(v.pod)
-                detail += f"; pod read again: {'evicted' if evicted else 'still running'}"
+                evicted, stop = self._resolve_unknown(v.pod)
+                detail += f"; pod read again: {'unreadable' if stop else 'evicted' if evicted else 'running'}"
             self.actions.append(Action("evict", str(v.pod), str(result.outcome), detail))
             if evicted:
                 log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
@@ -342,6 +347,8 @@ class _Enforcer:
                 self.evicted_for.setdefault(d.preemptor, []).append(v)
                 self.budget -= 1
                 self.state.evictions.append(self.now)
+                if stop is not None:
+                    raise _Stop(stop)
                 continue
             self._refused(d, v, result, dry_run=False)
             return False
