@@ -347,8 +347,31 @@ def test_manifests_are_well_formed_and_all_in_the_kustomization() -> None:
     for kind, objects in docs.items():
         for obj in objects:
             assert obj["metadata"]["name"], kind
-            if kind not in ("ClusterRole", "ClusterRoleBinding"):
+            if kind not in CLUSTER_SCOPED:
                 assert obj["metadata"]["namespace"] == ns, (kind, obj["metadata"]["name"])
+
+
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
+def test_admission_policy_allows_exactly_the_written_annotations() -> None:
+    (policy,) = manifests()["ValidatingAdmissionPolicy"]
+    (written,) = [v for v in policy["spec"]["variables"] if v["name"] == "written"]
+    listed = re.findall(r'"([^"]+)"', written["expression"])
+    assert listed == list(conventions.WRITTEN_ANNOTATIONS)
+    (condition,) = policy["spec"]["matchConditions"]
+    deployment, _ = container(manifests())
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = deployment["metadata"]["namespace"]
+    assert f'"system:serviceaccount:{namespace}:{account}"' in condition["expression"]
+    (binding,) = manifests()["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
 
 
 def container(docs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
