@@ -105,7 +105,7 @@ PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
     Setting(
         "--victim-namespaces",
         spec.csv(),
-        "",
+        None,
         "comma-separated namespaces whose pods may be victims (default: all)",
         metavar="NS,...",
     ),
@@ -213,6 +213,7 @@ def planner_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
     values = spec.resolve(args, PLANNER_SETTINGS, _environ(environ))
     values["gpu_resources"] = values.pop("gpu_resource")
     values["recent_window_seconds"] = values.pop("recent_window")
+    values["victim_namespaces"] = values["victim_namespaces"] or ()  # unset: every namespace
     return PlannerConfig(**values)
 
 
