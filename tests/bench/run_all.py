@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHES = ["tests.bench.bench_exporter", "tests.bench.bench_planner", "tests.bench.bench_dra"]
+BENCHES = [
+    "tests.bench.bench_exporter",
+    "tests.bench.bench_planner",
+    "tests.bench.bench_automator_memory",
+    "tests.bench.bench_dra",
+]
 
 
 def main() -> int:
