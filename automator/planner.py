@@ -39,7 +39,7 @@ from automator.model import (
 )
 from automator.report import explain, plan_to_json
 from automator.resources import FieldError, Requests, annotations_of, parse_time
-from automator.victims import NodeResult, SetKey, protected_summary, search_node
+from automator.victims import NodeResult, SetKey, protected_summary, search_node, set_key
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -207,6 +207,9 @@ class _Pass:
             return
         req = pre.req
         static = self._static(pre)
+        if self.budget_stop is not None:
+            self._fit_or_budget(pre, req, static)
+            return
         too_small: list[NodeState] = []
         results: list[tuple[NodeState, NodeResult]] = []
         best: tuple[SetKey, NodeState, NodeResult] | None = None
@@ -220,9 +223,6 @@ class _Pass:
             # node whose name sorts first, which is the first one met.
             if result.key is not None and (best is None or result.key[:-1] < best[0][:-1]):
                 best = (result.key, node, result)
-        if self.budget_stop is not None and (best is None or best[0][0] > 0):
-            self._unresolved(pre, self.budget_stop)
-            return
         if best is None:
             self._explain_unresolved(pre, req, results, static, too_small)
             return
@@ -243,6 +243,17 @@ class _Pass:
         elif best_key[0] > 0:
             self._record(pre, best_result, force=True)
         self._commit(pre, req, best_node, best_result)
+
+    def _fit_or_budget(self, pre: Preemptor, req: Requests, static: _Static) -> None:
+        """Once the budget stopped the pass: the first node (name order) the preemptor fits as it is, or
+        unresolved eviction-budget. The same answer as the full search, without searching victims."""
+        for node in static.feasible:
+            free_g, free_c, free_m = node.free()
+            if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
+                self._commit(pre, req, node, NodeResult(set_key(()), (), free_g, 0, [], {}, 0, None))
+                return
+        assert self.budget_stop is not None
+        self._unresolved(pre, self.budget_stop)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]

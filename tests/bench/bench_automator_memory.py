@@ -93,7 +93,7 @@ def realistic_pod(i: int, node: str | None) -> JsonObj:
     """A pod as the API lists it (no kind/apiVersion), with what real pods carry."""
     name = f"job-{i:06}-{i * 7919 % 100000:05}"
     ns = f"team-{i % 40}"
-    gpus = (0, 1, 2, 4)[i % 4] if node else 4
+    gpus = (1, 1, 2, 4, 0, 0, 0, 0)[i % PODS_PER_NODE] if node else 4  # 8 GPUs a node, full
     container = {
         "name": "main",
         "image": f"registry.example.com/team-{i % 40}/trainer:v{i % 17}.{i % 5}",
