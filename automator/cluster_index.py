@@ -13,7 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from automator.conventions import RECLAIM_ANNOTATION
-from automator.eligibility import Assessment, ClassSettings, PdbIndex, assess, class_settings
+from automator.eligibility import (
+    Assessment,
+    ClassSettings,
+    PdbIndex,
+    assess,
+    class_settings,
+    scope_verdict,
+)
 from automator.model import (
     AnnotationWarning,
     ClusterState,
@@ -163,6 +170,10 @@ class ClusterIndex:
     preemptors: list[Preemptor]
     pdbs: PdbIndex
     warnings: list[AnnotationWarning]
+    # Pods that still exist with a deletionTimestamp (a preemptor's victims still terminating: cooldown).
+    terminating: frozenset[PodKey] = frozenset()
+    candidates: int = 0
+    candidates_usage_unknown: int = 0
 
 
 @dataclass
@@ -180,6 +191,9 @@ class _Builder:
     covering_cache: dict[tuple[str, tuple[Any, ...]], tuple[list[tuple[str, str]], str | None]] = field(
         default_factory=dict
     )
+    terminating: set[PodKey] = field(default_factory=set)
+    candidates: int = 0
+    unknown: int = 0
 
     def build(self) -> ClusterIndex:
         self.classes = classes_by_name(self.cluster.priority_classes)
@@ -188,11 +202,20 @@ class _Builder:
         self._nodes()
         settings = SettingsCache(self.classes, self.config)
         for obj in self.cluster.pods:
+            if is_terminating(obj):
+                self.terminating.add(PodKey.of(obj))
             if not is_finished(obj):
                 self._pod(PodKey.of(obj), obj, settings)
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
-        warnings = reclaim_annotation_warnings(self.cluster.priority_classes) + self._warnings(settings)
-        return ClusterIndex(self.nodes, self.preemptors, self.pdbs, warnings)
+        return ClusterIndex(
+            self.nodes,
+            self.preemptors,
+            self.pdbs,
+            reclaim_annotation_warnings(self.cluster.priority_classes) + self._warnings(settings),
+            frozenset(self.terminating),
+            self.candidates,
+            self.unknown,
+        )
 
     def _nodes(self) -> None:
         for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
@@ -230,6 +253,9 @@ class _Builder:
         self, key: PodKey, obj: JsonObj, bound: str, req: Requests, pod_settings: ClassSettings
     ) -> Candidate:
         usage = self.usage.get(key)
+        self.candidates += 1
+        if usage is None or usage.gpu_activity is None:
+            self.unknown += 1
         pdb_ids, pdb_reason = self._covering(obj)
         try:
             priority = pod_priority(obj, self.classes, self.global_default)
@@ -238,7 +264,8 @@ class _Builder:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
             return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage)
-        assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason)
+        scope = scope_verdict(obj, self.config)
+        assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason, scope)
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
 

@@ -13,6 +13,18 @@ from typing import Final
 RECLAIM_ANNOTATION: Final = "gpu-steward.io/reclaim-idle-gpus"
 # On a preemptor: when victims were last evicted for it (RFC 3339), for the cooldown.
 LAST_RECLAIM_ANNOTATION: Final = "gpu-steward.io/last-reclaim-time"
+# On a preemptor, written with last-reclaim-time: the node chosen for it, the victims evicted for it
+# (comma-separated namespace/name) and how many rounds of victims it was given (for --max-reclaims-...).
+RECLAIM_NODE_ANNOTATION: Final = "gpu-steward.io/reclaim-node"
+RECLAIM_VICTIMS_ANNOTATION: Final = "gpu-steward.io/reclaim-victims"
+RECLAIM_COUNT_ANNOTATION: Final = "gpu-steward.io/reclaim-count"
+# Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
+WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = (
+    LAST_RECLAIM_ANNOTATION,
+    RECLAIM_NODE_ANNOTATION,
+    RECLAIM_VICTIMS_ANNOTATION,
+    RECLAIM_COUNT_ANNOTATION,
+)
 # Victim-side keys are the scheduler plugin's, so existing PriorityClasses keep working.
 PLUGIN_PREFIX: Final = "reclaim-idle-resource.scheduling.x-k8s.io/"
 ANN_MIN_PREEMPTABLE_PRIORITY: Final = PLUGIN_PREFIX + "minimum-preemptable-priority"
@@ -33,6 +45,8 @@ CLASS_ANNOTATIONS: Final[tuple[str, ...]] = (
 )
 
 # --- labels ------------------------------------------------------------------------------------------
+# On a pod: "true" keeps it from ever being a victim (reason opted-out).
+NEVER_RECLAIM_LABEL: Final = "gpu-steward.io/never-reclaim"
 # Labels of the Prometheus series the automator reads (the recorded series carry them).
 NAMESPACE_LABEL: Final = "namespace"
 POD_LABEL: Final = "pod"
@@ -45,12 +59,26 @@ REASON_VICTIM: Final = "GpuIdleReclaimed"
 REASON_PREEMPTOR: Final = "GpuReclaimPreemptor"
 REASON_EVICTION_FAILED: Final = "GpuReclaimEvictionFailed"
 REASON_INVALID_ANNOTATION: Final = "InvalidReclaimAnnotation"
+REASON_GAVE_UP: Final = "GpuReclaimGaveUp"
 EVENT_REASONS: Final[tuple[str, ...]] = (
     REASON_VICTIM,
     REASON_PREEMPTOR,
     REASON_EVICTION_FAILED,
     REASON_INVALID_ANNOTATION,
+    REASON_GAVE_UP,
 )
+
+# --- reason words (what a user sees at the start of a verdict or an unresolved reason) -----------------
+# Victim protections (explain's [rule]):
+WORD_RECENT_UNKNOWN: Final = "recent-usage-unknown"
+WORD_RECENTLY_BUSY: Final = "recently-busy"
+WORD_OPTED_OUT: Final = "opted-out"
+WORD_NAMESPACE_EXCLUDED: Final = "namespace-excluded"
+# Unresolved preemptors (unresolved[].reason starts with the word):
+WORD_NOMINATED: Final = "scheduler-nominated"
+WORD_COOLDOWN: Final = "cooldown"
+WORD_GAVE_UP: Final = "gave-up"
+WORD_BUDGET: Final = "eviction-budget"
 # Event source component and the events.k8s.io reporting controller.
 COMPONENT: Final = "gpu-steward-automator"
 REPORTING_COMPONENT: Final = "gpu-steward.io/automator"

@@ -15,11 +15,22 @@ from automator.conventions import (
     ANN_GPU_IDLE_THRESHOLD,
     ANN_MIN_PREEMPTABLE_PRIORITY,
     ANN_TOLERATION_SECONDS,
+    NEVER_RECLAIM_LABEL,
+    WORD_NAMESPACE_EXCLUDED,
+    WORD_OPTED_OUT,
+    WORD_RECENT_UNKNOWN,
+    WORD_RECENTLY_BUSY,
 )
 from automator.fit import requirement_matches
 from automator.model import JsonObj, PlannerConfig, PodUsage, UsageWindow
 from automator.report import fmt_measure
 from automator.resources import annotations_of, labels_of
+
+# The longest usage window (and guaranteed run time) an annotation may ask for: 7 days. Longer is a typo
+# (and a query Prometheus' retention cannot answer); the class's pods are then protected.
+MAX_WINDOW_SECONDS = 7 * 86_400
+# CPU thresholds are in cores, not a ratio: bounded by the largest machine anyone runs.
+MAX_CPU_THRESHOLD_CORES = 4096.0
 
 
 @dataclass(frozen=True)
@@ -46,7 +57,9 @@ class ClassSettings:
         return UsageWindow(self.gpu_idle_seconds, self.cpu_idle_seconds)
 
 
-def _int(raw: Any, key: str, minimum: int | None, bad: list[Malformed]) -> int | None:
+def _int(
+    raw: Any, key: str, minimum: int | None, bad: list[Malformed], maximum: int | None = None
+) -> int | None:
     text = str(raw).strip()
     try:
         value = int(text)
@@ -55,6 +68,9 @@ def _int(raw: Any, key: str, minimum: int | None, bad: list[Malformed]) -> int |
         return None
     if minimum is not None and value < minimum:
         bad.append(Malformed(key, str(raw), f"{key}: {value} is below {minimum}"))
+        return None
+    if maximum is not None and value > maximum:
+        bad.append(Malformed(key, str(raw), f"{key}: {value} is above {maximum} (7 days)"))
         return None
     return value
 
@@ -86,10 +102,12 @@ def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
     )
     toleration = config.default_toleration_seconds
     if ANN_TOLERATION_SECONDS in ann:
-        toleration = _int(ann[ANN_TOLERATION_SECONDS], ANN_TOLERATION_SECONDS, None, bad) or 0
+        toleration = (
+            _int(ann[ANN_TOLERATION_SECONDS], ANN_TOLERATION_SECONDS, None, bad, MAX_WINDOW_SECONDS) or 0
+        )
     gpu_seconds = 0
     if ANN_GPU_IDLE_SECONDS in ann:
-        gpu_seconds = _int(ann[ANN_GPU_IDLE_SECONDS], ANN_GPU_IDLE_SECONDS, 0, bad) or 0
+        gpu_seconds = _int(ann[ANN_GPU_IDLE_SECONDS], ANN_GPU_IDLE_SECONDS, 0, bad, MAX_WINDOW_SECONDS) or 0
     # The plugin's default window of 0 made `[0s]` queries read as idle: never use a zero window.
     if gpu_seconds <= 0:
         gpu_seconds = config.default_gpu_idle_seconds
@@ -99,10 +117,10 @@ def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
         gpu_threshold = parsed if parsed is not None else gpu_threshold
     cpu_seconds = 0
     if ANN_CPU_IDLE_SECONDS in ann:
-        cpu_seconds = _int(ann[ANN_CPU_IDLE_SECONDS], ANN_CPU_IDLE_SECONDS, 0, bad) or 0
+        cpu_seconds = _int(ann[ANN_CPU_IDLE_SECONDS], ANN_CPU_IDLE_SECONDS, 0, bad, MAX_WINDOW_SECONDS) or 0
     cpu_threshold = 0.0
     if ANN_CPU_IDLE_THRESHOLD in ann:
-        parsed = _float(ann[ANN_CPU_IDLE_THRESHOLD], ANN_CPU_IDLE_THRESHOLD, bad)
+        parsed = _float(ann[ANN_CPU_IDLE_THRESHOLD], ANN_CPU_IDLE_THRESHOLD, bad, MAX_CPU_THRESHOLD_CORES)
         cpu_threshold = parsed if parsed is not None else 0.0
     return ClassSettings(
         minimum, toleration, gpu_seconds, gpu_threshold, cpu_seconds, cpu_threshold, tuple(bad)
@@ -201,8 +219,9 @@ def base_verdict(
     scheduled: datetime | None,
     now: datetime,
     min_coverage: float,
+    recent_window: int = 300,
 ) -> tuple[bool, str, str]:
-    """Rules 2-8 in order; returns (eligible, rule, reason)."""
+    """Rules 2-8 in order (the recent-activity checks between 6 and 7); returns (eligible, rule, reason)."""
     if settings.toleration_seconds < 0:
         return (
             False,
@@ -234,6 +253,9 @@ def base_verdict(
             f"GPU activity {fmt_measure(activity)} over {window} s above threshold "
             f"{fmt_measure(settings.gpu_threshold)}",
         )
+    recent = recent_verdict(settings, usage, recent_window)
+    if recent is not None:
+        return False, recent[0], recent[1]
     cpu_note = ""
     if settings.cpu_idle_seconds > 0:
         cores = usage.cpu_cores
@@ -255,6 +277,46 @@ def base_verdict(
     )
 
 
+def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int) -> tuple[str, str] | None:
+    """Issue 7 rule 1: the recent window's maximum must be known and at or below the threshold.
+
+    An average over a long window hides a job that just started; the maximum over the last few minutes
+    does not. Equal to the threshold counts as idle, as for the average.
+    """
+    recent = usage.gpu_recent_max
+    if recent is None or not math.isfinite(recent):
+        return (
+            WORD_RECENT_UNKNOWN,
+            f"{WORD_RECENT_UNKNOWN}: no GPU sample in the last {recent_window} s (data missing at the "
+            "newest end)",
+        )
+    if recent > settings.gpu_threshold:
+        return (
+            WORD_RECENTLY_BUSY,
+            f"{WORD_RECENTLY_BUSY}: GPU activity reached {fmt_measure(recent)} in the last "
+            f"{recent_window} s, above threshold {fmt_measure(settings.gpu_threshold)}",
+        )
+    return None
+
+
+def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None:
+    """Issue 7 scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
+    ns = str((pod.get("metadata") or {}).get("namespace") or "default")
+    if ns in config.exclude_namespaces:
+        return (
+            WORD_NAMESPACE_EXCLUDED,
+            f"{WORD_NAMESPACE_EXCLUDED}: namespace {ns} is in --exclude-namespaces",
+        )
+    if config.victim_namespaces and ns not in config.victim_namespaces:
+        return (
+            WORD_NAMESPACE_EXCLUDED,
+            f"{WORD_NAMESPACE_EXCLUDED}: namespace {ns} is not in --victim-namespaces",
+        )
+    if str(labels_of(pod).get(NEVER_RECLAIM_LABEL, "")).strip().lower() == "true":
+        return WORD_OPTED_OUT, f'{WORD_OPTED_OUT}: labelled {NEVER_RECLAIM_LABEL}="true"'
+    return None
+
+
 def assess(
     settings: ClassSettings,
     usage: PodUsage | None,
@@ -262,18 +324,23 @@ def assess(
     now: datetime,
     config: PlannerConfig,
     pdb_reason: str | None,
+    scope: tuple[str, str] | None = None,
 ) -> Assessment:
     blocked: tuple[str, str] | None = None
     if pdb_reason is not None:
         blocked = ("0-pdb", pdb_reason)
+    elif scope is not None:
+        blocked = scope
     elif settings.malformed:
         blocked = ("annotation-malformed", "; ".join(m.message for m in settings.malformed) + ": protected")
-    eligible, rule, reason = base_verdict(settings, usage, scheduled, now, config.min_coverage)
+    eligible, rule, reason = base_verdict(
+        settings, usage, scheduled, now, config.min_coverage, config.recent_window_seconds
+    )
     return Assessment(blocked, settings.min_preemptable, eligible, rule, reason)
 
 
 def verdict_for(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str, str]:
-    """Rule 0 / malformed, then rule 1, then rules 2-8."""
+    """Rule 0, scope (namespaces, opt-out) / malformed, then rule 1, then rules 2-8."""
     if assessment.blocked is not None:
         return False, assessment.blocked[0], assessment.blocked[1]
     minimum = assessment.min_preemptable

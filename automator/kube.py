@@ -1,9 +1,11 @@
 """Kubernetes adapter: the only code that talks to the API server.
 
-Reads hand the planner the objects as the API's JSON gives them (camelCase dicts, `_preload_content=False`),
-the same shape `kubectl get -o json` and the snapshot file have. Writes: policy/v1 Evictions (so
-PodDisruptionBudgets and graceful termination are honoured), a JSON merge patch for the cooldown annotation,
-and core/v1 Events (what `kubectl describe pod` shows).
+Reads hand the planner plain records of the fields it uses, in the shape the API's JSON gives them
+(camelCase dicts, `_preload_content=False`), the same shape `kubectl get -o json` and the snapshot file have;
+pods only when pending or on a node with GPUs, in pages. Writes: policy/v1 Evictions with a uid precondition
+(so PodDisruptionBudgets and graceful termination are honoured, and a pod recreated under the same name is
+never evicted), a JSON merge patch of the automator's own annotations, and core/v1 Events (what
+`kubectl describe pod` shows). Every call has a timeout, the Lease renewals included (LeaderElector).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -20,14 +23,12 @@ from typing import Any
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.leaderelection import electionconfig, leaderelection
-from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from automator.conventions import COMPONENT, LAST_RECLAIM_ANNOTATION, REPORTING_COMPONENT
+from automator.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
 from automator.model import ClusterState, JsonObj, PodKey
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from automator.records import record
-from automator.resources import rfc3339
+from automator.resources import FieldError, node_allocatable
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,34 @@ _JSON = {"Content-Type": "application/json"}
 _OUTCOMES = {
     404: EvictionOutcome.NOT_FOUND,
     409: EvictionOutcome.CONFLICT,
-    429: EvictionOutcome.REFUSED_PDB,
 }
+# The Eviction API's 429 for a PodDisruptionBudget carries this cause (policy/v1 DisruptionBudgetCause);
+# older servers only say so in the message. Any other 429 is throttling (API Priority and Fairness).
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+
+
+def is_pdb_refusal(body: JsonObj, message: str) -> bool:
+    """A 429 from the Eviction API that names a disruption budget (not API throttling)."""
+    causes = (body.get("details") or {}).get("causes") or []
+    if any(isinstance(c, dict) and c.get("reason") == DISRUPTION_BUDGET_CAUSE for c in causes):
+        return True
+    return "disruption budget" in message.lower()
+
+
+def _retry_after(e: ApiException) -> float | None:
+    headers = e.headers or {}
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """An ApiClient from a kubeconfig file, or the pod's service account when none is given."""
     cfg = client.Configuration()
+    # No hidden retries: a call's time is bounded by its own timeout; the next pass or round tries again.
+    cfg.retries = False
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
@@ -79,10 +101,14 @@ def _call(what: str, *also: type[Exception]) -> Iterator[None]:
 
 
 class KubernetesAdapter:
-    """List, evict, patch and record Events through the official client."""
+    """List, evict, patch and record Events through the official client; every call has a timeout."""
 
     def __init__(
-        self, api: client.ApiClient, identity: str = COMPONENT, request_timeout: float = 30.0
+        self,
+        api: client.ApiClient,
+        identity: str = COMPONENT,
+        request_timeout: float = 30.0,
+        gpu_resources: tuple[str, ...] = (DEFAULT_GPU_RESOURCE,),
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -90,10 +116,18 @@ class KubernetesAdapter:
         self.policy = client.PolicyV1Api(api)
         self.identity = identity
         self.timeout = request_timeout
+        self.gpu_resources = gpu_resources
 
     def _list(
-        self, what: str, call: Callable[..., Any], kind: str, api_version: str, **kwargs: Any
+        self,
+        what: str,
+        call: Callable[..., Any],
+        kind: str,
+        api_version: str,
+        keep: Callable[[JsonObj], JsonObj | None] | None = None,
+        **kwargs: Any,
     ) -> list[JsonObj]:
+        """Every page of a list; `keep` turns each item into the record kept (None: dropped)."""
         items: list[JsonObj] = []
         token: str | None = None
         while True:
@@ -110,16 +144,38 @@ class KubernetesAdapter:
                 # List items carry no kind/apiVersion; add them so objects look like `kubectl get -o json`.
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", api_version)
-                items.append(record(item))  # only the fields the planner reads (automator/records.py)
+                (item.get("metadata") or {}).pop("managedFields", None)
+                kept = keep(item) if keep is not None else item
+                if kept is not None:
+                    items.append(kept)
             token = (body.get("metadata") or {}).get("continue") or None
             if token is None:
                 return items
 
+    def _gpu_node(self, node: JsonObj) -> bool:
+        try:
+            return node_allocatable(node, self.gpu_resources).gpus > 0
+        except FieldError:
+            return True  # unreadable: keep it, the planner reports it
+
     def snapshot(self) -> ClusterState:
+        nodes = self._list("nodes", self.core.list_node, "Node", "v1")
+        gpu_nodes = {str((n.get("metadata") or {}).get("name")) for n in nodes if self._gpu_node(n)}
+
+        def keep_pod(pod: JsonObj) -> JsonObj | None:
+            bound = (pod.get("spec") or {}).get("nodeName")
+            # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
+            return record(pod) if not bound or bound in gpu_nodes else None
+
         return ClusterState(
-            nodes=self._list("nodes", self.core.list_node, "Node", "v1"),
+            nodes=nodes,
             pods=self._list(
-                "pods", self.core.list_pod_for_all_namespaces, "Pod", "v1", field_selector=ACTIVE_PODS
+                "pods",
+                self.core.list_pod_for_all_namespaces,
+                "Pod",
+                "v1",
+                keep=keep_pod,
+                field_selector=ACTIVE_PODS,
             ),
             priority_classes=self._list(
                 "priorityclasses",
@@ -135,12 +191,40 @@ class KubernetesAdapter:
             ),
         )
 
-    def evict(self, pod: PodKey) -> EvictionResult:
-        body = client.V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace),
-        )
+    def get_pod(self, pod: PodKey) -> JsonObj | None:
+        try:
+            resp = self.core.read_namespaced_pod(
+                pod.name, pod.namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise KubernetesUnavailable(f"get pod {pod}: {e.status} {_status_message(e)}") from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
+        try:
+            obj = json.loads(resp.data)
+        except ValueError as e:
+            raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
+        if not isinstance(obj, dict):
+            raise KubernetesUnavailable(f"get pod {pod}: the answer is not an object")
+        obj.setdefault("kind", "Pod")  # so record() keeps only a pod's fields
+        obj.setdefault("apiVersion", "v1")
+        return record(obj)
+
+    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+        body: JsonObj = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        }
+        options: JsonObj = {}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if dry_run:
+            options["dryRun"] = ["All"]
+        if options:
+            body["deleteOptions"] = options
         try:
             self.core.create_namespaced_pod_eviction(
                 pod.name,
@@ -151,19 +235,33 @@ class KubernetesAdapter:
                 _request_timeout=self.timeout,
             )
         except ApiException as e:
-            outcome = _OUTCOMES.get(int(e.status or 0), EvictionOutcome.ERROR)
-            return EvictionResult(outcome, e.status, _status_message(e))
+            message = _status_message(e)
+            status = int(e.status or 0)
+            if status == 429:
+                try:
+                    parsed = json.loads(e.body or "{}")
+                except ValueError:
+                    parsed = {}
+                pdb = is_pdb_refusal(parsed if isinstance(parsed, dict) else {}, message)
+                outcome = EvictionOutcome.REFUSED_PDB if pdb else EvictionOutcome.THROTTLED
+                return EvictionResult(outcome, 429, message, None if pdb else _retry_after(e))
+            if status == 0:  # the client's own errors (no HTTP answer)
+                return EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
+            return EvictionResult(_OUTCOMES.get(status, EvictionOutcome.ERROR), e.status, message)
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            return EvictionResult(EvictionOutcome.ERROR, None, str(e))
+            # A timeout or a reset: the server may have accepted it. The caller reads the pod.
+            return EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
         return EvictionResult(EvictionOutcome.OK, 201)
 
-    def annotate_preemptor(self, pod: PodKey, when: datetime) -> None:
-        body = {"metadata": {"annotations": {LAST_RECLAIM_ANNOTATION: rfc3339(when)}}}
+    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+        meta: JsonObj = {"annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid  # a precondition: the patch fails (409) if the pod was replaced
         with _call(f"patch pod {pod}"):
             self.core.patch_namespaced_pod(
                 pod.name,
                 pod.namespace,
-                body,
+                {"metadata": meta},
                 _content_type="application/merge-patch+json",
                 _preload_content=False,
                 _request_timeout=self.timeout,
@@ -200,44 +298,18 @@ class KubernetesAdapter:
             )
 
 
-class _Stopped(Exception):
-    """Raised inside the election loop once stop() was called, to unwind the library's blocking run()."""
-
-
-class _StoppableLock:
-    """The client's LeaseLock, pointed at our ApiClient, refusing to talk once the elector is stopped."""
-
-    def __init__(
-        self, api: client.ApiClient, name: str, namespace: str, identity: str, stopped: threading.Event
-    ):
-        self._lock = LeaseLock(name, namespace, identity)
-        # LeaseLock builds its API object from the global default client: point it at ours.
-        self._lock.api_instance = client.CoordinationV1Api(api)
-        self.name, self.namespace, self.identity = name, namespace, identity
-        self._stopped = stopped
-
-    def _check(self) -> None:
-        if self._stopped.is_set():
-            raise _Stopped
-
-    def get(self, name: str, namespace: str) -> Any:
-        self._check()
-        return self._lock.get(name, namespace)
-
-    def create(self, name: str, namespace: str, election_record: Any) -> Any:
-        self._check()
-        return self._lock.create(name, namespace, election_record)
-
-    def update(self, name: str, namespace: str, updated_record: Any) -> Any:
-        self._check()
-        return self._lock.update(name, namespace, updated_record)
+def _micro_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
-    """Runs the client's LeaseLock election in a daemon thread; `is_leader` says whether to run passes.
+    """A Lease-based election in a daemon thread, every call with a timeout; `is_leader` fences the writes.
 
-    The library's run() returns when renewing fails; we then campaign again. A replica that cannot renew
-    within renew_deadline (< lease_duration) stops acting before another one can take the lease.
+    The replica is leader only while its last successful renewal (timed from the start of the call) is
+    younger than renew_deadline, whatever its thread is doing: a renewal that hangs makes it a follower
+    before the lease (lease_duration > renew_deadline) can go to another replica. Another holder's lease is
+    judged expired by this replica's own monotonic clock (lease_duration after the record last changed),
+    so clock skew between replicas does not matter. Updates use the Lease's resourceVersion.
     """
 
     def __init__(
@@ -246,61 +318,114 @@ class LeaderElector:
         name: str,
         namespace: str,
         identity: str,
-        lease_duration: int = 15,
-        renew_deadline: int = 10,
-        retry_period: int = 2,
+        lease_duration: float = 15,
+        renew_deadline: float = 10,
+        retry_period: float = 2,
         on_change: Callable[[bool], None] | None = None,
+        request_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not lease_duration > renew_deadline > 1.2 * retry_period >= 1.2:
-            raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period, retry_period >= 1")
-        self.api = api
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
+        self.coordination = client.CoordinationV1Api(api)
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_duration, self.renew_deadline, self.retry_period = (
             lease_duration,
             renew_deadline,
             retry_period,
         )
-        self._leading = threading.Event()
+        # Each call must end well within the renew deadline.
+        self.request_timeout = request_timeout or max(0.5, (renew_deadline - retry_period) / 2)
+        self._clock = clock
+        self._renewed_at: float | None = None
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._leading = False
         self._stopped = threading.Event()
         self._on_change = on_change
         self._thread: threading.Thread | None = None
 
     @property
     def is_leader(self) -> bool:
-        return self._leading.is_set() and not self._stopped.is_set()
+        renewed = self._renewed_at
+        return (
+            not self._stopped.is_set()
+            and renewed is not None
+            and self._clock() - renewed < self.renew_deadline
+        )
 
     def _set(self, leading: bool) -> None:
-        if leading == self._leading.is_set():
+        if leading == self._leading:
             return
-        if leading:
-            self._leading.set()
-        else:
-            self._leading.clear()
+        self._leading = leading
         log.info(
             "%s %s lease %s/%s", self.identity, "holds" if leading else "lost", self.namespace, self.name
         )
         if self._on_change is not None:
             self._on_change(leading)
 
-    def _config(self) -> Any:
-        return electionconfig.Config(
-            lock=_StoppableLock(self.api, self.name, self.namespace, self.identity, self._stopped),
-            lease_duration=self.lease_duration,
-            renew_deadline=self.renew_deadline,
-            retry_period=self.retry_period,
-            onstarted_leading=lambda: self._set(True),
-            onstopped_leading=lambda: self._set(False),
+    def _record(self, now: datetime, lease: JsonObj | None) -> JsonObj:
+        spec = (lease or {}).get("spec") or {}
+        mine = spec.get("holderIdentity") == self.identity
+        record: JsonObj = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.lease_duration)),
+            "acquireTime": spec.get("acquireTime") if mine and spec.get("acquireTime") else _micro_time(now),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine or lease is None else 1),
+        }
+        return record
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: read the Lease, then create, take over or renew it. True when this replica holds it."""
+        started = self._clock()
+        now = datetime.now(UTC)
+        t = self.request_timeout
+        try:
+            resp = self.coordination.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False, _request_timeout=t
+            )
+            lease: JsonObj | None = json.loads(resp.data)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            lease = None
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._record(now, None),
+            }
+            self.coordination.create_namespaced_lease(
+                self.namespace, body, _preload_content=False, _request_timeout=t
+            )
+            self._renewed_at = started
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        observed = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+        if observed != self._observed:
+            self._observed, self._observed_at = observed, started
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if holder and holder != self.identity and started - self._observed_at < duration:
+            return False  # held by another replica whose lease has not expired (by our clock)
+        lease["spec"] = self._record(now, lease)
+        self.coordination.replace_namespaced_lease(
+            self.name, self.namespace, lease, _preload_content=False, _request_timeout=t
         )
+        self._renewed_at = started
+        return True
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
             try:
-                leaderelection.LeaderElection(self._config()).run()
-            except _Stopped:
-                break
-            except Exception:  # the election must outlive API hiccups
-                log.exception("leader election failed; campaigning again")
-            self._set(False)
+                self.try_acquire_or_renew()
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+                log.warning("lease %s/%s: %s", self.namespace, self.name, e)
+            except Exception:  # the election must outlive anything
+                log.exception("leader election round failed")
+            self._set(self.is_leader)
             self._stopped.wait(self.retry_period)
         self._set(False)
 
@@ -309,7 +434,7 @@ class LeaderElector:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop acting now; the thread ends at its next lease call (the lease expires, it is not released)."""
+        """Stop acting now; the lease expires, it is not released."""
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout)

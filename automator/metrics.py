@@ -65,6 +65,37 @@ class AutomatorMetrics:
             "Preemptors the last pass could not make room for.",
             registry=registry,
         )
+        self.evictions_last_hour = Gauge(
+            PREFIX + "evictions_last_hour",
+            "Accepted evictions in the last hour (sliding window; --max-evictions-per-hour caps it).",
+            registry=registry,
+        )
+        self.max_evictions_per_hour = Gauge(
+            PREFIX + "max_evictions_per_hour", "The --max-evictions-per-hour budget.", registry=registry
+        )
+        self.interval = Gauge(
+            PREFIX + "interval_seconds", "Seconds between passes (--interval).", registry=registry
+        )
+        self.clock_skew = Gauge(
+            PREFIX + "clock_skew_seconds",
+            "Prometheus' clock minus the automator's, measured each pass (over 120 s: no eviction).",
+            registry=registry,
+        )
+        self.candidates = Gauge(
+            PREFIX + "candidate_victims",
+            "GPU pods the last pass judged as possible victims.",
+            registry=registry,
+        )
+        self.candidates_usage_unknown = Gauge(
+            PREFIX + "candidate_victims_usage_unknown",
+            "Candidate victims of the last pass whose GPU usage was unknown (protected).",
+            registry=registry,
+        )
+        self.nonfinite = Counter(
+            PREFIX + "nonfinite_series",
+            "Pods whose series held NaN or Inf in a pass (each left unknown, i.e. protected).",
+            registry=registry,
+        )
         self.build_info = Gauge(
             PREFIX + "build_info", "Always 1; labels say what runs.", ["version", "mode"], registry=registry
         )

@@ -26,6 +26,7 @@ class PassOutcome(StrEnum):
     OK = "ok"
     PROMETHEUS_UNAVAILABLE = "prometheus_unavailable"
     KUBERNETES_ERROR = "kubernetes_error"
+    CLOCK_SKEW = "clock_skew"  # Prometheus' clock more than 120 s from ours: no eviction
     ERROR = "error"
 
 
@@ -57,6 +58,9 @@ class PodUsage:
     gpu_activity: float | None  # 0-1 average over the pod's window, max over its GPUs; None = unknown
     coverage: float = 1.0  # fraction of the window with samples, 0-1
     cpu_cores: float | None = None  # average CPU cores over the pod's cpu window; None = unknown
+    # Highest GPU activity over the recent window (--recent-window, the same for every pod), 0-1;
+    # None = no sample in that window (the pod is then protected: recent-usage-unknown).
+    gpu_recent_max: float | None = None
 
 
 @dataclass
@@ -75,6 +79,12 @@ class PlannerConfig:
     default_toleration_seconds: int = 0
     min_coverage: float = 0.8
     cooldown_seconds: int = 300
+    recent_window_seconds: int = 300
+    max_reclaims_per_preemptor: int = 3
+    max_evictions_per_pass: int = 10
+    # Namespaces whose pods are never victims; victim_namespaces: the only ones that may be (empty = all).
+    exclude_namespaces: tuple[str, ...] = ("kube-system",)
+    victim_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,3 +158,8 @@ class Plan:
     # take their GPUs on that node for the rest of the pass. `decisions` only holds decisions that evict.
     already_fit: list[Decision] = field(default_factory=list)
     search_cut_off: list[CutOff] = field(default_factory=list)
+    # Preemptors that reached --max-reclaims-per-preemptor this pass (a warning Event each).
+    gave_up: list[PodKey] = field(default_factory=list)
+    # Candidate victims (GPU pods on nodes) and how many of them had unknown usage (alert: rules not loaded).
+    candidates: int = 0
+    candidates_usage_unknown: int = 0

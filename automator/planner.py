@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
-from automator.conventions import LAST_RECLAIM_ANNOTATION
+from automator.conventions import (
+    LAST_RECLAIM_ANNOTATION,
+    RECLAIM_COUNT_ANNOTATION,
+    RECLAIM_NODE_ANNOTATION,
+    RECLAIM_VICTIMS_ANNOTATION,
+    WORD_BUDGET,
+    WORD_COOLDOWN,
+    WORD_GAVE_UP,
+    WORD_NOMINATED,
+)
 from automator.eligibility import verdict_for
 from automator.fit import scheduling_signature, static_misfit
 from automator.gc_pause import gc_paused
@@ -33,7 +42,7 @@ from automator.model import (
 from automator.ranking import Rankings
 from automator.report import explain, plan_to_json
 from automator.resources import FieldError, Requests, annotations_of, parse_time
-from automator.victims import NodeResult, SetKey, protected_summary, search_node
+from automator.victims import NodeResult, SetKey, protected_summary, search_node, set_key
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -59,7 +68,9 @@ class _Pass:
     config: PlannerConfig
     now: datetime
     exclude: frozenset[PodKey]
+    budget: int  # evictions still allowed this pass
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
+    budget_stop: str | None = None  # set once a preemptor's victims would exceed the budget
     pdb_version: int = 0
     static_cache: dict[str, _Static] = field(default_factory=dict)
     # (priority, requests) -> node name -> (node version, PDB version, result): alike preemptors share them
@@ -75,27 +86,71 @@ class _Pass:
 
     def run(self) -> Plan:
         self.plan.warnings.extend(self.index.warnings)
+        self.plan.candidates = self.index.candidates
+        self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
+        cooling = {pre.key: self._cooldown(pre) for pre in self.index.preemptors}
+        self._reserve(cooling)
         for pre in self.index.preemptors:
-            self._place(pre)
+            self._place(pre, cooling[pre.key])
         return self.plan
 
+    def _reserve(self, cooling: Mapping[PodKey, str | None]) -> None:
+        """Preemptors in cooldown take their requests on their reclaim-node before anyone is served, as a
+        preemptor served earlier in the pass does: the GPUs freed for them are offered to no one else."""
+        for pre in self.index.preemptors:
+            if cooling[pre.key] is None or pre.req is None:
+                continue
+            node = self.index.nodes.get(str(annotations_of(pre.obj).get(RECLAIM_NODE_ANNOTATION, "")))
+            if node is not None:
+                node.take(pre.req)
+                node.version += 1
+
     def _cooldown(self, pre: Preemptor) -> str | None:
-        raw = annotations_of(pre.obj).get(LAST_RECLAIM_ANNOTATION)
+        """Why the preemptor is in cooldown (reason starting with the word), or None."""
+        ann = annotations_of(pre.obj)
+        raw = ann.get(LAST_RECLAIM_ANNOTATION)
+        if raw is not None:
+            try:
+                last = parse_time(raw, LAST_RECLAIM_ANNOTATION)
+            except FieldError:
+                return (
+                    f"{WORD_COOLDOWN}: annotation {LAST_RECLAIM_ANNOTATION} {raw!r} is not an RFC 3339 "
+                    "time: treated as in cooldown"
+                )
+            elapsed = (self.now - last).total_seconds()
+            if elapsed < self.config.cooldown_seconds:
+                remaining = math.ceil(self.config.cooldown_seconds - elapsed)
+                return (
+                    f"{WORD_COOLDOWN}: victims were evicted for it {elapsed:.0f} s ago ({raw}); "
+                    f"{remaining} s of the {self.config.cooldown_seconds} s cooldown remain"
+                )
+        terminating = [
+            key for key in _victim_keys(ann.get(RECLAIM_VICTIMS_ANNOTATION)) if key in self.index.terminating
+        ]
+        if terminating:
+            names = ", ".join(str(k) for k in terminating)
+            return (
+                f"{WORD_COOLDOWN}: its victims are still terminating ({names}); no second set is evicted "
+                "while they are"
+            )
+        return None
+
+    def _gave_up(self, pre: Preemptor) -> str | None:
+        raw = annotations_of(pre.obj).get(RECLAIM_COUNT_ANNOTATION)
         if raw is None:
             return None
+        limit = self.config.max_reclaims_per_preemptor
         try:
-            last = parse_time(raw, LAST_RECLAIM_ANNOTATION)
-        except FieldError:
+            count = int(str(raw).strip())
+        except ValueError:
             return (
-                f"annotation {LAST_RECLAIM_ANNOTATION} {raw!r} is not an RFC 3339 time: treated as in "
-                "cooldown"
+                f"{WORD_GAVE_UP}: annotation {RECLAIM_COUNT_ANNOTATION} {raw!r} is not a count: no more "
+                "victims"
             )
-        elapsed = (self.now - last).total_seconds()
-        if elapsed < self.config.cooldown_seconds:
-            remaining = math.ceil(self.config.cooldown_seconds - elapsed)
+        if count >= limit:
             return (
-                f"in cooldown: victims were evicted for it {elapsed:.0f} s ago ({raw}); "
-                f"{remaining} s of the {self.config.cooldown_seconds} s cooldown remain"
+                f"{WORD_GAVE_UP}: victims were evicted for it {count} times (--max-reclaims-per-preemptor "
+                f"{limit}) and it is still pending: probably a constraint the planner does not model"
             )
         return None
 
@@ -150,17 +205,32 @@ class _Pass:
             entry = cache[node.name] = (node.version, pdb_state, result)
         return entry[2]
 
-    def _place(self, pre: Preemptor) -> None:
-        if pre.error is not None or pre.req is None:
-            self._unresolved(pre, pre.error or "malformed pod")
+    def _place(self, pre: Preemptor, cooldown: str | None) -> None:
+        nominated = (pre.obj.get("status") or {}).get("nominatedNodeName")
+        if nominated:
+            self._unresolved(
+                pre,
+                f"{WORD_NOMINATED}: the scheduler nominated node {nominated} (its own preemption is under "
+                "way): left to the scheduler",
+            )
             return
-        cooldown = self._cooldown(pre)
         if cooldown is not None:
             self.plan.skipped_cooldown.append(pre.key)
             self._unresolved(pre, cooldown)
             return
+        gave_up = self._gave_up(pre)
+        if gave_up is not None:
+            self.plan.gave_up.append(pre.key)
+            self._unresolved(pre, gave_up)
+            return
+        if pre.error is not None or pre.req is None:
+            self._unresolved(pre, pre.error or "malformed pod")
+            return
         req = pre.req
         static = self._static(pre)
+        if self.budget_stop is not None:
+            self._fit_or_budget(pre, req, static)
+            return
         if self.verdict_count >= VERDICT_LIMIT and self._place_ranked(pre, req, static):
             return
         too_small: list[NodeState] = []
@@ -182,6 +252,14 @@ class _Pass:
             self._explain_unresolved(pre, req, results, static, too_small)
             return
         best_key, best_node, best_result = best
+        if best_key[0] > self.budget:
+            self.budget_stop = (
+                f"{WORD_BUDGET}: {self.config.max_evictions_per_pass} evictions per pass at most "
+                f"(--max-evictions-per-pass; the hourly budget may lower it), {self.budget} left"
+            )
+            self._unresolved(pre, f"{self.budget_stop}; this preemptor needs {best_key[0]}")
+            return
+        self.budget -= best_key[0]
         # Verdicts where the preemptor already fits say nothing about who is evicted: not recorded.
         if self.verdict_count < VERDICT_LIMIT:
             for _, result in results:
@@ -216,6 +294,17 @@ class _Pass:
             self._record(pre, best[3], force=True)
         self._commit(pre, req, best[2], best[3])
         return True
+
+    def _fit_or_budget(self, pre: Preemptor, req: Requests, static: _Static) -> None:
+        """Once the budget stopped the pass: the first node (name order) the preemptor fits as it is, or
+        unresolved eviction-budget. The same answer as the full search, without searching victims."""
+        for node in static.feasible:
+            free_g, free_c, free_m = node.free()
+            if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
+                self._commit(pre, req, node, NodeResult(set_key(()), (), free_g, 0, [], {}, 0, None))
+                return
+        assert self.budget_stop is not None
+        self._unresolved(pre, self.budget_stop)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]
@@ -309,13 +398,28 @@ def _ruled_out(req: Requests, static: _Static, too_small: list[NodeState]) -> st
     return f"{sum(ruled_out.values())} node(s) ruled out: {parts}{first}"
 
 
+def _victim_keys(raw: object) -> list[PodKey]:
+    """The reclaim-victims annotation: comma-separated namespace/name; unreadable items are skipped."""
+    keys: list[PodKey] = []
+    for part in str(raw or "").split(","):
+        try:
+            keys.append(PodKey.parse(part.strip()))
+        except ValueError:
+            continue
+    return keys
+
+
 def plan(
     cluster: ClusterState,
     usage: Mapping[PodKey, PodUsage],
     config: PlannerConfig,
     now: datetime,
     exclude: frozenset[PodKey] = frozenset(),
+    budget: int | None = None,
 ) -> Plan:
-    """Plan one pass. exclude: pods never to be chosen as victims (e.g. their eviction was refused)."""
+    """Plan one pass. exclude: pods never to be chosen as victims (e.g. their eviction was refused);
+    budget: evictions still allowed (default --max-evictions-per-pass; the service passes less when the
+    hourly budget or earlier evictions of the pass leave less)."""
+    left = config.max_evictions_per_pass if budget is None else min(budget, config.max_evictions_per_pass)
     with gc_paused():
-        return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude).run()
+        return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude, max(0, left)).run()

@@ -11,17 +11,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
-from automator.model import ClusterState, PodKey, PodUsage, UsageWindow
+from automator.model import ClusterState, JsonObj, PodKey, PodUsage, UsageWindow
 
 
 class EvictionOutcome(StrEnum):
     """An Eviction API answer (the `result` label of gpu_steward_automator_evictions_total)."""
 
     OK = "ok"  # 200/201: accepted, the pod terminates gracefully
-    REFUSED_PDB = "refused_pdb"  # 429: a PodDisruptionBudget (or rate limit) forbids it now
-    ERROR = "error"  # 500 (e.g. two PDBs select the pod) or any other failure
+    REFUSED_PDB = "refused_pdb"  # 429 naming a disruption budget: the victim is excluded, re-plan
+    THROTTLED = "throttled"  # 429 without a budget (API Priority and Fairness, Retry-After): end the pass
+    ERROR = "error"  # 500 (e.g. two PDBs select the pod) or any other answer
     NOT_FOUND = "not_found"  # 404: already gone, its GPUs are free
-    CONFLICT = "conflict"  # 409: concurrent update; worth one retry
+    CONFLICT = "conflict"  # 409: the uid precondition failed: not the pod that was judged; skip it
+    UNKNOWN = "unknown"  # no answer (timeout, reset): the server may have accepted it; read the pod
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class EvictionResult:
     outcome: EvictionOutcome
     status: int | None = None
     message: str = ""
+    retry_after: float | None = None  # seconds, from a 429's Retry-After
 
 
 class KubernetesUnavailable(Exception):
@@ -46,16 +49,32 @@ class PrometheusUnavailable(Exception):
 class KubeAdapter(Protocol):
     def snapshot(self) -> ClusterState: ...
 
-    def evict(self, pod: PodKey) -> EvictionResult: ...
+    def get_pod(self, pod: PodKey) -> JsonObj | None:
+        """The pod as the API has it now; None when it does not exist (KubernetesUnavailable: unknown)."""
+        ...
 
-    def annotate_preemptor(self, pod: PodKey, when: datetime) -> None: ...
+    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+        """policy/v1 Eviction with deleteOptions.preconditions.uid; dry_run: the server's dry run only."""
+        ...
+
+    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+        """Merge-patch the automator's own annotations (uid: the patch fails if the pod was replaced)."""
+        ...
 
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None: ...
 
 
 class UsageSource(Protocol):
     queries_last_call: int
+    # Pods whose series held a NaN/Inf in the last call (each left unknown, i.e. protected).
+    nonfinite_last_call: int
+    # Prometheus' evaluation time minus `now` in the last call (None: not measured).
+    clock_skew_seconds: float | None
 
     def usage(
-        self, windows: Mapping[PodKey, UsageWindow], at: datetime | None = None
+        self,
+        windows: Mapping[PodKey, UsageWindow],
+        at: datetime | None = None,
+        recent_seconds: int = 300,
+        now: datetime | None = None,
     ) -> dict[PodKey, PodUsage]: ...

@@ -1,8 +1,10 @@
 """Prometheus adapter: the usage every candidate victim needs, in a bounded number of queries.
 
-One query per distinct GPU window and one per distinct CPU window, never one per pod, so the cost of a pass
-does not grow with the cluster. Any doubt about the answer raises PrometheusUnavailable: the caller then
-evicts nothing (fail safe; the scheduler plugin read errors as "idle").
+One query for the recent window's maximum (which also reads Prometheus' clock), then one per distinct GPU
+window and one per distinct CPU window, never one per pod, so the cost of a pass does not grow with the
+cluster. Every window ends at Prometheus' own time, not the automator's. A failed or malformed answer
+raises PrometheusUnavailable: the caller then evicts nothing (fail safe; the scheduler plugin read errors as
+"idle"); a non-finite value in one pod's series makes only that pod unknown, and is counted.
 """
 
 from __future__ import annotations
@@ -28,8 +30,21 @@ log = logging.getLogger(__name__)
 
 GPU_SERIES = POD_ACTIVITY
 CPU_SERIES = 'container_cpu_usage_seconds_total{container!="", image!=""}'
-# Label that tells the sample count apart from the average in the combined GPU query.
+# Label that tells the sample count apart from the average in the combined GPU query, and Prometheus'
+# clock apart from the pods' maxima in the recent query.
 STAT_LABEL = "stat"
+CLOCK_STAT = "clock"
+
+
+class _NonFinite(ValueError):
+    """A NaN or infinite sample: its pod is unknown, the rest of the answer stands."""
+
+
+def recent_query(window_seconds: int) -> str:
+    """Each pod's highest activity over the recent window, and Prometheus' evaluation time (one query)."""
+    sel = f"{GPU_SERIES}[{window_seconds}s]"
+    clock = f'label_replace(vector(time()), "{STAT_LABEL}", "{CLOCK_STAT}", "", "")'
+    return f"max by (namespace, pod) (max_over_time({sel})) or {clock}"
 
 
 def gpu_query(window_seconds: int) -> str:
@@ -60,8 +75,9 @@ def _value(sample: Mapping[str, Any], query: str) -> float:
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise PrometheusUnavailable(f"unparsable sample {sample!r} for {query!r}") from e
     if not math.isfinite(value):
-        # The recorded series is 0-1 by construction: NaN/Inf means something upstream is broken.
-        raise PrometheusUnavailable(f"non-finite value {value} for {sample.get('metric')} in {query!r}")
+        # The recorded series is 0-1 by construction: NaN/Inf means something upstream is broken for this
+        # pod. It is unknown (protected) and counted; the other pods' answers stand.
+        raise _NonFinite(f"non-finite value {value} for {sample.get('metric')} in {query!r}")
     return value
 
 
@@ -73,25 +89,59 @@ def _key(sample: Mapping[str, Any], query: str) -> PodKey:
     return PodKey(str(ns), str(pod))
 
 
+def _pod_values(
+    result: list[dict[str, Any]], query: str, bad: set[PodKey], stat: str | None = None
+) -> dict[PodKey, float]:
+    """Value per pod of the samples whose stat label is `stat`; a non-finite one puts its pod in `bad`."""
+    values: dict[PodKey, float] = {}
+    for sample in result:
+        if (sample.get("metric") or {}).get(STAT_LABEL) != stat:
+            continue
+        key = _key(sample, query)
+        try:
+            values[key] = _value(sample, query)
+        except _NonFinite as e:
+            log.warning("%s: pod %s unknown", e, key)
+            bad.add(key)
+    return values
+
+
 def parse_gpu_result(
-    result: list[dict[str, Any]], query: str, window_seconds: int, rule_interval: float
+    result: list[dict[str, Any]],
+    query: str,
+    window_seconds: int,
+    rule_interval: float,
+    bad: set[PodKey] | None = None,
 ) -> dict[PodKey, PodUsage]:
     """Pods with both an average and a sample count; anything else stays unknown (absent)."""
-    averages: dict[PodKey, float] = {}
-    counts: dict[PodKey, float] = {}
-    for sample in result:
-        key = _key(sample, query)
-        stat = (sample.get("metric") or {}).get(STAT_LABEL)
-        (counts if stat == "count" else averages)[key] = _value(sample, query)
+    bad = set() if bad is None else bad
+    averages = _pod_values(result, query, bad)
+    counts = _pod_values(result, query, bad, "count")
     return {
         key: PodUsage(gpu_activity=avg, coverage=coverage(counts[key], rule_interval, window_seconds))
         for key, avg in averages.items()
-        if key in counts
+        if key in counts and key not in bad
     }
 
 
-def parse_cpu_result(result: list[dict[str, Any]], query: str) -> dict[PodKey, float]:
-    return {_key(sample, query): _value(sample, query) for sample in result}
+def parse_cpu_result(
+    result: list[dict[str, Any]], query: str, bad: set[PodKey] | None = None
+) -> dict[PodKey, float]:
+    return _pod_values(result, query, set() if bad is None else bad)
+
+
+def parse_recent_result(
+    result: list[dict[str, Any]], query: str, bad: set[PodKey]
+) -> tuple[dict[PodKey, float], float]:
+    """(recent maximum per pod, Prometheus' evaluation time as a Unix timestamp)."""
+    clock = next((s for s in result if (s.get("metric") or {}).get(STAT_LABEL) == CLOCK_STAT), None)
+    if clock is None:
+        raise PrometheusUnavailable(f"no {CLOCK_STAT} sample in the answer to {query!r}")
+    try:
+        at = _value(clock, query)
+    except _NonFinite as e:
+        raise PrometheusUnavailable(str(e)) from e
+    return _pod_values(result, query, bad), at
 
 
 class PrometheusAdapter:
@@ -113,9 +163,12 @@ class PrometheusAdapter:
         self.rule_interval = rule_interval
         self._observe = observe_query
         self.queries_last_call = 0
+        self.nonfinite_last_call = 0
+        self.clock_skew_seconds: float | None = None
 
-    def _query(self, expr: str, what: str, at: datetime | None) -> list[dict[str, Any]]:
-        params = {"time": f"{at.timestamp():.3f}"} if at is not None else None
+    def _query(self, expr: str, what: str, at: datetime | float | None) -> list[dict[str, Any]]:
+        stamp = at.timestamp() if isinstance(at, datetime) else at
+        params = {"time": f"{stamp:.3f}"} if stamp is not None else None
         self.queries_last_call += 1
         start = time.monotonic()
         try:
@@ -140,34 +193,49 @@ class PrometheusAdapter:
         return result
 
     def usage(
-        self, windows: Mapping[PodKey, UsageWindow], at: datetime | None = None
+        self,
+        windows: Mapping[PodKey, UsageWindow],
+        at: datetime | None = None,
+        recent_seconds: int = 300,
+        now: datetime | None = None,
     ) -> dict[PodKey, PodUsage]:
         """Usage of every pod in `windows` that Prometheus knows; a pod it lacks is left out (unknown).
 
-        at: evaluation time of every query (default: Prometheus's now), so all windows end together.
-        Raises PrometheusUnavailable on any error, timeout, non-success answer or non-finite value.
+        at: evaluation time of every query (default: Prometheus' own now, read by the first query), so all
+        windows end together. now: the caller's clock; clock_skew_seconds is then Prometheus' time minus it.
+        Raises PrometheusUnavailable on any error, timeout, non-success or malformed answer.
         """
         self.queries_last_call = 0
+        self.nonfinite_last_call = 0
+        self.clock_skew_seconds = None
+        if not windows:
+            return {}
+        if any(w.gpu_seconds <= 0 for w in windows.values()):
+            raise ValueError("GPU window must be > 0 s (a [0s] window reads as idle)")
+        bad: set[PodKey] = set()
+        q = recent_query(recent_seconds)
+        recent, prom_time = parse_recent_result(self._query(q, f"recent {recent_seconds}s", at), q, bad)
+        if now is not None:
+            self.clock_skew_seconds = prom_time - now.timestamp()
         gpu_by_window: dict[int, dict[PodKey, PodUsage]] = {}
         for seconds in sorted({w.gpu_seconds for w in windows.values()}):
-            if seconds <= 0:
-                raise ValueError(f"GPU window must be > 0 s, got {seconds} (a [0s] window reads as idle)")
             q = gpu_query(seconds)
             gpu_by_window[seconds] = parse_gpu_result(
-                self._query(q, f"GPU {seconds}s", at), q, seconds, self.rule_interval
+                self._query(q, f"GPU {seconds}s", prom_time), q, seconds, self.rule_interval, bad
             )
         cpu_by_window: dict[int, dict[PodKey, float]] = {}
         for seconds in sorted({w.cpu_seconds for w in windows.values() if w.cpu_seconds > 0}):
             q = cpu_query(seconds)
-            cpu_by_window[seconds] = parse_cpu_result(self._query(q, f"CPU {seconds}s", at), q)
+            cpu_by_window[seconds] = parse_cpu_result(self._query(q, f"CPU {seconds}s", prom_time), q, bad)
 
         usage: dict[PodKey, PodUsage] = {}
         for key, window in windows.items():
             gpu = gpu_by_window[window.gpu_seconds].get(key)
-            if gpu is None:
+            if gpu is None or key in bad:
                 continue
             cpu = cpu_by_window[window.cpu_seconds].get(key) if window.cpu_seconds > 0 else None
-            usage[key] = PodUsage(gpu_activity=gpu.gpu_activity, coverage=gpu.coverage, cpu_cores=cpu)
+            usage[key] = PodUsage(gpu.gpu_activity, gpu.coverage, cpu, recent.get(key))
+        self.nonfinite_last_call = len(bad)
         log.debug("usage: %d pods known of %d, %d queries", len(usage), len(windows), self.queries_last_call)
         return usage
 

@@ -1,20 +1,26 @@
 """`gpu-automator run`: the reclaim loop as a service.
 
-An apscheduler job runs one pass every --interval seconds (never two at once); a Flask app serves
-/healthz, /readyz, /metrics and /decisions. With leader election (the client's LeaseLock) only the replica
-holding the lease runs passes; the others stay ready as standbys.
+An apscheduler job runs one pass every --interval seconds (never two at once); a Flask app, served by
+waitress (a bounded thread pool, backlog and timeouts), answers /healthz, /readyz, /metrics and /decisions
+(which can be turned off or require a bearer token). With leader election (a Lease, kube.LeaderElector)
+only the replica holding the lease runs passes and writes; the others stay ready as standbys.
+
+Extending it: a Blueprint goes into `create_app(service, blueprints=...)` (or `Wiring.app.register_blueprint`
+in `build`), a periodic job into `Wiring.jobs` (`Job(id, func, seconds)`) in `build`; `_serve` schedules
+every job of the wiring.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -22,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from flask import Flask, Response, jsonify
+from flask import Blueprint, Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from werkzeug.serving import make_server
+from waitress.server import create_server
 
 from automator.actuator import ActuatorState, PassResult, run_pass
 from automator.keda import wiring as keda
 from automator.kube import KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, Mode, PlannerConfig, PodKey
+from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
 from automator.prom import PrometheusAdapter
 from automator.settings import ServiceSettings, SettingError, service_settings
@@ -41,6 +47,10 @@ log = logging.getLogger(__name__)
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # A pass older than this many intervals makes a leader unready.
 STALE_INTERVALS = 3
+# waitress: pending connections and seconds an idle or slow connection is kept.
+HTTP_BACKLOG = 64
+HTTP_CHANNEL_TIMEOUT = 30
+HTTP_CONNECTION_LIMIT = 100
 
 
 class SnapshotKube:
@@ -55,10 +65,13 @@ class SnapshotKube:
         except (InputError, OSError) as e:
             raise KubernetesUnavailable(f"snapshot {self.path}: {e}") from e
 
-    def evict(self, pod: PodKey) -> EvictionResult:
+    def get_pod(self, pod: PodKey) -> JsonObj | None:
+        return next((p for p in self.snapshot().pods if PodKey.of(p) == pod), None)
+
+    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to evict {pod}")
 
-    def annotate_preemptor(self, pod: PodKey, when: datetime) -> None:
+    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to patch {pod}")
 
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
@@ -79,6 +92,7 @@ class Service:
     metrics: AutomatorMetrics
     is_leader: Callable[[], bool] = lambda: True
     max_replans: int = 5
+    max_evictions_per_hour: int | None = None
     clock: Callable[[], datetime] = _now
     state: ActuatorState = field(default_factory=ActuatorState)
     last: PassResult | None = None
@@ -100,6 +114,7 @@ class Service:
             metrics=self.metrics,
             should_continue=self.is_leader,
             max_replans=self.max_replans,
+            max_evictions_per_hour=self.max_evictions_per_hour,
         )
         with self._lock:
             self.last = result
@@ -137,8 +152,39 @@ class Service:
         return body
 
 
-def create_app(service: Service) -> Flask:
+@dataclass(frozen=True)
+class Job:
+    """A periodic job of the service (the reclaim pass is one; other features add theirs)."""
+
+    id: str
+    func: Callable[[], object]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DecisionsAccess:
+    """/decisions: served or not, and the bearer token it then requires (None: none)."""
+
+    enabled: bool = True
+    token: str | None = None
+
+    def check(self, header: str | None) -> int | None:
+        """None when allowed, else the HTTP status to answer."""
+        if not self.enabled:
+            return 404
+        if self.token is None:
+            return None
+        given = (header or "").removeprefix("Bearer ").strip()
+        return None if given and hmac.compare_digest(given, self.token) else 401
+
+
+def create_app(
+    service: Service, access: DecisionsAccess | None = None, blueprints: Iterable[Blueprint] = ()
+) -> Flask:
     app = Flask("gpu-steward-automator")
+    access = access or DecisionsAccess()
+    for blueprint in blueprints:
+        app.register_blueprint(blueprint)
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -157,6 +203,11 @@ def create_app(service: Service) -> Flask:
 
     @app.get("/decisions")
     def decisions() -> Response:
+        denied = access.check(request.headers.get("Authorization"))
+        if denied is not None:
+            text = "not found\n" if denied == 404 else "a bearer token is required\n"
+            headers = {"WWW-Authenticate": "Bearer"} if denied == 401 else {}
+            return Response(text, status=denied, mimetype="text/plain", headers=headers)
         return jsonify(service.decisions())
 
     return app
@@ -185,13 +236,31 @@ class Wiring:
     service: Service
     app: Flask
     elector: LeaderElector | None = None  # when leader election is on
+    jobs: list[Job] = field(default_factory=list)  # scheduled by _serve, the reclaim pass first
+
+
+def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
+    token: str | None = None
+    if settings.decisions_token_file:
+        try:
+            token = Path(settings.decisions_token_file).read_text().strip()
+        except OSError as e:
+            raise SettingError(
+                f"--decisions-token-file: cannot read {settings.decisions_token_file}: {e}"
+            ) from e
+        if not token:
+            raise SettingError(f"--decisions-token-file: {settings.decisions_token_file} is empty")
+    return DecisionsAccess(settings.decisions_endpoint, token)
 
 
 def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) -> Wiring:
     """Adapters, metrics, service and app from the settings (no thread started)."""
     config = settings.planner
     mode = settings.mode
+    access = _decisions_access(settings)
     metrics = AutomatorMetrics(registry or CollectorRegistry(), version=_package_version(), mode=str(mode))
+    metrics.interval.set(settings.interval)
+    metrics.max_evictions_per_hour.set(settings.max_evictions_per_hour)
     prom = PrometheusAdapter(
         settings.prometheus_url,
         timeout=settings.prometheus_timeout,
@@ -205,8 +274,9 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
     else:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         api = api_client(settings.kubeconfig)
-        timeout = max(30.0, settings.prometheus_timeout)
-        kube = KubernetesAdapter(api, identity=identity, request_timeout=timeout)
+        kube = KubernetesAdapter(
+            api, identity=identity, request_timeout=settings.api_timeout, gpu_resources=config.gpu_resources
+        )
         if settings.leader_election is not False:
             elector = LeaderElector(
                 api,
@@ -224,10 +294,12 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         metrics=metrics,
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         max_replans=settings.max_replans,
+        max_evictions_per_hour=settings.max_evictions_per_hour,
     )
-    app = create_app(service)
+    app = create_app(service, access)
     keda.attach(app, settings, metrics.registry, prom.keda_query)  # docs/keda.md
-    return Wiring(service, app, elector)
+    jobs = [Job("reclaim-pass", service.run_once, service.interval)]
+    return Wiring(service, app, elector, jobs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -235,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per probe and scrape would drown the decisions.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    logging.getLogger("waitress").setLevel(logging.WARNING)
     # apscheduler logs two INFO lines per pass; the pass logs its own outcome.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
@@ -245,11 +317,30 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if settings.cluster_snapshot and settings.leader_election:
         log.warning("--leader-election is ignored with --cluster-snapshot")
-    return _serve(settings)
+    try:
+        wiring = build(settings)
+    except SettingError as e:
+        print(f"gpu-automator run: {e}", file=sys.stderr)
+        return 2
+    return _serve(settings, wiring)
 
 
-def _serve(settings: ServiceSettings) -> int:
-    wiring = build(settings)
+def http_server(app: Flask, host: str, port: int, threads: int) -> Any:
+    """waitress with a bounded pool: `threads` workers, a listen backlog, connection limit and timeouts."""
+    return create_server(
+        app,
+        host=host,
+        port=port,
+        threads=threads,
+        backlog=HTTP_BACKLOG,
+        connection_limit=HTTP_CONNECTION_LIMIT,
+        channel_timeout=HTTP_CHANNEL_TIMEOUT,
+        cleanup_interval=HTTP_CHANNEL_TIMEOUT,
+        ident="gpu-steward-automator",
+    )
+
+
+def _serve(settings: ServiceSettings, wiring: Wiring) -> int:
     service = wiring.service
     log.info(
         "starting: mode=%s interval=%gs prometheus=%s leader_election=%s",
@@ -261,29 +352,32 @@ def _serve(settings: ServiceSettings) -> int:
     if wiring.elector is not None:
         wiring.elector.start()
     scheduler = BackgroundScheduler(timezone=UTC)
-    scheduler.add_job(
-        service.run_once,
-        "interval",
-        seconds=service.interval,
-        next_run_time=datetime.now(UTC),
-        max_instances=1,
-        coalesce=True,
-        misfire_grace_time=max(1, int(service.interval)),
-        id="reclaim-pass",
-    )
+    for job in wiring.jobs:
+        scheduler.add_job(
+            job.func,
+            "interval",
+            seconds=job.seconds,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, int(job.seconds)),
+            id=job.id,
+        )
     scheduler.start()
     wiring.app.extensions[keda.EXTENSION].start()
-    server = make_server(settings.listen_address, settings.port, wiring.app, threaded=True)
+    server = http_server(wiring.app, settings.listen_address, settings.port, settings.http_threads)
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
-        # shutdown() waits for serve_forever(), which runs in this (the main) thread: call it from another.
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        # close() ends run()'s loop, which runs in this (the main) thread: call it from another.
+        threading.Thread(target=server.close, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        server.serve_forever()
+        server.run()
+    except OSError:
+        pass  # the socket closed under run() by stop()
     finally:
         if wiring.elector is not None:
             wiring.elector.stop(timeout=5)

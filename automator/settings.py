@@ -24,8 +24,8 @@ from automator.settingspec import Setting, SettingError
 __all__ = ["SettingError"]
 
 _PLANNER = PlannerConfig()
-_SECONDS_MAX = 10**9  # about 31 years: any larger number of seconds is a typo
 DAY = 86_400
+WEEK = 7 * DAY  # the longest window or cooldown: Prometheus retention rarely reaches further
 
 
 def _gpu_resources(text: str) -> tuple[str, ...]:
@@ -50,19 +50,19 @@ PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
     ),
     Setting(
         "--default-gpu-idle-seconds",
-        spec.integer(1, _SECONDS_MAX),
+        spec.integer(1, WEEK),
         str(_PLANNER.default_gpu_idle_seconds),
         "GPU window for pods whose class sets none",
     ),
     Setting(
         "--default-gpu-idle-threshold",
-        spec.number(0, float("inf")),
+        spec.ratio,
         str(_PLANNER.default_gpu_idle_threshold),
-        "GPU activity at or below which a pod is idle",
+        "GPU activity (a 0-1 ratio: 0.05, not 5) at or below which a pod is idle",
     ),
     Setting(
         "--default-toleration-seconds",
-        spec.integer(-_SECONDS_MAX, _SECONDS_MAX),
+        spec.integer(-WEEK, WEEK),
         str(_PLANNER.default_toleration_seconds),
         "guaranteed run time after scheduling",
     ),
@@ -74,9 +74,41 @@ PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
     ),
     Setting(
         "--cooldown-seconds",
-        spec.integer(0, _SECONDS_MAX),
+        spec.integer(0, WEEK),
         str(_PLANNER.cooldown_seconds),
         "skip a preemptor this long after a reclaim",
+    ),
+    Setting(
+        "--recent-window",
+        spec.integer(1, 3600),
+        str(_PLANNER.recent_window_seconds),
+        "seconds of recent GPU activity whose maximum must be at or below the threshold",
+    ),
+    Setting(
+        "--max-reclaims-per-preemptor",
+        spec.integer(1, 1000),
+        str(_PLANNER.max_reclaims_per_preemptor),
+        "rounds of victims for one preemptor before giving up on it",
+    ),
+    Setting(
+        "--max-evictions-per-pass",
+        spec.integer(0, 10_000),
+        str(_PLANNER.max_evictions_per_pass),
+        "victims evicted in one pass at most",
+    ),
+    Setting(
+        "--exclude-namespaces",
+        spec.csv(),
+        ",".join(_PLANNER.exclude_namespaces),
+        "comma-separated namespaces whose pods are never victims (an empty value excludes none)",
+        metavar="NS,...",
+    ),
+    Setting(
+        "--victim-namespaces",
+        spec.csv(),
+        None,
+        "comma-separated namespaces whose pods may be victims (default: all)",
+        metavar="NS,...",
     ),
 )
 
@@ -96,14 +128,48 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
     Setting(
         "--prometheus-timeout", spec.number(0, 3600, low_open=True), "10", "seconds per Prometheus query"
     ),
-    Setting("--interval", spec.number(0, DAY, low_open=True), "30", "seconds between passes"),
+    Setting("--interval", spec.number(1, DAY), "30", "seconds between passes"),
     Setting("--listen-address", str, "0.0.0.0", "address of the HTTP endpoints"),
     Setting("--port", spec.port, "8080", "port of the HTTP endpoints"),
+    Setting("--http-threads", spec.integer(1, 64), "4", "threads serving HTTP (a bounded pool)"),
+    Setting(
+        "--decisions-endpoint",
+        spec.boolean,
+        "true",
+        "serve /decisions (every candidate pod's name and usage); --no-decisions-endpoint turns it off",
+        action="toggle",
+    ),
+    Setting(
+        "--decisions-token-file",
+        str,
+        None,
+        "file holding a bearer token that /decisions then requires (Authorization: Bearer ...)",
+    ),
+    Setting(
+        "--api-timeout",
+        spec.number(1, 300),
+        "30",
+        "seconds per Kubernetes API call (lists, evictions, patches, Events)",
+    ),
+    Setting(
+        "--max-evictions-per-hour",
+        spec.integer(0, 100_000),
+        "60",
+        "evictions in any sliding hour at most, across passes",
+    ),
+    Setting(
+        "--single-replica",
+        spec.boolean,
+        "false",
+        "state that only one replica runs: required for --mode enforce without leader election",
+        action="switch",
+    ),
     Setting(
         "--rule-interval",
-        spec.number(0, 3600, low_open=True),
+        spec.number(1, 120),
         str(RULE_INTERVAL_SECONDS),
-        "evaluation interval (s) of the recorded series, for coverage",
+        "evaluation interval (s) of the recorded series, for coverage (at most 120: beyond, samples go "
+        "stale between evaluations and coverage would be overstated)",
     ),
     Setting(
         "--leader-election",
@@ -148,6 +214,8 @@ def planner_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
     """PlannerConfig from flags, then GPU_STEWARD_* variables, then defaults; SettingError names it."""
     values = spec.resolve(args, PLANNER_SETTINGS, _environ(environ))
     values["gpu_resources"] = values.pop("gpu_resource")
+    values["recent_window_seconds"] = values.pop("recent_window")
+    values["victim_namespaces"] = values["victim_namespaces"] or ()  # unset: every namespace
     return PlannerConfig(**values)
 
 
@@ -159,6 +227,12 @@ class ServiceSettings:
     interval: float
     listen_address: str
     port: int
+    http_threads: int
+    decisions_endpoint: bool
+    decisions_token_file: str | None
+    api_timeout: float
+    max_evictions_per_hour: int
+    single_replica: bool
     rule_interval: float
     leader_election: bool | None  # None: on, unless the cluster comes from a snapshot file
     lease_name: str
@@ -180,5 +254,10 @@ def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
     if settings.cluster_snapshot and settings.mode is Mode.ENFORCE:
         raise SettingError(
             "--mode enforce cannot be used with --cluster-snapshot (a file cannot be evicted from)"
+        )
+    if settings.mode is Mode.ENFORCE and settings.leader_election is False and not settings.single_replica:
+        raise SettingError(
+            "--no-leader-election: --mode enforce without leader election needs --single-replica "
+            "(two replicas would both evict)"
         )
     return settings

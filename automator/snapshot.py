@@ -357,7 +357,8 @@ def _number(value: Any, label: str, field: str, upper: float | None) -> float | 
 
 
 def load_usage(path: Path) -> dict[PodKey, PodUsage]:
-    """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores}]`; a pod not listed is unknown."""
+    """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores, gpu_recent_max}]`; a pod not
+    listed is unknown; gpu_recent_max absent or null: no recent sample (protected)."""
     docs = [d for d in documents(path) if d is not None]
     if len(docs) != 1 or not isinstance(docs[0], Mapping):
         raise InputError(f"{path}: expected one YAML mapping with a `pods` list")
@@ -379,5 +380,6 @@ def load_usage(path: Path) -> dict[PodKey, PodUsage]:
         activity = _number(entry.get("gpu_activity"), label, "gpu_activity", 1.0)
         coverage = _number(entry.get("coverage", 1.0), label, "coverage", 1.0)
         cpu = _number(entry.get("cpu_cores"), label, "cpu_cores", None)
-        usage[key] = PodUsage(activity, 1.0 if coverage is None else coverage, cpu)
+        recent = _number(entry.get("gpu_recent_max"), label, "gpu_recent_max", 1.0)
+        usage[key] = PodUsage(activity, 1.0 if coverage is None else coverage, cpu, recent)
     return usage

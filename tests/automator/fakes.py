@@ -1,14 +1,16 @@
 """In-memory stand-ins for the two ports (automator/ports.py); the objects they hold come from k8s.py.
 
 FakeKube behaves like the API server where the automator can tell: an accepted eviction marks the pod
-terminating (it still holds its GPUs until it is gone), the annotation patch lands on the pod, Events are
-recorded. Scripted answers per pod reproduce 404/409/429/500.
+terminating (it still holds its GPUs until it is gone), a uid precondition that does not match is a 409, a
+dry run changes nothing, the annotation patch lands on the pod, Events are recorded. Scripted answers per
+pod reproduce 404/409/429 (budget or throttling)/500 and answers that never come (UNKNOWN, after which
+`accepted_silently` says whether the server had in fact evicted).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,6 +25,8 @@ _STATUS = {
     EvictionOutcome.ERROR: 500,
     EvictionOutcome.NOT_FOUND: 404,
     EvictionOutcome.CONFLICT: 409,
+    EvictionOutcome.THROTTLED: 429,
+    EvictionOutcome.UNKNOWN: None,
 }
 
 
@@ -42,42 +46,91 @@ class FakeKube:
     eviction_script: dict[PodKey, list[EvictionOutcome]] = field(default_factory=dict)
     fail_snapshot: str | None = None  # a message: snapshot() raises KubernetesUnavailable with it
     fail_writes: bool = False  # annotate/event raise KubernetesUnavailable
+    # Pods whose UNKNOWN answer hid an accepted eviction (the pod is then terminating).
+    accepted_silently: set[PodKey] = field(default_factory=set)
+    fail_get: bool | set[PodKey] = False  # get_pod raises KubernetesUnavailable (for these pods)
+    dry_run_ok: bool = False  # dry runs always pass (the script then only answers the real evictions)
+    # Called with the live objects right after a snapshot was taken: what changes between list and act.
+    after_snapshot: Callable[[ClusterState], None] | None = None
+    # Called before each write with its kind ("evict", "annotate", "event"): e.g. to lose leadership.
+    before_write: Callable[[str], None] | None = None
     eviction_calls: list[PodKey] = field(default_factory=list)
+    dry_run_calls: list[PodKey] = field(default_factory=list)
+    uids_sent: list[str | None] = field(default_factory=list)
     evicted: list[PodKey] = field(default_factory=list)
-    annotations: dict[PodKey, str] = field(default_factory=dict)
+    annotations: dict[PodKey, str] = field(default_factory=dict)  # last-reclaim-time written
+    written: dict[PodKey, dict[str, str]] = field(default_factory=dict)  # every annotation written
     events: list[RecordedEvent] = field(default_factory=list)
+    get_calls: list[PodKey] = field(default_factory=list)
 
     def _pod(self, key: PodKey) -> JsonObj | None:
         return next((p for p in self.cluster.pods if PodKey.of(p) == key), None)
 
+    def _write(self, kind: str) -> None:
+        if self.before_write is not None:
+            self.before_write(kind)
+
     def snapshot(self) -> ClusterState:
         if self.fail_snapshot is not None:
             raise KubernetesUnavailable(self.fail_snapshot)
-        return copy.deepcopy(self.cluster)
+        taken = copy.deepcopy(self.cluster)
+        if self.after_snapshot is not None:
+            self.after_snapshot(self.cluster)
+        return taken
 
-    def evict(self, pod: PodKey) -> EvictionResult:
+    def get_pod(self, pod: PodKey) -> JsonObj | None:
+        self.get_calls.append(pod)
+        if self.fail_get is True or (isinstance(self.fail_get, set) and pod in self.fail_get):
+            raise KubernetesUnavailable(f"get pod {pod}: fake failure")
+        obj = self._pod(pod)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def _terminate(self, pod: PodKey, obj: JsonObj) -> None:
+        self.evicted.append(pod)
+        obj.setdefault("metadata", {})["deletionTimestamp"] = rfc3339(datetime.now(UTC))
+
+    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+        self._write("evict")
+        obj = self._pod(pod)
+        if dry_run:
+            self.dry_run_calls.append(pod)
+            script = self.eviction_script.get(pod) or []
+            # A dry run answers what the real one would for budgets and refusals, and changes nothing.
+            peek = script[0] if script and not self.dry_run_ok else EvictionOutcome.OK
+            if peek in (EvictionOutcome.UNKNOWN, EvictionOutcome.CONFLICT):
+                peek = EvictionOutcome.OK
+            if obj is None:
+                peek = EvictionOutcome.NOT_FOUND
+            retry = 5.0 if peek is EvictionOutcome.THROTTLED else None
+            return EvictionResult(peek, _STATUS[peek], f"fake dry-run {peek}", retry)
         self.eviction_calls.append(pod)
+        self.uids_sent.append(uid)
         script = self.eviction_script.get(pod) or []
         outcome = script.pop(0) if script else EvictionOutcome.OK
-        obj = self._pod(pod)
+        current_uid = (obj.get("metadata") or {}).get("uid") if obj is not None else None
+        if outcome is EvictionOutcome.OK and obj is not None and uid and current_uid and uid != current_uid:
+            outcome = EvictionOutcome.CONFLICT  # the uid precondition: not the pod that was judged
         if outcome is EvictionOutcome.OK and obj is None:
             outcome = EvictionOutcome.NOT_FOUND
         if outcome is EvictionOutcome.OK and obj is not None:
-            self.evicted.append(pod)
-            obj.setdefault("metadata", {})["deletionTimestamp"] = rfc3339(datetime.now(UTC))
-        return EvictionResult(outcome, _STATUS[outcome], f"fake {outcome}")
+            self._terminate(pod, obj)
+        if outcome is EvictionOutcome.UNKNOWN and pod in self.accepted_silently and obj is not None:
+            self._terminate(pod, obj)
+        retry = 5.0 if outcome is EvictionOutcome.THROTTLED else None
+        return EvictionResult(outcome, _STATUS[outcome], f"fake {outcome}", retry)
 
-    def annotate_preemptor(self, pod: PodKey, when: datetime) -> None:
+    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+        self._write("annotate")
         if self.fail_writes:
             raise KubernetesUnavailable(f"patch pod {pod}: fake failure")
-        self.annotations[pod] = rfc3339(when)
+        self.annotations[pod] = annotations[LAST_RECLAIM_ANNOTATION]
+        self.written[pod] = dict(annotations)
         obj = self._pod(pod)
         if obj is not None:
-            obj.setdefault("metadata", {}).setdefault("annotations", {})[LAST_RECLAIM_ANNOTATION] = rfc3339(
-                when
-            )
+            obj.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
 
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
+        self._write("event")
         if self.fail_writes:
             raise KubernetesUnavailable(f"event on {pod}: fake failure")
         self.events.append(RecordedEvent(pod, type_, reason, message, uid))
@@ -89,11 +142,19 @@ class FakePrometheus:
 
     data: dict[PodKey, PodUsage] = field(default_factory=dict)
     down: str | None = None  # a reason: usage() raises PrometheusUnavailable with it
+    skew: float = 0.0  # Prometheus' clock minus the caller's `now`
+    nonfinite: int = 0  # pods reported as having NaN/Inf samples
     queries_last_call: int = 0
+    nonfinite_last_call: int = 0
+    clock_skew_seconds: float | None = None
     calls: int = 0
 
     def usage(
-        self, windows: Mapping[PodKey, UsageWindow], at: datetime | None = None
+        self,
+        windows: Mapping[PodKey, UsageWindow],
+        at: datetime | None = None,
+        recent_seconds: int = 300,
+        now: datetime | None = None,
     ) -> dict[PodKey, PodUsage]:
         self.calls += 1
         gpu = {w.gpu_seconds for w in windows.values()}
@@ -101,5 +162,11 @@ class FakePrometheus:
         if self.down is not None:
             self.queries_last_call = 1 if windows else 0
             raise PrometheusUnavailable(self.down)
-        self.queries_last_call = len(gpu) + len(cpu)
+        if not windows:
+            self.queries_last_call, self.clock_skew_seconds = 0, None
+            return {}
+        # The recent query (which reads Prometheus' clock), then one per distinct window.
+        self.queries_last_call = 1 + len(gpu) + len(cpu)
+        self.clock_skew_seconds = self.skew if now is not None else None
+        self.nonfinite_last_call = self.nonfinite
         return {k: self.data[k] for k in windows if k in self.data}

@@ -163,8 +163,10 @@ def cluster(*objs: JsonObj) -> ClusterState:
 
 
 def idle(*names: str, activity: float = 0.0, namespace: str = "ml", **kw: Any) -> dict[PodKey, PodUsage]:
+    """Idle pods; the recent maximum equals the average unless given (gpu_recent_max=...)."""
+    kw.setdefault("gpu_recent_max", activity)
     return {PodKey(namespace, n): PodUsage(activity, **kw) for n in names}
 
 
 def busy(*names: str, activity: float = 0.9, namespace: str = "ml") -> dict[PodKey, PodUsage]:
-    return {PodKey(namespace, n): PodUsage(activity) for n in names}
+    return {PodKey(namespace, n): PodUsage(activity, gpu_recent_max=activity) for n in names}

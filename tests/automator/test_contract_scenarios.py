@@ -28,6 +28,7 @@ def usage(name: str, activity: float | None = 0.0, namespace: str = "ml", **extr
     entry: JsonObj = {"namespace": namespace, "name": name, **extra}
     if activity is not None:
         entry["gpu_activity"] = activity
+        entry.setdefault("gpu_recent_max", activity)  # steady: the recent maximum is the average
     return entry
 
 

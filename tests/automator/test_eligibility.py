@@ -128,7 +128,7 @@ def test_rule3_not_scheduled_protects() -> None:
     ],
 )
 def test_rule4_minimum_age(annotations: dict[str, str], scheduled_ago: float, eligible: bool) -> None:
-    usage = {VICTIM: PodUsage(0.0, cpu_cores=0.0)}
+    usage = {VICTIM: PodUsage(0.0, cpu_cores=0.0, gpu_recent_max=0.0)}
     v = verdict(
         k8s.victim_class(**annotations), priority_class="batch", scheduled_ago=scheduled_ago, usage=usage
     )
@@ -141,13 +141,13 @@ def test_rule4_minimum_age(annotations: dict[str, str], scheduled_ago: float, el
 def test_rule5_unknown_usage_protects() -> None:
     v = verdict(usage={})
     assert not v.eligible and v.rule == "5-usage-unknown"
-    assert verdict(usage={VICTIM: PodUsage(None)}).rule == "5-usage-unknown"
+    assert verdict(usage={VICTIM: PodUsage(None, gpu_recent_max=0.0)}).rule == "5-usage-unknown"
     assert verdict(usage={VICTIM: PodUsage(float("nan"))}).rule == "5-usage-unknown"
 
 
 @pytest.mark.parametrize(("coverage", "eligible"), [(0.79, False), (0.8, True), (1.0, True)])
 def test_rule5_coverage(coverage: float, eligible: bool) -> None:
-    v = verdict(usage={VICTIM: PodUsage(0.0, coverage=coverage)})
+    v = verdict(usage={VICTIM: PodUsage(0.0, coverage=coverage, gpu_recent_max=0.0)})
     assert v.eligible is eligible
     if not eligible:
         assert v.rule == "5-coverage-low"
@@ -156,7 +156,7 @@ def test_rule5_coverage(coverage: float, eligible: bool) -> None:
 # rule 6
 @pytest.mark.parametrize(("activity", "eligible"), [(0.051, False), (0.05, True), (0.0, True)])
 def test_rule6_threshold_default(activity: float, eligible: bool) -> None:
-    v = verdict(usage={VICTIM: PodUsage(activity)})
+    v = verdict(usage={VICTIM: PodUsage(activity, gpu_recent_max=0.0)})
     assert v.eligible is eligible
     if not eligible:
         assert v.rule == "6-gpu-busy" and "0.051" in v.reason
@@ -164,8 +164,10 @@ def test_rule6_threshold_default(activity: float, eligible: bool) -> None:
 
 def test_rule6_threshold_from_annotation() -> None:
     pc = k8s.victim_class(gpu_idle_usage_threshold="0.3")
-    assert verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.3)}).eligible
-    assert not verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.31)}).eligible
+    assert verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.3, gpu_recent_max=0.0)}).eligible
+    assert not verdict(
+        pc, priority_class="batch", usage={VICTIM: PodUsage(0.31, gpu_recent_max=0.0)}
+    ).eligible
 
 
 # rule 7
@@ -174,12 +176,12 @@ def test_rule6_threshold_from_annotation() -> None:
 )
 def test_rule7_cpu_checked_when_window_set(cpu: float | None, rule: str) -> None:
     pc = k8s.victim_class(cpu_idle_seconds="600", cpu_idle_usage_threshold="0.1")
-    v = verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.0, cpu_cores=cpu)})
+    v = verdict(pc, priority_class="batch", usage={VICTIM: PodUsage(0.0, cpu_cores=cpu, gpu_recent_max=0.0)})
     assert v.rule == rule and v.eligible is (rule == "8-idle")
 
 
 def test_rule7_cpu_ignored_without_window() -> None:
-    assert verdict(usage={VICTIM: PodUsage(0.0, cpu_cores=None)}).eligible
+    assert verdict(usage={VICTIM: PodUsage(0.0, cpu_cores=None, gpu_recent_max=0.0)}).eligible
 
 
 # defaults and malformed annotations
@@ -210,7 +212,7 @@ def test_malformed_annotation_protects_and_warns(annotations: dict[str, str]) ->
 
 
 def test_pod_without_class_uses_defaults() -> None:
-    v = verdict(priority_class=None, usage={VICTIM: PodUsage(0.04)})
+    v = verdict(priority_class=None, usage={VICTIM: PodUsage(0.04, gpu_recent_max=0.0)})
     assert v.eligible and "1800 s" in v.reason
 
 

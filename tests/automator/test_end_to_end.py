@@ -185,6 +185,14 @@ class FakeApiServer:
             pod = self._pod(*m.groups())
             if method != "POST" or pod is None:
                 return status(404, "NotFound", f"pods {m.group(2)!r} not found")
+            options = (body or {}).get("deleteOptions") or {}
+            uid = (options.get("preconditions") or {}).get("uid")
+            if uid and uid != pod["metadata"].get("uid"):
+                return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+            if "All" in (options.get("dryRun") or []):
+                return json_response(
+                    {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, 201
+                )
             # Accepted: the pod terminates gracefully and still holds its GPUs meanwhile.
             pod["metadata"]["deletionTimestamp"] = ts(datetime.now(UTC))
             return json_response(
@@ -192,8 +200,10 @@ class FakeApiServer:
             )
         if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path):
             pod = self._pod(*m.groups())
-            if method != "PATCH" or pod is None:
+            if pod is None or method not in ("GET", "PATCH"):
                 return status(404, "NotFound", f"pods {m.group(2)!r} not found")
+            if method == "GET":
+                return json_response({"kind": "Pod", "apiVersion": "v1", **pod})
             annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}
             pod["metadata"].setdefault("annotations", {}).update(annotations)
             return json_response(pod)
@@ -330,7 +340,7 @@ def start_automator(tmp_path: Path, kubeconfig: Path) -> Iterator[Callable[..., 
         cmd = [
             sys.executable, "-m", "automator", "run",
             "--kubeconfig", str(kubeconfig),
-            "--no-leader-election",
+            "--no-leader-election", "--single-replica",
             "--prometheus-url", prometheus_url,
             "--prometheus-timeout", "3",
             "--interval", "1",
@@ -368,12 +378,20 @@ def test_enforce_evicts_the_idle_pod_only(
 
     writes = api.writes()
     evictions = [c for c in writes if c.path.endswith("/eviction")]
-    assert [(c.method, c.path) for c in evictions] == [("POST", "/api/v1/namespaces/ml/pods/idle/eviction")]
-    assert evictions[0].body == {
+    path = "/api/v1/namespaces/ml/pods/idle/eviction"
+    assert [(c.method, c.path) for c in evictions] == [("POST", path)] * 2  # the dry run, then the eviction
+    eviction = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": "idle", "namespace": "ml"},
     }
+    assert evictions[0].body == {
+        **eviction,
+        "deleteOptions": {"preconditions": {"uid": "uid-idle"}, "dryRun": ["All"]},
+    }
+    assert evictions[1].body == {**eviction, "deleteOptions": {"preconditions": {"uid": "uid-idle"}}}
+    # The preemptor was read again just before.
+    assert any(c.method == "GET" and c.path == "/api/v1/namespaces/team/pods/urgent" for c in api.calls)
     assert not any("busy" in c.path for c in writes)
 
     patches = [c for c in writes if c.method == "PATCH"]
@@ -395,8 +413,8 @@ def test_enforce_evicts_the_idle_pod_only(
     assert PREEMPTOR in events["idle"]["message"] and "gpu-node-1" in events["idle"]["message"]
     assert events["idle"]["metadata"]["namespace"] == "ml"
     assert events["idle"]["reportingInstance"] == "automator-e2e"
-    # Nothing else was written: 1 eviction, 1 patch, 2 Events.
-    assert len(writes) == 4, [(c.method, c.path) for c in writes]
+    # Nothing else was written: 1 dry run, 1 eviction, 1 patch, 2 Events.
+    assert len(writes) == 5, [(c.method, c.path) for c in writes]
 
     # /decisions holds the last pass, which found the preemptor cooling down.
     last = automator.decisions()
@@ -405,7 +423,7 @@ def test_enforce_evicts_the_idle_pod_only(
     assert automator.metric("gpu_steward_automator_evictions_total", result="ok") == 1
     assert automator.metric("gpu_steward_automator_evictions_total", result="error") == 0
     assert automator.metric("gpu_steward_automator_decisions_total", mode="enforce") == 1
-    assert automator.metric("gpu_steward_automator_prometheus_queries_per_pass") == 1
+    assert automator.metric("gpu_steward_automator_prometheus_queries_per_pass") == 2  # recent + 1800 s
     assert automator.passes("prometheus_unavailable") == 0
     assert "evicted ml/idle for team/urgent" in automator.log()
 
@@ -429,7 +447,7 @@ def test_enforce_decision_is_shown_while_it_is_the_last_pass(
     assert automator.metric("gpu_steward_automator_evictions_total", result="ok") == 1
     assert [c.path for c in api.writes() if c.path.endswith("/eviction")] == [
         "/api/v1/namespaces/ml/pods/idle/eviction"
-    ]
+    ] * 2  # the dry run, then the eviction
 
 
 def test_prometheus_down_evicts_nothing(
@@ -450,7 +468,7 @@ def test_prometheus_down_evicts_nothing(
     code, why = automator.get("/readyz")
     assert code == 503 and "prometheus_unavailable" in why
     assert (
-        f"Prometheus unavailable, no eviction this pass: GPU 1800s query to {closed} failed"
+        f"Prometheus unavailable, no eviction this pass: recent 300s query to {closed} failed"
         in automator.log()
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -9,11 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.conventions import LAST_RECLAIM_ANNOTATION
+from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATION
 from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
 from automator.model import PodKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
@@ -151,19 +153,108 @@ def test_evict(
     }
 
 
-def test_evict_unreachable_is_an_error() -> None:
+def test_evict_unreachable_is_an_unknown_outcome() -> None:
     adapter = KubernetesAdapter(api_for(f"http://127.0.0.1:{free_port()}"), request_timeout=2)
-    assert adapter.evict(PodKey("ml", "a")).outcome is EvictionOutcome.ERROR
+    assert adapter.evict(PodKey("ml", "a")).outcome is EvictionOutcome.UNKNOWN
+
+
+def test_eviction_carries_the_uid_precondition_and_dry_run(
+    httpserver: HTTPServer, kube: KubernetesAdapter
+) -> None:
+    ok = {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+    httpserver.expect_request(EVICTION, method="POST").respond_with_json(ok, status=201)
+    kube.evict(PodKey("ml", "a"), uid="u-a", dry_run=True)
+    kube.evict(PodKey("ml", "a"), uid="u-a")
+    (dry, _), (real, _) = httpserver.log
+    assert json.loads(dry.get_data())["deleteOptions"] == {"preconditions": {"uid": "u-a"}, "dryRun": ["All"]}
+    assert json.loads(real.get_data())["deleteOptions"] == {"preconditions": {"uid": "u-a"}}
+
+
+def test_statefulset_pod_recreated_under_the_same_name_is_not_evicted(
+    httpserver: HTTPServer, kube: KubernetesAdapter
+) -> None:
+    """The API server answers 409 when the uid precondition names the pod that was judged, not this one."""
+    message = "Precondition failed: UID in precondition: u-old, UID in object meta: u-new"
+    httpserver.expect_request(EVICTION, method="POST").respond_with_json(
+        status(409, "Conflict", message), status=409
+    )
+    result = kube.evict(PodKey("ml", "a"), uid="u-old")
+    assert result.outcome is EvictionOutcome.CONFLICT and "u-new" in result.message
+
+
+def test_api_throttling_429_is_not_a_budget_refusal(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
+    httpserver.expect_request(EVICTION, method="POST").respond_with_json(
+        status(429, "TooManyRequests", "Too many requests, please try again later."),
+        status=429,
+        headers={"Retry-After": "7"},
+    )
+    result = kube.evict(PodKey("ml", "a"), uid="u-a")
+    assert result.outcome is EvictionOutcome.THROTTLED and result.retry_after == 7
+
+
+def test_budget_429_is_read_from_its_cause(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
+    body = status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+    body["details"] = {
+        "causes": [{"reason": "DisruptionBudget", "message": "The disruption budget g needs 2"}]
+    }
+    httpserver.expect_request(EVICTION, method="POST").respond_with_json(
+        body, status=429, headers={"Retry-After": "10"}
+    )
+    assert kube.evict(PodKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.REFUSED_PDB
+
+
+def test_timeout_after_the_server_accepted_is_unknown_not_refused(httpserver: HTTPServer) -> None:
+    accepted = threading.Event()
+
+    def slow(request: Request) -> Response:
+        accepted.set()  # the server has taken the eviction; its answer comes too late
+        time.sleep(1.5)
+        return Response(json.dumps({"kind": "Status", "code": 201}), 201, content_type="application/json")
+
+    httpserver.expect_request(EVICTION, method="POST").respond_with_handler(slow)
+    adapter = KubernetesAdapter(api_for(httpserver.url_for("")), request_timeout=0.3)
+    result = adapter.evict(PodKey("ml", "a"), uid="u-a")
+    assert accepted.is_set() and result.outcome is EvictionOutcome.UNKNOWN
+
+
+def test_get_pod_reads_a_plain_record_or_none(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
+    full = json.loads(json.dumps(POD_A))
+    full["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    full["spec"]["volumes"] = [{"name": "data"}]
+    httpserver.expect_request("/api/v1/namespaces/ml/pods/a", method="GET").respond_with_json(full)
+    httpserver.expect_request("/api/v1/namespaces/ml/pods/gone", method="GET").respond_with_json(
+        status(404, "NotFound", 'pods "gone" not found'), status=404
+    )
+    pod = kube.get_pod(PodKey("ml", "a"))
+    assert pod is not None and pod["metadata"]["uid"] == "u-a" and pod["spec"]["nodeName"] == "node-1"
+    assert "managedFields" not in pod["metadata"] and "volumes" not in pod["spec"]
+    assert kube.get_pod(PodKey("ml", "gone")) is None
+
+
+def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
+    httpserver: HTTPServer, kube: KubernetesAdapter
+) -> None:
+    gpu = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    cpu = {"metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "8"}}}
+    on_cpu = {"metadata": {"name": "web", "namespace": "ml"}, "spec": {"nodeName": "cpu-1", "containers": []}}
+    managed = json.loads(json.dumps(POD_A))
+    managed["metadata"]["managedFields"] = [{"manager": "x"}]
+    httpserver.expect_request("/api/v1/nodes").respond_with_json(a_list("Node", [gpu, cpu]))
+    httpserver.expect_request("/api/v1/pods").respond_with_json(a_list("Pod", [managed, POD_B, on_cpu]))
+    for path in ("/apis/scheduling.k8s.io/v1/priorityclasses", "/apis/policy/v1/poddisruptionbudgets"):
+        httpserver.expect_request(path).respond_with_json(a_list("X", []))
+    state = kube.snapshot()
+    assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
+    assert "managedFields" not in state.pods[0]["metadata"]
 
 
 def test_annotate_preemptor_is_a_json_merge_patch(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
     httpserver.expect_request("/api/v1/namespaces/team/pods/p", method="PATCH").respond_with_json(POD_B)
-    kube.annotate_preemptor(PodKey("team", "p"), datetime(2024, 6, 1, 14, 0, 5, 123, tzinfo=UTC))
+    written = {LAST_RECLAIM_ANNOTATION: "2024-06-01T14:00:05Z", RECLAIM_NODE_ANNOTATION: "node-1"}
+    kube.annotate_preemptor(PodKey("team", "p"), written, uid="u-p")
     (request, _), *_ = httpserver.log
     assert request.headers["Content-Type"] == "application/merge-patch+json"
-    assert json.loads(request.get_data()) == {
-        "metadata": {"annotations": {LAST_RECLAIM_ANNOTATION: "2024-06-01T14:00:05Z"}}
-    }
+    assert json.loads(request.get_data()) == {"metadata": {"annotations": written, "uid": "u-p"}}
 
 
 def test_annotate_failure_raises(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
@@ -171,7 +262,7 @@ def test_annotate_failure_raises(httpserver: HTTPServer, kube: KubernetesAdapter
         status(404, "NotFound", 'pods "p" not found'), status=404
     )
     with pytest.raises(KubernetesUnavailable, match="patch pod team/p: 404"):
-        kube.annotate_preemptor(PodKey("team", "p"), datetime(2024, 6, 1, tzinfo=UTC))
+        kube.annotate_preemptor(PodKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "2024-06-01T00:00:00Z"})
 
 
 def test_event_is_a_core_v1_event_on_the_pod(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
@@ -287,6 +378,53 @@ def test_leader_election_respects_a_held_lease(httpserver: HTTPServer) -> None:
         assert server.lease["spec"]["holderIdentity"] == "replica-0"
     finally:
         elector.stop(timeout=10)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_hanging_lease_renewal_never_leaves_two_leaders(httpserver: HTTPServer) -> None:
+    """Replica 1 leads; its renewals then hang. It must stop leading (renew deadline, call timeouts) before
+    replica 2 may take the lease (lease duration, by replica 2's own clock)."""
+    server = LeaseServer()
+    hang = threading.Event()
+    idle = threading.Event()
+    idle.set()
+
+    def handler(request: Request) -> Response:
+        if hang.is_set() and "replica-1" in request.get_data(as_text=True):
+            idle.clear()
+            time.sleep(0.5)  # longer than the request timeout below; the renewal never lands
+            idle.set()
+            return Response(json.dumps(status(504, "Timeout", "etcd")), 504, content_type="application/json")
+        return server(request)
+
+    httpserver.expect_request(LEASES).respond_with_handler(handler)
+    httpserver.expect_request(LEASES + "/automator").respond_with_handler(handler)
+    cfg = client.Configuration(host=httpserver.url_for("").rstrip("/"))
+    cfg.retries = False  # as api_client() builds it
+    api = client.ApiClient(cfg)
+    c1, c2 = Clock(), Clock()
+    timings = {"lease_duration": 15, "renew_deadline": 10, "retry_period": 2, "request_timeout": 0.1}
+    one = LeaderElector(api, "automator", "gpu-steward", "replica-1", clock=c1, **timings)  # type: ignore[arg-type]
+    two = LeaderElector(api, "automator", "gpu-steward", "replica-2", clock=c2, **timings)  # type: ignore[arg-type]
+    assert one.try_acquire_or_renew() and one.is_leader
+    assert not two.try_acquire_or_renew()  # held, freshly observed
+    hang.set()
+    for _ in range(9):  # every 2 s replica 1 tries to renew; each try times out
+        c1.t += 2
+        c2.t += 2
+        with contextlib.suppress(urllib3.exceptions.HTTPError):  # the renewal times out
+            one.try_acquire_or_renew()
+        assert idle.wait(5)  # the test server answers one request at a time
+        leaders = [one.is_leader, two.is_leader or two.try_acquire_or_renew()]
+        assert leaders.count(True) <= 1, (c1.t, leaders)
+    assert not one.is_leader and two.is_leader  # replica 2 took over, replica 1 had already stepped down
 
 
 def test_leader_election_rejects_unsafe_timings() -> None:

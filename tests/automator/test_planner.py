@@ -311,7 +311,7 @@ def test_json_shape() -> None:
         k8s.preemptor("p"),
         k8s.preemptor("q", gpus=16, created_ago=1),
     )
-    out = plan_to_json(run(state, {PodKey("ml", "v"): PodUsage(0.01234, cpu_cores=0.5)}))
+    out = plan_to_json(run(state, {PodKey("ml", "v"): PodUsage(0.01234, cpu_cores=0.5, gpu_recent_max=0.02)}))
     assert out["decisions"] == [
         {
             "preemptor": "ml/p",

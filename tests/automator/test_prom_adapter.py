@@ -7,13 +7,15 @@ import math
 import shutil
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.model import PodKey, UsageWindow
+from automator import planner
+from automator.model import JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
 from automator.ports import PrometheusUnavailable
 from automator.prom import (
     GPU_SERIES,
@@ -21,7 +23,9 @@ from automator.prom import (
     coverage,
     cpu_query,
     gpu_query,
+    recent_query,
 )
+from tests.automator import k8s
 from tools.promserver import Prometheus, free_port, start_backfilled_prometheus
 
 RULE_INTERVAL = 30
@@ -29,10 +33,10 @@ RULE_INTERVAL = 30
 T = (int(time.time()) // 60) * 60 - 120
 
 
-def _gpu_samples(ns: str, pod: str, values: list[float]) -> list[str]:
-    """values[i] at T - 15 - 30*i (newest first)."""
+def _gpu_samples(ns: str, pod: str, values: list[float], skip: int = 0) -> list[str]:
+    """values[i] at T - 15 - 30*(i + skip) (newest first; skip: newest evaluations missing)."""
     rows = [
-        f'{GPU_SERIES}{{namespace="{ns}",pod="{pod}"}} {v} {T - 15 - RULE_INTERVAL * i}'
+        f'{GPU_SERIES}{{namespace="{ns}",pod="{pod}"}} {v} {T - 15 - RULE_INTERVAL * (i + skip)}'
         for i, v in enumerate(values)
     ]
     return list(reversed(rows))  # OpenMetrics wants time order
@@ -46,6 +50,11 @@ def _openmetrics() -> str:
     # idle for the last 10 min, busy before: a 600 s window sees 0, a 1800 s window 1/3 busy.
     lines += _gpu_samples("ml", "recent-idle", [0.0] * 20 + [0.6] * 60)
     lines += _gpu_samples("other", "idle", [0.02] * 80)
+    # Issue 7: idle for 28+ minutes, then at 100 % for the last 60 s / 90 s (averages 0.033 / 0.05 over
+    # 1800 s); and a pod whose newest 6 minutes are missing (coverage 0.80, average 0).
+    lines += _gpu_samples("ml", "burst-60s", [1.0] * 2 + [0.0] * 78)
+    lines += _gpu_samples("ml", "burst-90s", [1.0] * 3 + [0.0] * 77)
+    lines += _gpu_samples("ml", "newest-6m-missing", [0.0] * 48, skip=12)
     lines.append("# TYPE container_cpu_usage_seconds counter")
     for pod, cores in (("idle", 0.5), ("busy", 3.0)):
         # The pod-level cgroup series (container="", image="") must not be counted twice.
@@ -88,7 +97,7 @@ def test_gpu_query_shape_against_real_prometheus(prometheus: Prometheus) -> None
     }
     usage = adapter.usage(windows, at=AT)
 
-    assert adapter.queries_last_call == 2  # two distinct GPU windows, no CPU window
+    assert adapter.queries_last_call == 3  # the recent window, two distinct GPU windows, no CPU window
     assert PodKey("ml", "no-data") not in usage  # unknown, not idle
     assert usage[PodKey("ml", "busy")].gpu_activity == pytest.approx(0.9)
     assert usage[PodKey("ml", "busy")].coverage == pytest.approx(1.0)
@@ -114,11 +123,53 @@ def test_cpu_query_shape_against_real_prometheus(prometheus: Prometheus) -> None
         PodKey("other", "idle"): UsageWindow(1800, 600),  # GPU known, CPU unknown
     }
     usage = adapter.usage(windows, at=AT)
-    assert adapter.queries_last_call == 3  # one GPU window, two CPU windows
+    assert adapter.queries_last_call == 4  # the recent window, one GPU window, two CPU windows
     assert usage[PodKey("ml", "idle")].cpu_cores == pytest.approx(0.5)
     assert usage[PodKey("ml", "busy")].cpu_cores == pytest.approx(3.0)  # the container="" series is ignored
     assert usage[PodKey("other", "idle")].cpu_cores is None
     assert usage[PodKey("other", "idle")].gpu_activity == pytest.approx(0.02)
+
+
+def _recent_verdicts(usage: dict[PodKey, PodUsage]) -> dict[str, str]:
+    """The planner's verdict on each pod as the only victim for a 4-GPU preemptor (one node per pod)."""
+    objs: list[JsonObj] = [k8s.preemptor("p", gpus=4)]
+    for key in usage:
+        objs += [k8s.node(f"n-{key.name}", gpus=4), k8s.pod(key.name, gpus=4, node_name=f"n-{key.name}")]
+    plan = planner.plan(k8s.cluster(*objs), usage, PlannerConfig(), k8s.NOW)
+    return {key.name: plan.verdicts[key][0].rule for key in usage}
+
+
+@pytest.mark.integration
+def test_pod_busy_for_the_last_60s_or_90s_after_28_idle_minutes_is_protected(prometheus: Prometheus) -> None:
+    """Issue 7: the 1800 s average (0.033, 0.05) hides a job that just started; the recent max does not."""
+    adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
+    names = ("burst-60s", "burst-90s", "idle")
+    usage = adapter.usage({PodKey("ml", n): UsageWindow(1800, 0) for n in names}, at=AT, recent_seconds=300)
+    assert usage[PodKey("ml", "burst-60s")].gpu_activity == pytest.approx(2 / 60)
+    assert usage[PodKey("ml", "burst-90s")].gpu_activity == pytest.approx(3 / 60)
+    assert usage[PodKey("ml", "burst-60s")].gpu_recent_max == pytest.approx(1.0)
+    assert usage[PodKey("ml", "idle")].gpu_recent_max == pytest.approx(0.0)
+    verdicts = _recent_verdicts(usage)
+    assert verdicts == {"burst-60s": "recently-busy", "burst-90s": "recently-busy", "idle": "8-idle"}
+
+
+@pytest.mark.integration
+def test_pod_whose_newest_samples_are_missing_is_protected(prometheus: Prometheus) -> None:
+    adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
+    key = PodKey("ml", "newest-6m-missing")
+    usage = adapter.usage({key: UsageWindow(1800, 0)}, at=AT, recent_seconds=300)
+    assert usage[key].coverage == pytest.approx(0.8) and usage[key].gpu_activity == 0.0
+    assert usage[key].gpu_recent_max is None
+    assert _recent_verdicts(usage) == {"newest-6m-missing": "recent-usage-unknown"}
+
+
+@pytest.mark.integration
+def test_windows_end_at_prometheus_time_and_skew_is_measured(prometheus: Prometheus) -> None:
+    """With the automator's clock 5 minutes behind, the queries still end at Prometheus' now."""
+    adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
+    behind = datetime.now(UTC) - timedelta(minutes=5)
+    adapter.usage({PodKey("ml", "idle"): UsageWindow(1800, 0)}, now=behind)
+    assert adapter.clock_skew_seconds is not None and 290 < adapter.clock_skew_seconds < 330
 
 
 def test_coverage_is_capped() -> None:
@@ -134,8 +185,22 @@ def _vector(*samples: tuple[dict[str, str], str]) -> dict[str, object]:
     }
 
 
+CLOCK = ({"stat": "clock"}, str(T))
+
+
+def answer(*samples: tuple[dict[str, str], str], recent: tuple[tuple[dict[str, str], str], ...] = ()) -> Any:
+    """A handler: the recent query gets Prometheus' clock (and `recent`), every other query `samples`."""
+
+    def handle(request: Request) -> Response:
+        recent_query = "max_over_time" in request.args["query"]
+        body = _vector(*recent, CLOCK) if recent_query else _vector(*samples)
+        return Response(json.dumps(body), 200, content_type="application/json")
+
+    return handle
+
+
 def test_one_query_per_distinct_window_whatever_the_pod_count(httpserver: HTTPServer) -> None:
-    httpserver.expect_request("/api/v1/query").respond_with_json(_vector())
+    httpserver.expect_request("/api/v1/query").respond_with_handler(answer())
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
     for pods in (3, 3000):
         httpserver.clear_log()
@@ -145,11 +210,15 @@ def test_one_query_per_distinct_window_whatever_the_pod_count(httpserver: HTTPSe
         }
         assert adapter.usage(windows) == {}
         queries = [req.args["query"] for req, _ in httpserver.log]
-        assert sorted(queries) == sorted([gpu_query(600), gpu_query(1800), cpu_query(300)])
-        assert adapter.queries_last_call == 3
+        expected = [recent_query(300), gpu_query(600), gpu_query(1800), cpu_query(300)]
+        assert sorted(queries) == sorted(expected)
+        assert adapter.queries_last_call == 4
 
 
 def test_sends_the_evaluation_time(httpserver: HTTPServer) -> None:
+    httpserver.expect_request(
+        "/api/v1/query", query_string={"query": recent_query(300), "time": f"{T}.000"}
+    ).respond_with_json(_vector(({"namespace": "a", "pod": "b"}, "0.5"), CLOCK))
     httpserver.expect_request(
         "/api/v1/query", query_string={"query": gpu_query(60), "time": f"{T}.000"}
     ).respond_with_json(
@@ -162,11 +231,38 @@ def test_sends_the_evaluation_time(httpserver: HTTPServer) -> None:
     )
     assert usage[PodKey("a", "b")].gpu_activity == 0.25
     assert usage[PodKey("a", "b")].coverage == 0.5
+    assert usage[PodKey("a", "b")].gpu_recent_max == 0.5
+
+
+def test_windows_follow_prometheus_clock_not_ours(httpserver: HTTPServer) -> None:
+    """Without `at`, the first query reads Prometheus' time; every window then ends there."""
+    httpserver.expect_request("/api/v1/query").respond_with_handler(answer())
+    adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
+    ours = AT - timedelta(minutes=5)  # the automator's clock 5 minutes behind
+    adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)}, now=ours)
+    (first, _), (second, _) = httpserver.log
+    assert "time" not in first.args and second.args["time"] == f"{T}.000"
+    assert adapter.clock_skew_seconds == pytest.approx(300)
+
+
+def test_nonfinite_value_makes_only_that_pod_unknown(httpserver: HTTPServer) -> None:
+    good, bad, worse = ({"namespace": "a", "pod": p} for p in ("good", "nan", "inf"))
+    handler = answer(
+        (good, "0"), ({**good, "stat": "count"}, "2"),
+        (bad, "NaN"), ({**bad, "stat": "count"}, "2"),
+        (worse, "0"), ({**worse, "stat": "count"}, "2"),
+        recent=((good, "0"), (bad, "0"), (worse, "+Inf")),
+    )  # fmt: skip
+    httpserver.expect_request("/api/v1/query").respond_with_handler(handler)
+    adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
+    windows = {PodKey("a", p): UsageWindow(60, 0) for p in ("good", "nan", "inf")}
+    usage = adapter.usage(windows, at=AT)
+    assert list(usage) == [PodKey("a", "good")] and adapter.nonfinite_last_call == 2
 
 
 def test_average_without_count_stays_unknown(httpserver: HTTPServer) -> None:
-    httpserver.expect_request("/api/v1/query").respond_with_json(
-        _vector(({"namespace": "a", "pod": "b"}, "0"))
+    httpserver.expect_request("/api/v1/query").respond_with_handler(
+        answer(({"namespace": "a", "pod": "b"}, "0"))
     )
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
     assert adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)}) == {}
@@ -199,12 +295,12 @@ def test_no_windows_no_queries() -> None:
         pytest.param(lambda: Response("<html>proxy</html>", status=200), id="not-json"),
         pytest.param(lambda: Response(json.dumps({"status": "success"}), status=200), id="no-data"),
         pytest.param(
-            lambda: Response(json.dumps(_vector(({"namespace": "a", "pod": "b"}, "NaN"))), status=200),
-            id="nan",
+            lambda: Response(json.dumps(_vector(({"stat": "clock"}, "NaN"))), status=200),
+            id="nan-clock",
         ),
         pytest.param(
-            lambda: Response(json.dumps(_vector(({"namespace": "a", "pod": "b"}, "+Inf"))), status=200),
-            id="inf",
+            lambda: Response(json.dumps(_vector(({"namespace": "a", "pod": "b"}, "0"))), status=200),
+            id="no-clock",
         ),
         pytest.param(
             lambda: Response(json.dumps(_vector(({"job": "x"}, "0"))), status=200), id="no-pod-labels"

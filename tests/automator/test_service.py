@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ def make_service(
     clock = Clock()
     svc = service.Service(
         kube=kube,
-        prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0)}),
+        prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0, gpu_recent_max=0.0)}),
         config=PlannerConfig(),
         mode=mode,
         interval=30,
@@ -125,7 +126,7 @@ def test_metrics_endpoint() -> None:
     assert 'gpu_steward_automator_passes_total{result="ok"} 1.0' in text
     assert 'gpu_steward_automator_decisions_total{mode="dry-run"} 1.0' in text
     assert "gpu_steward_automator_is_leader 1.0" in text
-    assert "gpu_steward_automator_prometheus_queries_per_pass 1.0" in text
+    assert "gpu_steward_automator_prometheus_queries_per_pass 2.0" in text
     assert "gpu_steward_automator_pass_duration_seconds_count 1.0" in text
     assert 'gpu_steward_automator_build_info{mode="dry-run",version="unknown"} 1.0' in text
 
@@ -182,6 +183,7 @@ def test_env_vars_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPU_STEWARD_MODE", "enforce")
     monkeypatch.setenv("GPU_STEWARD_INTERVAL", "15")
     monkeypatch.setenv("GPU_STEWARD_LEADER_ELECTION", "false")
+    monkeypatch.setenv("GPU_STEWARD_SINGLE_REPLICA", "true")
     monkeypatch.setenv("GPU_STEWARD_GPU_RESOURCES", "nvidia.com/gpu, nvidia.com/mig-1g.10gb")
     monkeypatch.setenv("GPU_STEWARD_MIN_COVERAGE", "0.5")
     s = resolved(["--interval", "60"])
@@ -260,12 +262,20 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
 
     def prometheus(request: Request) -> Response:
         query = request.args["query"]
-        assert "[1800s]" in query
         metric = {"namespace": "ml", "pod": "idle"}
-        result: list[dict[str, Any]] = [
-            {"metric": metric, "value": [0, "0.01"]},
-            {"metric": {**metric, "stat": "count"}, "value": [0, "60"]},
-        ]
+        result: list[dict[str, Any]]
+        if "max_over_time" in query:  # the recent window, with Prometheus' clock
+            assert "[300s]" in query
+            result = [
+                {"metric": metric, "value": [0, "0.02"]},
+                {"metric": {"stat": "clock"}, "value": [0, str(time.time())]},
+            ]
+        else:
+            assert "[1800s]" in query
+            result = [
+                {"metric": metric, "value": [0, "0.01"]},
+                {"metric": {**metric, "stat": "count"}, "value": [0, "60"]},
+            ]
         return Response(
             json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}),
             content_type="application/json",
@@ -280,7 +290,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
     wiring.service.clock = lambda: datetime.now(UTC)
     result = wiring.service.run_once()
     assert result is not None and result.ok, result and result.reason
-    assert result.prometheus_queries == 1
+    assert result.prometheus_queries == 2
     assert result.plan is not None and [str(v.pod) for v in result.plan.decisions[0].victims] == ["ml/idle"]
     http = wiring.app.test_client()
     assert http.get("/readyz").status_code == 200
@@ -288,7 +298,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
         wiring.service.metrics.registry.get_sample_value(
             "gpu_steward_automator_prometheus_query_duration_seconds_count"
         )
-        == 1
+        == 2
     )
 
 
@@ -349,3 +359,68 @@ def test_rbac_allows_every_call_the_adapter_makes() -> None:
     for verb in ("get", "create", "update"):  # what the client's LeaseLock does
         assert allowed(role["rules"], "coordination.k8s.io", "leases", verb), verb
     assert not allowed(cluster_role["rules"], "", "pods", "delete")  # evictions only, never deletes
+
+
+# --- issue 7: /decisions access, the production HTTP server, the extension points -------------------------
+
+
+def test_decisions_can_require_a_bearer_token() -> None:
+    svc, _, _ = make_service()
+    svc.run_once()
+    http = service.create_app(svc, service.DecisionsAccess(token="s3cret")).test_client()
+    assert http.get("/decisions").status_code == 401
+    assert http.get("/decisions", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    ok = http.get("/decisions", headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200 and ok.get_json()["decisions"]
+    assert http.get("/healthz").status_code == 200 and http.get("/metrics").status_code == 200
+
+
+def test_decisions_can_be_turned_off() -> None:
+    svc, _, _ = make_service()
+    http = service.create_app(svc, service.DecisionsAccess(enabled=False)).test_client()
+    assert http.get("/decisions").status_code == 404 and http.get("/readyz").status_code in (200, 503)
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_decisions_token_comes_from_a_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    s = resolved(["--decisions-token-file", str(token), "--no-decisions-endpoint"])
+    access = service._decisions_access(s)
+    assert access == service.DecisionsAccess(enabled=False, token="abc")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    with pytest.raises(settings.SettingError, match="--decisions-token-file"):
+        service._decisions_access(resolved(["--decisions-token-file", str(empty)]))
+
+
+def test_a_blueprint_and_a_job_hook_in_with_a_line_each() -> None:
+    from flask import Blueprint
+
+    extra = Blueprint("extra", __name__)
+    extra.add_url_rule("/extra", "extra", lambda: "hi")
+    svc, _, _ = make_service()
+    assert service.create_app(svc, blueprints=[extra]).test_client().get("/extra").data == b"hi"
+    job = service.Job("other-check", lambda: None, 60)
+    wiring = service.Wiring(svc, service.create_app(svc), jobs=[job])
+    assert [j.id for j in wiring.jobs] == ["other-check"]
+
+
+def test_http_server_is_waitress_with_a_bounded_pool() -> None:
+    import threading
+    import urllib.request
+
+    from tools.promserver import free_port
+
+    svc, _, _ = make_service()
+    port = free_port()
+    server = service.http_server(service.create_app(svc), "127.0.0.1", port, threads=2)
+    assert server.adj.threads == 2 and server.adj.backlog == service.HTTP_BACKLOG
+    assert server.adj.channel_timeout == service.HTTP_CHANNEL_TIMEOUT
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            assert resp.status == 200 and resp.headers["Server"] == "gpu-steward-automator"
+    finally:
+        server.close()

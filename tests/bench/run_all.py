@@ -23,6 +23,7 @@ BENCHES = [
     "tests.bench.bench_exporter",
     "tests.bench.bench_planner",
     "tests.bench.bench_loading",
+    "tests.bench.bench_automator_memory",
     "tests.bench.bench_dra",
     "tests.bench.bench_keda",
 ]
