@@ -27,11 +27,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from werkzeug.serving import make_server
 
 from automator.actuator import ActuatorState, PassResult, run_pass
-from automator.kube import KubernetesAdapter, LeaderElector, api_client
+from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
+from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, Mode, PlannerConfig, PodKey
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
-from automator.prom import PrometheusAdapter
+from automator.prom import DraMemoryReader, PrometheusAdapter
 from automator.settings import ServiceSettings, SettingError, service_settings
 from automator.snapshot import InputError, load_cluster
 
@@ -184,6 +185,18 @@ class Wiring:
     service: Service
     app: Flask
     elector: LeaderElector | None = None  # when leader election is on
+    dra: DraCheckJob | None = None  # the DRA check, unless --dra-check-interval 0
+
+
+def add_dra_route(app: Flask, job: DraCheckJob) -> None:
+    """/dra: the last DRA check as `gpu-automator dra-check --output json` shows it, with its status."""
+
+    @app.get("/dra")
+    def dra() -> Response:
+        status, body = job.report_json()
+        response = jsonify(body)
+        response.status_code = status
+        return response
 
 
 def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) -> Wiring:
@@ -214,6 +227,11 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
                 identity,
                 on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
             )
+    dra_cluster: DraCluster | None = None
+    if settings.cluster_snapshot:
+        dra_cluster = SnapshotDraCluster(Path(settings.cluster_snapshot))
+    elif isinstance(kube, KubernetesAdapter):
+        dra_cluster = DraKubernetesAdapter(kube)
     service = Service(
         kube=kube,
         prom=prom,
@@ -224,7 +242,19 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         max_replans=settings.max_replans,
     )
-    return Wiring(service, create_app(service), elector)
+    wiring = Wiring(service, create_app(service), elector)
+    if settings.dra_check_interval > 0 and dra_cluster is not None:
+        wiring.dra = DraCheckJob(
+            dra_cluster,
+            DraMemoryReader(prom),
+            settings.dra_check_interval,
+            metrics.registry,
+            is_leader=service.is_leader,
+            write_events=not settings.cluster_snapshot,
+            instance=kube.identity if isinstance(kube, KubernetesAdapter) else "gpu-steward-automator",
+        )
+        add_dra_route(wiring.app, wiring.dra)
+    return wiring
 
 
 def run(args: argparse.Namespace) -> int:
@@ -268,6 +298,17 @@ def _serve(settings: ServiceSettings) -> int:
         misfire_grace_time=max(1, int(service.interval)),
         id="reclaim-pass",
     )
+    if wiring.dra is not None:
+        scheduler.add_job(
+            wiring.dra.run_once,
+            "interval",
+            seconds=wiring.dra.interval,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=max(1, int(wiring.dra.interval)),
+            id="dra-check",
+        )
     scheduler.start()
     server = make_server(settings.listen_address, settings.port, wiring.app, threaded=True)
 

@@ -86,10 +86,17 @@ class _Checker:
         return None, None
 
     def add(
-        self, kind: str, node: str | None, device: object, claim: str | None, pod: str | None, message: str
+        self,
+        kind: str,
+        node: str | None,
+        device: object,
+        claim: str | None,
+        pod: str | None,
+        message: str,
+        key: str | None = None,
     ) -> None:
         self.findings.append(
-            Finding(kind, node, None if device is None else str(device), claim, pod, message)
+            Finding(kind, node, None if device is None else str(device), claim, pod, message, key)
         )
 
     # --- claims: unknown devices, invalid consumption, orphans ------------------------------------------
@@ -278,6 +285,7 @@ class _Checker:
                 pod_key,
                 f"container {pod_key}/{use.container} uses GPU memory {fmt(use.memory_bytes)} on device "
                 f"{device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
+                key=f"{pod_key}/{use.container}",
             )
 
     # --- nodes -----------------------------------------------------------------------------------------

@@ -546,12 +546,17 @@ def _documents(path: Path) -> list[Any]:
         raise DraInputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 
 
-def load_cluster_file(path: Path) -> Records:
-    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
+def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
+    """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML."""
     objects: list[tuple[Mapping[str, Any], str]] = []
     for d, doc in enumerate(_documents(path)):
         objects.extend(flatten(doc, f"{path} document {d}"))
-    return load_objects(objects)
+    return objects
+
+
+def load_cluster_file(path: Path) -> Records:
+    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
+    return load_objects(read_objects(path))
 
 
 def _usage_memory(raw: Any, where: str) -> Decimal | None:

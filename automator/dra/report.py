@@ -20,6 +20,12 @@ CAPACITY_METRIC: Final = "gpu_steward_dra_device_capacity"
 CONSUMED_METRIC: Final = "gpu_steward_dra_device_consumed"
 FINDINGS_METRIC: Final = "gpu_steward_dra_findings"
 DEVICE_LABELS: Final = ("node", "driver", "pool", "device", "capacity")
+# The service's periodic check (automator/dra/job.py): outcomes, freshness, whether usage was compared.
+CHECKS_METRIC: Final = "gpu_steward_dra_checks"  # counter, exposed as ..._total
+LAST_SUCCESS_METRIC: Final = "gpu_steward_dra_last_successful_check_timestamp_seconds"
+CHECK_DURATION_METRIC: Final = "gpu_steward_dra_check_duration_seconds"
+USAGE_CHECKED_METRIC: Final = "gpu_steward_dra_usage_checked"
+EVENTS_METRIC: Final = "gpu_steward_dra_events"  # counter, exposed as ..._total
 
 # Event reasons per finding kind (CamelCase, as Kubernetes components write them).
 REASONS: Final[dict[str, str]] = {
@@ -123,9 +129,9 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
 
     A finding with neither (an unnamed object, a device published without a node) has no object to attach
     to and gets no Event; the metrics and the report still carry it. Node Events go to namespace `default`,
-    where the kubelet writes its own. The name is a hash of object, reason and message, so the same finding
-    in the next pass has the same name: the service can count it up (a create answers 409) instead of
-    writing a new Event every pass.
+    where the kubelet writes its own. The name is a hash of object, reason and message (or the finding's
+    `key` where the message carries measured numbers), so the same finding in the next pass has the same
+    name: the service writes it once (a second create answers 409) instead of a new Event every pass.
     """
     stamp = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
     bodies: list[dict[str, Any]] = []
@@ -135,7 +141,8 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
             continue
         namespace = involved.get("namespace", "default")
         reason = REASONS[f.kind]
-        digest = hashlib.sha256(f"{involved}|{reason}|{f.message}".encode()).hexdigest()[:16]
+        identity = f.message if f.key is None else f"{f.node}|{f.device}|{f.claim}|{f.pod}|{f.key}"
+        digest = hashlib.sha256(f"{involved}|{reason}|{identity}".encode()).hexdigest()[:16]
         bodies.append(
             {
                 "apiVersion": "v1",
