@@ -74,7 +74,7 @@ class _Checker:
         # device -> [(claim, allocation)]
         self.on_device: dict[DeviceId, list[tuple[Claim, Allocation]]] = defaultdict(list)
         # pod key -> claims reserved for it or named by its spec/status
-        self.pod_claims: dict[str, dict[str, Claim]] = defaultdict(dict)
+        self.pod_claims: dict[str, dict[str, Claim]] = {}
         self.claims_by_key = {c.key: c for c in records.claims}
 
     def consumer(self, claim: Claim) -> tuple[str | None, str | None]:
@@ -104,11 +104,17 @@ class _Checker:
     def claims(self) -> None:
         pods = self.records.pods
         devices = self.records.devices
+        pod_claims = self.pod_claims
+        policy_seen: dict[tuple[int, Decimal], str | None] = {}
         for claim in self.records.claims:
             live = False
             for ref in claim.pods:
                 key = f"{claim.namespace}/{ref.name}"
-                self.pod_claims[key][claim.name] = claim
+                by_pod = pod_claims.get(key)
+                if by_pod is None:
+                    pod_claims[key] = {claim.name: claim}
+                else:
+                    by_pod[claim.name] = claim
                 pod = pods.get(key)
                 # a pod of the same name with another uid is a new pod, not the consumer
                 live = live or (
@@ -139,7 +145,12 @@ class _Checker:
                     elif not cap.policy_known:
                         continue  # the policy did not parse: reported as unparsable already
                     else:
-                        problem = _policy_problem(amount, cap)
+                        # identical capacities are one object (load.py): judge each amount once per policy
+                        seen = (id(cap), amount)
+                        if seen in policy_seen:
+                            problem = policy_seen[seen]
+                        else:
+                            problem = policy_seen[seen] = _policy_problem(amount, cap)
                     if problem:
                         pod_key = self.consumer(claim)[0]
                         self.add(
@@ -170,8 +181,8 @@ class _Checker:
         reports: list[DeviceReport] = []
         for device in self.records.devices.values():
             allocs = self.on_device.get(device.id, [])
-            claims = sorted({claim.key for claim, _ in allocs})
-            if len(claims) > 1 and not device.allow_multiple:
+            claims = [] if device.allow_multiple else sorted({claim.key for claim, _ in allocs})
+            if len(claims) > 1:
                 for key in claims[1:]:
                     claim = self.claims_by_key[key]
                     self.add(

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -54,6 +54,7 @@ DEVICE_PLUGIN_GPU = re.compile(r"(?:nvidia\.com|amd\.com)/(?:gpu[a-z.-]*|mig-[a-
 UUID_ATTRIBUTE = "uuid"
 # 2**63: no capacity or memory figure is larger; anything above is a typo or an attack on the sums.
 MAX_AMOUNT = Decimal(2**63)
+_MAX_INT = 2**63
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -147,7 +148,7 @@ def _str(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: bool =
     raise _Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
 
 
-def _is_name(value: Any) -> bool:
+def _is_name(value: Any) -> TypeGuard[str]:
     """The common case, checked without a call per field; the helpers above name the field otherwise."""
     return type(value) is str and value != ""
 
@@ -158,7 +159,48 @@ def _item(value: Any) -> Mapping[str, Any]:
     raise _Unparsable("", f"expected a map, got {type(value).__name__}")
 
 
+# Parsed capacities by their text: a driver publishes the same capacity on every device of a model, so one
+# Capacity object serves them all (and the checks can remember what its policy allows; checks.py).
+_CAPACITIES: dict[tuple[str, ...], Capacity] = {}
+_MAX_CAPACITIES = 4096
+
+
+def _capacity_key(item: Any) -> tuple[str, ...] | None:
+    """The texts of a DeviceCapacity without validValues, when all are strings (the usual shape)."""
+    if type(item) is not dict:
+        return None
+    value, policy = item.get("value"), item.get("requestPolicy")
+    if type(value) is not str:
+        return None
+    if policy is None:
+        return (value,)
+    if type(policy) is not dict or "validValues" in policy:
+        return None
+    rng = policy.get("validRange")
+    if type(rng) is not dict:
+        return None
+    low, high, step = rng.get("min"), rng.get("max"), rng.get("step")
+    if type(low) is not str or type(high) is not str or type(step) is not str:
+        return None
+    return (value, low, high, step)
+
+
 def _capacity(raw: Any, problems: list[_Unparsable]) -> Capacity:
+    """One DeviceCapacity, shared with every identical one (an invalid one is never shared)."""
+    key = _capacity_key(raw)
+    if key is not None:
+        cached = _CAPACITIES.get(key)
+        if cached is not None:
+            return cached
+    own: list[_Unparsable] = []
+    capacity = _parse_capacity(raw, own)
+    problems.extend(own)
+    if key is not None and not own and len(_CAPACITIES) < _MAX_CAPACITIES:
+        _CAPACITIES[key] = capacity
+    return capacity
+
+
+def _parse_capacity(raw: Any, problems: list[_Unparsable]) -> Capacity:
     """One DeviceCapacity. A value that does not parse raises _Unparsable (relative path); a requestPolicy
     that does not parse is appended to `problems` and leaves the value usable."""
     item = _item(raw)
@@ -384,48 +426,84 @@ class _Loader:
         pod = Pod(namespace, name, uid if isinstance(uid, str) else None, None, {}, {})
         # what is being read, formatted into the field path only when something does not parse
         where: tuple[str, int, int] = ("", -1, -1)
+        # Each field is read with a fast check of the common shape; anything else goes through the helpers,
+        # which raise _Unparsable naming the field (or accept what they allow).
         try:
-            spec = _map(obj, "spec")
-            pod.node = _str(spec, "nodeName", "spec.", required=False)
-            for i, raw in enumerate(_list(spec, "resourceClaims", "spec.")):
-                where = ("spec.resourceClaims", i, -1)
-                ref = _item(raw)
-                local = _str(ref, "name")
-                claim_name = _str(ref, "resourceClaimName", required=False)
-                if local is not None and claim_name is not None:
-                    pod.claim_names[local] = claim_name
+            spec = obj.get("spec")
+            if type(spec) is not dict:
+                spec = _map(obj, "spec")
+            node = spec.get("nodeName")
+            pod.node = node if _is_name(node) else _str(spec, "nodeName", "spec.", required=False)
+            refs_raw = spec.get("resourceClaims")
+            if refs_raw:
+                refs_list = refs_raw if type(refs_raw) is list else _list(spec, "resourceClaims", "spec.")
+                for i, raw in enumerate(refs_list):
+                    where = ("spec.resourceClaims", i, -1)
+                    self._pod_claim(pod, raw, False)
             where = ("", -1, -1)
-            status = _map(obj, "status")
-            for i, raw in enumerate(_list(status, "resourceClaimStatuses", "status.")):
-                where = ("status.resourceClaimStatuses", i, -1)
-                ref = _item(raw)
-                local = _str(ref, "name")
-                claim_name = _str(ref, "resourceClaimName", required=False)
-                if local is not None and claim_name is not None:  # claims made from a template
-                    pod.claim_names.setdefault(local, claim_name)
+            status = obj.get("status")
+            if type(status) is not dict:
+                status = _map(obj, "status")
+            refs_raw = status.get("resourceClaimStatuses")
+            if refs_raw:
+                refs_list = (
+                    refs_raw if type(refs_raw) is list else _list(status, "resourceClaimStatuses", "status.")
+                )
+                for i, raw in enumerate(refs_list):
+                    where = ("status.resourceClaimStatuses", i, -1)
+                    self._pod_claim(pod, raw, True)  # claims made from a template
             for group in ("spec.initContainers", "spec.containers"):
                 where = ("", -1, -1)
-                for i, raw in enumerate(_list(spec, group[5:], "spec.")):
+                containers = spec.get(group[5:])
+                if not containers:
+                    continue
+                if type(containers) is not list:
+                    containers = _list(spec, group[5:], "spec.")
+                for i, raw in enumerate(containers):
                     where = (group, i, -1)
-                    container = _item(raw)
-                    cname = _str(container, "name")
+                    container = raw if type(raw) is dict else _item(raw)
+                    cname = container.get("name")
+                    if not _is_name(cname):
+                        cname = _str(container, "name")
                     assert cname is not None
                     refs = pod.containers.setdefault(cname, [])
                     resources = container.get("resources")
                     if not resources:
                         continue
-                    for j, rraw in enumerate(_list(_map(container, "resources"), "claims", "resources.")):
+                    claims = resources.get("claims") if type(resources) is dict else None
+                    if type(claims) is not list:
+                        if claims is None and type(resources) is dict:
+                            continue
+                        claims = _list(_map(container, "resources"), "claims", "resources.")
+                    for j, rraw in enumerate(claims):
                         where = (group, i, j)
-                        ref = _item(rraw)
-                        local = _str(ref, "name")
+                        ref = rraw if type(rraw) is dict else _item(rraw)
+                        local, request = ref.get("name"), ref.get("request")
+                        if not _is_name(local) or (request is not None and not _is_name(request)):
+                            local = _str(ref, "name")
+                            request = _str(ref, "request", required=False)
                         assert local is not None
-                        refs.append(ContainerClaimRef(local, _str(ref, "request", required=False)))
+                        refs.append(ContainerClaimRef(local, request))
                         where = (group, i, -1)
         except _Unparsable as exc:
             section, i, j = where
             prefix = "" if i < 0 else f"{section}[{i}]." + ("" if j < 0 else f"resources.claims[{j}].")
             self.unparsable(exc.under(prefix), label, node=pod.node, pod=key)
         self.records.pods[key] = pod
+
+    @staticmethod
+    def _pod_claim(pod: Pod, raw: Any, from_status: bool) -> None:
+        """One `spec.resourceClaims[]` or `status.resourceClaimStatuses[]` entry: name -> claim name."""
+        ref = raw if type(raw) is dict else _item(raw)
+        local, claim_name = ref.get("name"), ref.get("resourceClaimName")
+        if not (_is_name(local) and _is_name(claim_name)):
+            local = _str(ref, "name")
+            claim_name = _str(ref, "resourceClaimName", required=False)
+        if local is not None and claim_name is not None:
+            if from_status:
+                pod.claim_names.setdefault(local, claim_name)
+            else:
+                pod.claim_names[local] = claim_name
 
     def node(self, obj: Mapping[str, Any], label: str, name: str) -> None:
         gpus: dict[str, Decimal] = {}
@@ -517,13 +595,21 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while records are built: the records hold no cycles, and every
-    collection would walk the whole input (millions of dicts), which doubled the time of a large check."""
+    collection would walk the whole input (millions of dicts), which doubled the time of a large check.
+
+    On the way out everything is frozen (gc.freeze) before collection is enabled again: otherwise the first
+    young-generation collection afterwards walks every object the pass made (all still "young", a quarter
+    of the check's time at 50,000 claims). The next pass unfreezes them into the oldest generation, so
+    nothing stays out of reach of the collector for longer than one interval."""
     enabled = gc.isenabled()
+    if enabled:
+        gc.unfreeze()  # what the previous pass froze goes back to the oldest generation
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
 
 
@@ -559,9 +645,15 @@ def load_cluster_file(path: Path) -> Records:
     return load_objects(read_objects(path))
 
 
-def _usage_memory(raw: Any, where: str) -> Decimal | None:
+_USAGE_KEYS = ("namespace", "pod", "container", "gpu_uuid")
+
+
+def _usage_memory(raw: Any, file: str, index: int) -> Decimal | None:
     if raw is None:
         return None  # unknown: never compared
+    if type(raw) is int and 0 <= raw <= _MAX_INT:  # the usual case, without the checks below
+        return Decimal(raw)
+    where = f"{file} containers[{index}]"
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
         raise DraInputError(f"{where}: memory_bytes: {raw!r} is not a number")
     if raw < 0 or raw > MAX_AMOUNT:
@@ -584,19 +676,20 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
     usage: list[ContainerUsage] = []
     seen: set[tuple[str, str, str, str]] = set()
     for i, entry in enumerate(entries):
-        at = f"{where} containers[{i}]"
-        if not isinstance(entry, Mapping):
-            raise DraInputError(f"{at}: expected a mapping")
-        for key in ("namespace", "pod", "container", "gpu_uuid"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise DraInputError(f"{at}: {key}: missing")
+        if type(entry) is not dict and not isinstance(entry, Mapping):
+            raise DraInputError(f"{where} containers[{i}]: expected a mapping")
+        ns, pod = entry.get("namespace"), entry.get("pod")
+        container, uuid = entry.get("container"), entry.get("gpu_uuid")
+        if not (_is_name(ns) and _is_name(pod) and _is_name(container) and _is_name(uuid)):
+            missing = next(k for k in _USAGE_KEYS if not _is_name(entry.get(k)))
+            raise DraInputError(f"{where} containers[{i}]: {missing}: missing")
         if "memory_bytes" not in entry:
-            raise DraInputError(f"{at}: memory_bytes: missing")
-        ident = (entry["namespace"], entry["pod"], entry["container"], entry["gpu_uuid"])
+            raise DraInputError(f"{where} containers[{i}]: memory_bytes: missing")
+        ident = (ns, pod, container, uuid)
         if ident in seen:
-            raise DraInputError(f"{at}: {'/'.join(ident)} listed twice")
+            raise DraInputError(f"{where} containers[{i}]: {'/'.join(ident)} listed twice")
         seen.add(ident)
-        usage.append(ContainerUsage(*ident, _usage_memory(entry["memory_bytes"], at)))
+        usage.append(ContainerUsage(ns, pod, container, uuid, _usage_memory(entry["memory_bytes"], where, i)))
     return usage
 
 
