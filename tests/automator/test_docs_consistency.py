@@ -37,6 +37,7 @@ from automator.conventions import (
     ANN_TOLERATION_SECONDS,
     PLUGIN_PREFIX,
 )
+from automator.dra.job import DraCheckJob, SnapshotDraCluster
 from automator.kube import KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
 from automator.model import Mode, PlannerConfig, PodKey
@@ -289,9 +290,11 @@ def test_decisions_example_is_what_the_service_answers() -> None:
 
 def test_endpoints_table_is_the_app_routes() -> None:
     app = service.create_app(example_service())
+    dra = DraCheckJob(SnapshotDraCluster(Path("unused.yaml")), None, 60, CollectorRegistry())
+    service.add_dra_route(app, dra)  # registered by build() unless --dra-check-interval 0
     routes = {r.rule for r in app.url_map.iter_rules() if r.endpoint != "static"}
     table = {code_spans(r[0])[0] for r in table_rows(section(SERVICE_DOC.read_text(), "Endpoints"))[1:]}
-    assert table == routes == {"/healthz", "/readyz", "/metrics", "/decisions"}
+    assert table == routes == {"/healthz", "/readyz", "/metrics", "/decisions", "/dra"}
 
 
 def exposed_metrics() -> dict[str, set[str]]:
