@@ -273,6 +273,8 @@ class _Loader:
         self._pools: dict[tuple[str, str], tuple[int, list[Device], list[Finding]]] = {}
         self._class_drivers: set[str] = set()
         self._slices: list[tuple[Mapping[str, Any], str]] = []
+        # one DeviceId per device named by allocations (thousands of claims name the same devices)
+        self._device_ids: dict[tuple[str, str, str], DeviceId] = {}
 
     def unparsable(
         self,
@@ -365,7 +367,9 @@ class _Loader:
                         _str(result, "pool"),
                         _str(result, "device"),
                     )
-                request = _str(result, "request", required=False) or ""
+                request = result.get("request")
+                if not _is_name(request):
+                    request = _str(result, "request", required=False) or ""
                 consumed_raw = result.get("consumedCapacity")
                 consumed_map = (
                     consumed_raw if type(consumed_raw) is dict else _map(result, "consumedCapacity")
@@ -374,15 +378,23 @@ class _Loader:
                 self.unparsable(exc.under(f"status.allocation.devices.results[{i}]."), label, claim=key)
                 continue
             assert driver is not None and pool is not None and device is not None
-            device_id = DeviceId(driver, pool, device)
+            ids_key = (driver, pool, device)
+            device_id = self._device_ids.get(ids_key)
+            if device_id is None:
+                device_id = self._device_ids[ids_key] = DeviceId(driver, pool, device)
             consumed: dict[str, Decimal] = {}
             for cap_name, amount in consumed_map.items():
                 try:
                     # negative amounts parse here and are judged by the invalid-consumption check
-                    consumed[str(cap_name)] = quantity(amount, "", negative=True)
-                except _Unparsable as exc:
+                    consumed[cap_name if type(cap_name) is str else str(cap_name)] = (
+                        _parse_text(amount, True)
+                        if type(amount) is str
+                        else quantity(amount, "", negative=True)
+                    )
+                except (ValueError, _Unparsable) as exc:  # ValueError: from _parse_text, as quantity() says
+                    problem = exc if isinstance(exc, _Unparsable) else _Unparsable("", str(exc))
                     path = f"status.allocation.devices.results[{i}].consumedCapacity.{cap_name}"
-                    self.unparsable(exc.under(path), label, device=str(device_id), claim=key)
+                    self.unparsable(problem.under(path), label, device=str(device_id), claim=key)
             claim.allocations.append(Allocation(request, device_id, consumed, consumed_raw is not None))
         for i, raw in enumerate(reserved):
             try:
