@@ -108,6 +108,14 @@ def test_alerts_read_the_findings_metric_and_cover_every_kind_at_its_severity() 
     covered: set[str] = set()
     for rule in ALERTS:
         names = set(re.findall(r"gpu_steward_[a-z_]+", rule["expr"]))
+        if rule["alert"] == "GpuStewardDraCheckFailing":  # the check itself, not its findings
+            assert names == {CHECKS_METRIC + "_total"}
+            assert set(re.findall(r'result=~?"([^"]+)"', rule["expr"])) == {
+                f"{CheckOutcome.KUBERNETES_ERROR}|{CheckOutcome.ERROR}",
+                CheckOutcome.OK.value,
+            }
+            assert rule["alert"] in DOC
+            continue
         assert names == {FINDINGS_METRIC}, rule["alert"]
         kinds = _alert_kinds(rule["expr"])
         assert kinds and kinds <= set(KINDS), rule["alert"]
