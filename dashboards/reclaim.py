@@ -11,14 +11,6 @@ from dashboards import house as h
 UID: Final = "gpu-steward-reclaim"
 
 
-def _increase(counter: str, by: str) -> str:
-    return f"sum by ({by}) (increase({counter}[{h.RATE_INTERVAL}]))"
-
-
-def _quantile(q: float, bucket: str) -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({bucket}[{h.RATE_INTERVAL}])))"
-
-
 def build() -> Any:
     lay = h.Layout()
     lay.stats(
@@ -70,7 +62,7 @@ def build() -> Any:
         h.timeseries(
             "Decisions",
             "Preemptors for which victims were chosen, by mode (in dry-run they are only logged).",
-            [h.Query(_increase(c.AUTOMATOR_DECISIONS, "mode"), "{{mode}}")],
+            [h.Query(h.increase_by(c.AUTOMATOR_DECISIONS, "mode"), "{{mode}}")],
             bars=True,
         ),
         w=8,
@@ -80,7 +72,7 @@ def build() -> Any:
             "Evictions by outcome",
             "Eviction API calls by result: ok, refused_pdb (a PodDisruptionBudget said no, HTTP 429), "
             "not_found, conflict, error. Refusals and errors make the automator re-plan.",
-            [h.Query(_increase(c.AUTOMATOR_EVICTIONS, "result"), "{{result}}")],
+            [h.Query(h.increase_by(c.AUTOMATOR_EVICTIONS, "result"), "{{result}}")],
             bars=True,
             colours={"ok": h.BUSY, "error": h.BAD, "refused_pdb": h.IDLE},
         ),
@@ -113,7 +105,7 @@ def build() -> Any:
             "Reclaim passes by result (ok, prometheus_unavailable, kubernetes_error, error), and re-plans. "
             "A failed pass evicts nothing.",
             [
-                h.Query(_increase(c.AUTOMATOR_PASSES, "result"), "{{result}}"),
+                h.Query(h.increase_by(c.AUTOMATOR_PASSES, "result"), "{{result}}"),
                 h.Query(f"sum(increase({c.AUTOMATOR_REPLANS}[{h.RATE_INTERVAL}]))", "re-plans"),
             ],
             bars=True,
@@ -126,8 +118,8 @@ def build() -> Any:
             "Pass duration",
             "Median and 95th percentile of a pass (snapshot, queries, plan, actions).",
             [
-                h.Query(_quantile(0.5, c.AUTOMATOR_PASS_DURATION_BUCKET), "p50"),
-                h.Query(_quantile(0.95, c.AUTOMATOR_PASS_DURATION_BUCKET), "p95"),
+                h.Query(h.quantile(0.5, c.AUTOMATOR_PASS_DURATION_BUCKET), "p50"),
+                h.Query(h.quantile(0.95, c.AUTOMATOR_PASS_DURATION_BUCKET), "p95"),
             ],
             unit=h.SECONDS,
         ),
@@ -139,8 +131,8 @@ def build() -> Any:
             "Median and 95th percentile of each query the automator makes to Prometheus, failed ones "
             "included.",
             [
-                h.Query(_quantile(0.5, c.AUTOMATOR_QUERY_DURATION_BUCKET), "p50"),
-                h.Query(_quantile(0.95, c.AUTOMATOR_QUERY_DURATION_BUCKET), "p95"),
+                h.Query(h.quantile(0.5, c.AUTOMATOR_QUERY_DURATION_BUCKET), "p50"),
+                h.Query(h.quantile(0.95, c.AUTOMATOR_QUERY_DURATION_BUCKET), "p95"),
             ],
             unit=h.SECONDS,
         ),
