@@ -208,8 +208,8 @@ class DraCheckJob:
             written = self._announced.get(name)
             if written is not None and (now - written).total_seconds() < self.event_repeat_seconds:
                 continue
-            if status.events_written >= self.max_events_per_check:
-                status.events_deferred += 1
+            if status.events_written >= self.max_events_per_check or not self.is_leader():
+                status.events_deferred += 1  # a replica that lost the lease writes nothing more
                 continue
             try:
                 created = self.cluster.dra_event(body)

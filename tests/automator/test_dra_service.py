@@ -295,6 +295,18 @@ def test_events_per_check_are_bounded_and_the_rest_follow(
     assert len(api.events) == 3 and api.event_posts == 3
 
 
+def test_a_replica_that_loses_the_lease_during_a_check_writes_no_event(
+    adapter: DraKubernetesAdapter, api: FakeApiServer
+) -> None:
+    answers = iter([True])  # leader when the check starts, not any more when the Events would go
+    job = make_job(adapter, StaticUsage(demo_usage()))
+    job.is_leader = lambda: next(answers, False)
+    status = job.run_once()
+    assert status is not None and status.report is not None and len(status.report.findings) == 1
+    assert (status.events_written, status.events_deferred) == (0, 1)
+    assert api.event_posts == 0
+
+
 def test_metrics_carry_the_report_and_the_check(adapter: DraKubernetesAdapter) -> None:
     clock = Clock()
     job = make_job(adapter, StaticUsage(demo_usage()), clock)
