@@ -148,6 +148,11 @@ def _str(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: bool =
     raise _Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
 
 
+# The records' NamedTuples built without their generated __new__ (a Python call each; tens of thousands per
+# check): the same tuple, the fields in declaration order.
+_new = tuple.__new__
+
+
 def _is_name(value: Any) -> TypeGuard[str]:
     """The common case, checked without a call per field; the helpers above name the field otherwise."""
     return type(value) is str and value != ""
@@ -361,14 +366,18 @@ class _Loader:
             try:
                 result = raw if type(raw) is dict else _item(raw)
                 driver, pool, device = result.get("driver"), result.get("pool"), result.get("device")
-                if not (_is_name(driver) and _is_name(pool) and _is_name(device)):
+                if not (
+                    (type(driver) is str and driver != "")
+                    and (type(pool) is str and pool != "")
+                    and (type(device) is str and device != "")
+                ):
                     driver, pool, device = (
                         _str(result, "driver"),
                         _str(result, "pool"),
                         _str(result, "device"),
                     )
                 request = result.get("request")
-                if not _is_name(request):
+                if not (type(request) is str and request != ""):
                     request = _str(result, "request", required=False) or ""
                 consumed_raw = result.get("consumedCapacity")
                 consumed_map = (
@@ -395,12 +404,18 @@ class _Loader:
                     problem = exc if isinstance(exc, _Unparsable) else _Unparsable("", str(exc))
                     path = f"status.allocation.devices.results[{i}].consumedCapacity.{cap_name}"
                     self.unparsable(problem.under(path), label, device=str(device_id), claim=key)
-            claim.allocations.append(Allocation(request, device_id, consumed, consumed_raw is not None))
+            claim.allocations.append(
+                _new(Allocation, (request, device_id, consumed, consumed_raw is not None))
+            )
         for i, raw in enumerate(reserved):
             try:
                 ref = raw if type(raw) is dict else _item(raw)
                 resource, consumer, uid = ref.get("resource"), ref.get("name"), ref.get("uid")
-                if not (_is_name(resource) and _is_name(consumer) and _is_name(uid)):
+                if not (
+                    (type(resource) is str and resource != "")
+                    and (type(consumer) is str and consumer != "")
+                    and (type(uid) is str and uid != "")
+                ):
                     resource, consumer = _str(ref, "resource"), _str(ref, "name")
                     uid = _str(ref, "uid", required=False)
             except _Unparsable as exc:
@@ -409,7 +424,7 @@ class _Loader:
                 continue
             assert consumer is not None
             if resource == "pods" and not ref.get("apiGroup"):
-                claim.pods.append(PodConsumer(consumer, uid))
+                claim.pods.append(_new(PodConsumer, (consumer, uid)))
             else:
                 claim.other_consumers += 1
         self.records.claims.append(claim)
@@ -445,7 +460,11 @@ class _Loader:
             if type(spec) is not dict:
                 spec = _map(obj, "spec")
             node = spec.get("nodeName")
-            pod.node = node if _is_name(node) else _str(spec, "nodeName", "spec.", required=False)
+            pod.node = (
+                node
+                if (type(node) is str and node != "")
+                else _str(spec, "nodeName", "spec.", required=False)
+            )
             refs_raw = spec.get("resourceClaims")
             if refs_raw:
                 refs_list = refs_raw if type(refs_raw) is list else _list(spec, "resourceClaims", "spec.")
@@ -475,7 +494,7 @@ class _Loader:
                     where = (group, i, -1)
                     container = raw if type(raw) is dict else _item(raw)
                     cname = container.get("name")
-                    if not _is_name(cname):
+                    if not (type(cname) is str and cname != ""):
                         cname = _str(container, "name")
                     assert cname is not None
                     refs = pod.containers.setdefault(cname, [])
@@ -491,11 +510,13 @@ class _Loader:
                         where = (group, i, j)
                         ref = rraw if type(rraw) is dict else _item(rraw)
                         local, request = ref.get("name"), ref.get("request")
-                        if not _is_name(local) or (request is not None and not _is_name(request)):
+                        if not (type(local) is str and local != "") or (
+                            request is not None and not (type(request) is str and request != "")
+                        ):
                             local = _str(ref, "name")
                             request = _str(ref, "request", required=False)
                         assert local is not None
-                        refs.append(ContainerClaimRef(local, request))
+                        refs.append(_new(ContainerClaimRef, (local, request)))
                         where = (group, i, -1)
         except _Unparsable as exc:
             section, i, j = where
@@ -508,7 +529,7 @@ class _Loader:
         """One `spec.resourceClaims[]` or `status.resourceClaimStatuses[]` entry: name -> claim name."""
         ref = raw if type(raw) is dict else _item(raw)
         local, claim_name = ref.get("name"), ref.get("resourceClaimName")
-        if not (_is_name(local) and _is_name(claim_name)):
+        if not ((type(local) is str and local != "") and (type(claim_name) is str and claim_name != "")):
             local = _str(ref, "name")
             claim_name = _str(ref, "resourceClaimName", required=False)
         if local is not None and claim_name is not None:
@@ -692,7 +713,12 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
             raise DraInputError(f"{where} containers[{i}]: expected a mapping")
         ns, pod = entry.get("namespace"), entry.get("pod")
         container, uuid = entry.get("container"), entry.get("gpu_uuid")
-        if not (_is_name(ns) and _is_name(pod) and _is_name(container) and _is_name(uuid)):
+        if not (
+            (type(ns) is str and ns != "")
+            and (type(pod) is str and pod != "")
+            and (type(container) is str and container != "")
+            and (type(uuid) is str and uuid != "")
+        ):
             missing = next(k for k in _USAGE_KEYS if not _is_name(entry.get(k)))
             raise DraInputError(f"{where} containers[{i}]: {missing}: missing")
         if "memory_bytes" not in entry:
@@ -701,7 +727,8 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
         if ident in seen:
             raise DraInputError(f"{where} containers[{i}]: {'/'.join(ident)} listed twice")
         seen.add(ident)
-        usage.append(ContainerUsage(ns, pod, container, uuid, _usage_memory(entry["memory_bytes"], where, i)))
+        memory = _usage_memory(entry["memory_bytes"], where, i)
+        usage.append(_new(ContainerUsage, (ns, pod, container, uuid, memory)))
     return usage
 
 
