@@ -33,6 +33,8 @@ from automator.dra.model import (
 )
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
+_ZERO = Decimal(0)
+_NO_CLAIMS: dict[str, Claim] = {}
 
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -230,15 +232,16 @@ class _Checker:
 
         None memory: the allocation holds the device exclusively or names no memory (nothing to compare).
         """
-        claims = self.pod_claims.get(pod_key, {})
-        refs = pod.containers.get(container, []) if pod is not None else []
+        claims = self.pod_claims.get(pod_key) or _NO_CLAIMS
+        refs = pod.containers.get(container) if pod is not None else None
         selected: list[tuple[Claim, str | None]] = []
         if refs and pod is not None:
+            claim_names = pod.claim_names
             for ref in refs:
-                name = pod.claim_names.get(ref.claim)
-                claim = claims.get(name) if name else None
-                if claim is None and name:
-                    claim = self.claims_by_key.get(f"{pod.namespace}/{name}")
+                name = claim_names.get(ref.claim)
+                if not name:
+                    continue
+                claim = claims.get(name) or self.claims_by_key.get(f"{pod.namespace}/{name}")
                 if claim is not None:
                     selected.append((claim, ref.request))
         if not selected:  # no container references resolved: the pod's claims, all of them
@@ -249,7 +252,7 @@ class _Checker:
                     if claim is not None and claim.name not in claims:
                         selected.append((claim, None))
         holding: list[Claim] = []
-        memory: Decimal | None = Decimal(0)
+        memory: Decimal | None = _ZERO
         for claim, request in selected:
             for alloc in claim.allocations:
                 if alloc.device != device:
@@ -262,24 +265,24 @@ class _Checker:
                     continue
                 if claim not in holding:
                     holding.append(claim)
-                if MEMORY not in alloc.consumed:
+                amount = alloc.consumed.get(MEMORY)
+                if amount is None:
                     memory = None
                 elif memory is not None:
-                    memory += alloc.consumed[MEMORY]
+                    memory += amount
         if not holding and not selected:
             return [], None  # not a DRA pod as far as the records tell: nothing to compare with
         return holding, memory
 
     def usage_over_claim(self) -> None:
         by_uuid = {d.uuid: d for d in self.records.devices.values() if d.uuid is not None}
+        pods = self.records.pods
         for use in self.usage:
             device = by_uuid.get(use.gpu_uuid)
             if device is None or use.memory_bytes is None:
                 continue  # not a DRA device (a device-plugin GPU), or usage unknown
             pod_key = f"{use.namespace}/{use.pod}"
-            holding, claimed = self.claimed_memory(
-                self.records.pods.get(pod_key), pod_key, use.container, device.id
-            )
+            holding, claimed = self.claimed_memory(pods.get(pod_key), pod_key, use.container, device.id)
             if claimed is None or use.memory_bytes <= claimed:
                 continue
             if holding:

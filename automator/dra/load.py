@@ -564,27 +564,27 @@ class _Loader:
         if kind not in KINDS:
             return  # other kinds play no part
         meta = obj.get("metadata")
-        if not isinstance(meta, (dict, Mapping)):
+        if type(meta) is not dict and not isinstance(meta, Mapping):
             meta = _EMPTY
         name = meta.get("name")
-        namespaced = kind in ("ResourceClaim", "Pod")
+        namespaced = kind == "ResourceClaim" or kind == "Pod"
         namespace = meta.get("namespace")
         if (
-            not isinstance(name, str)
+            type(name) is not str
             or not name
-            or (namespaced and (not isinstance(namespace, str) or not namespace))
+            or (namespaced and (type(namespace) is not str or not namespace))
         ):
             field = "metadata.namespace" if isinstance(name, str) and name else "metadata.name"
             self.records.findings.append(
                 Finding(UNPARSABLE, None, None, None, None, f"{kind} at {where}: {field}: missing")
             )
             return
-        if kind == "ResourceSlice":
-            self.slice_(obj, f"ResourceSlice {name}")
-        elif kind == "ResourceClaim":
+        if kind == "ResourceClaim":
             self.claim(obj, f"ResourceClaim {namespace}/{name}", str(namespace), name)
         elif kind == "Pod":
             self.pod(obj, f"Pod {namespace}/{name}", str(namespace), name)
+        elif kind == "ResourceSlice":
+            self.slice_(obj, f"ResourceSlice {name}")
         elif kind == "Node":
             self.node(obj, f"Node {name}", name)
         else:

@@ -100,8 +100,22 @@ class Claim:
     other_consumers: int = 0  # reservedFor entries that are not pods: their existence cannot be checked
     key: str = field(init=False)  # namespace/name
 
-    def __post_init__(self) -> None:
-        self.key = f"{self.namespace}/{self.name}"
+    # Written out (dataclass keeps an __init__ the class defines): the generated one with default factories
+    # and __post_init__ costs twice as much, once per claim.
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        allocated: bool,
+        allocations: list[Allocation] | None = None,
+        pods: list[PodConsumer] | None = None,
+        other_consumers: int = 0,
+    ) -> None:
+        self.namespace, self.name, self.allocated = namespace, name, allocated
+        self.allocations = [] if allocations is None else allocations
+        self.pods = [] if pods is None else pods
+        self.other_consumers = other_consumers
+        self.key = f"{namespace}/{name}"
 
 
 class ContainerClaimRef(NamedTuple):
