@@ -631,7 +631,7 @@ def gc_paused() -> Iterator[None]:
     collection would walk the whole input (millions of dicts), which doubled the time of a large check.
 
     On the way out everything is frozen (gc.freeze) before collection is enabled again: otherwise the first
-    young-generation collection afterwards walks every object the pass made (all still "young", a quarter
+    young-generation collection afterwards walks every object the pass made (all still "young", a tenth
     of the check's time at 50,000 claims). The next pass unfreezes them into the oldest generation, so
     nothing stays out of reach of the collector for longer than one interval."""
     enabled = gc.isenabled()

@@ -153,7 +153,7 @@ def main() -> str:
         "paused during a pass (the records hold no cycles): with it running, every collection walked the"
         " whole input and the large check took twice as long; and what the pass made is frozen for the "
         "collector (`gc.freeze`) before it is enabled again, or the first young collection afterwards "
-        "walks all of it (a quarter of the large check's time).",
+        "walks all of it (a tenth of the large check's time).",
     ]
     return "\n".join(lines)
 
