@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from werkzeug.serving import make_server
 
 from automator.actuator import ActuatorState, PassResult, run_pass
+from automator.conventions import COMPONENT
 from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
@@ -251,7 +252,7 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
             metrics.registry,
             is_leader=service.is_leader,
             write_events=not settings.cluster_snapshot,
-            instance=kube.identity if isinstance(kube, KubernetesAdapter) else "gpu-steward-automator",
+            instance=kube.identity if isinstance(kube, KubernetesAdapter) else COMPONENT,
         )
         add_dra_route(wiring.app, wiring.dra)
     return wiring

@@ -13,6 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
+from automator.conventions import COMPONENT, REPORTING_COMPONENT
 from automator.dra.model import CRITICAL, KINDS, Finding, Report
 
 # Metric names: the one home (docs/dra.md and alerts/dra.yaml are checked against these).
@@ -31,7 +32,7 @@ EVENTS_METRIC: Final = "gpu_steward_dra_events"  # counter, exposed as ..._total
 REASONS: Final[dict[str, str]] = {
     kind: "Dra" + "".join(part.capitalize() for part in kind.split("-")) for kind in KINDS
 }
-EVENT_COMPONENT: Final = "gpu-steward-automator"
+EVENT_COMPONENT: Final = COMPONENT  # the one home: automator/conventions.py
 MAX_EVENT_MESSAGE: Final = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
 
 
@@ -156,7 +157,7 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
                 "lastTimestamp": stamp,
                 "count": 1,
                 "source": {"component": EVENT_COMPONENT},
-                "reportingComponent": "gpu-steward.io/automator",
+                "reportingComponent": REPORTING_COMPONENT,
                 "reportingInstance": instance,
             }
         )
