@@ -173,6 +173,14 @@ class DraCheckJob:
         with gc_paused():
             records = load_objects((obj, "API") for obj in objects)
             status.report = check(records, usage)
+        uuids = {d.uuid for d in records.devices.values() if d.uuid is not None}
+        if status.usage_checked and uuids and not any(u.gpu_uuid in uuids for u in usage):
+            # Not one reading for a DRA GPU: nothing was measured there, which is not "nobody is over".
+            status.usage_checked = False
+            status.usage_reason = (
+                f"no measured GPU memory for any of the {len(uuids)} DRA devices' uuids (is the exporter "
+                "scraped on the DRA nodes and are the recording rules loaded?)"
+            )
         del objects, records
         if self.write_events:
             self._write_events(status, now)

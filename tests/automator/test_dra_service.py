@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -346,6 +347,18 @@ def test_prometheus_down_checks_capacity_but_leaves_usage_unknown(adapter: DraKu
     code, body = job.report_json()
     assert code == 200 and body["findings"] == [] and body["usage_checked"] is False
     assert "connection refused" in body["usage_reason"]
+
+
+def test_no_reading_for_any_dra_device_is_unknown_usage_not_zero_findings(
+    adapter: DraKubernetesAdapter,
+) -> None:
+    other_gpu = ContainerUsage("ml", "train", "main", "GPU-device-plugin-0", Decimal(2**30))
+    job = make_job(adapter, StaticUsage([other_gpu]))
+    status = job.run_once()
+    assert status is not None and status.result is CheckOutcome.OK and not status.usage_checked
+    assert "no measured GPU memory" in status.usage_reason
+    assert job.registry.get_sample_value(FINDINGS_METRIC, {"kind": "usage-over-claim"}) is None
+    assert job.registry.get_sample_value(USAGE_CHECKED_METRIC) == 0
 
 
 def test_api_failure_keeps_the_last_report_until_stale_and_writes_nothing(
