@@ -438,3 +438,66 @@ class LeaderElector:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+# --- DRA capacity check (docs/dra.md): reads of resource.k8s.io/v1 and the core kinds, and its Events -----
+
+DRA_GROUP_VERSION = "resource.k8s.io/v1"
+
+
+class DraKubernetesAdapter:
+    """What the DRA check reads and writes, through the KubernetesAdapter's ApiClient, paging and timeout."""
+
+    def __init__(self, kube: KubernetesAdapter) -> None:
+        self.kube = kube
+        self.resource = client.ResourceV1Api(kube.api)
+
+    def dra_available(self) -> bool:
+        """Whether the API server serves resource.k8s.io/v1 (Kubernetes 1.34+); 404 means it does not."""
+        try:
+            with _call(f"discover {DRA_GROUP_VERSION}", ValueError):
+                resp = self.resource.get_api_resources(
+                    _preload_content=False, _request_timeout=self.kube.timeout
+                )
+                body = json.loads(resp.data)
+        except KubernetesUnavailable as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+                return False
+            raise
+        return any(r.get("name") == "resourceslices" for r in body.get("resources") or [])
+
+    def dra_objects(self) -> list[JsonObj]:
+        """ResourceSlices, ResourceClaims, DeviceClasses, active Pods and Nodes, as `kubectl get -o json`."""
+        kube, v1 = self.kube, DRA_GROUP_VERSION
+        return [
+            *kube._list("resourceslices", self.resource.list_resource_slice, "ResourceSlice", v1),
+            *kube._list(
+                "resourceclaims", self.resource.list_resource_claim_for_all_namespaces, "ResourceClaim", v1
+            ),
+            *kube._list("deviceclasses", self.resource.list_device_class, "DeviceClass", v1),
+            *kube._list(
+                "pods", kube.core.list_pod_for_all_namespaces, "Pod", "v1", field_selector=ACTIVE_PODS
+            ),
+            *kube._list("nodes", kube.core.list_node, "Node", "v1"),
+        ]
+
+    def dra_event(self, body: JsonObj) -> bool:
+        """Create a core/v1 Event from a ready body (automator/dra/report.py); False when one of that name
+        already exists (409: written by an earlier pass, process or replica)."""
+        namespace = body["metadata"]["namespace"]
+        what = f"event {body.get('reason')} {namespace}/{body['metadata']['name']}"
+        try:
+            self.kube.core.create_namespaced_event(
+                namespace,
+                body,
+                _headers=_JSON,
+                _preload_content=False,
+                _request_timeout=self.kube.timeout,
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise KubernetesUnavailable(f"{what}: {e.status} {_status_message(e)}") from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubernetesUnavailable(f"{what}: {e}") from e
+        return True

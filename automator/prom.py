@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import requests
@@ -22,9 +23,11 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from automator.conventions import NAMESPACE_LABEL, POD_LABEL
+from automator.dra.model import ContainerUsage
 from automator.model import PodKey, PodUsage, UsageWindow
 from automator.ports import PrometheusUnavailable
-from automator.series import POD_ACTIVITY
+from automator.series import CONTAINER_MEMORY, FRESHNESS_SECONDS, POD_ACTIVITY
+from exporter.metrics import CONTAINER_LABELS, DEVICE_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -244,3 +247,42 @@ class PrometheusAdapter:
     def keda_query(self, expr: str) -> list[dict[str, Any]]:
         """One KEDA query at Prometheus's now; PrometheusUnavailable on any error (never an empty answer)."""
         return self._query(expr, "KEDA", None)
+
+
+# --- DRA capacity check (docs/dra.md): measured GPU memory per container and GPU ----------------------
+
+
+# The exporter's labels of gpu_steward_container_gpu_memory_used_bytes that name a container and its GPU.
+DRA_USAGE_LABELS: tuple[str, str, str, str] = (*CONTAINER_LABELS, DEVICE_LABELS[2])  # + "uuid"
+
+
+def dra_memory_query(window_seconds: int = FRESHNESS_SECONDS) -> str:
+    """Each container's GPU memory per GPU over the last `window_seconds`, from the recorded building block
+    (raw samples that are fresh and from an exporter whose snapshot is not stale; absent otherwise)."""
+    return f"max by ({', '.join(DRA_USAGE_LABELS)}) (max_over_time({CONTAINER_MEMORY}[{window_seconds}s]))"
+
+
+class DraMemoryReader:
+    """Measured per-container GPU memory for the DRA check, through the PrometheusAdapter's client."""
+
+    def __init__(self, prom: PrometheusAdapter, window_seconds: int = FRESHNESS_SECONDS) -> None:
+        self.prom = prom
+        self.query = dra_memory_query(window_seconds)
+
+    def container_memory(self) -> list[ContainerUsage]:
+        """One entry per (namespace, pod, container, GPU uuid) Prometheus knows. A value that is not a finite
+        number >= 0 is unknown (None: never compared); a sample without those labels is left out.
+        Raises PrometheusUnavailable when the query fails."""
+        usage: list[ContainerUsage] = []
+        for sample in self.prom._query(self.query, "DRA memory", None):
+            metric = sample.get("metric") or {}
+            labels = [v for v in (metric.get(k) for k in DRA_USAGE_LABELS) if isinstance(v, str) and v]
+            if len(labels) != len(DRA_USAGE_LABELS):
+                continue
+            try:
+                value = float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                value = math.nan
+            memory = Decimal(repr(value)) if math.isfinite(value) and 0 <= value <= 2.0**63 else None
+            usage.append(ContainerUsage(labels[0], labels[1], labels[2], labels[3], memory))
+        return usage

@@ -33,12 +33,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from waitress.server import create_server
 
 from automator.actuator import ActuatorState, PassResult, run_pass
+from automator.conventions import COMPONENT
+from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
 from automator.keda import wiring as keda
-from automator.kube import KubernetesAdapter, LeaderElector, api_client
+from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
-from automator.prom import PrometheusAdapter
+from automator.prom import DraMemoryReader, PrometheusAdapter
 from automator.settings import ServiceSettings, SettingError, service_settings
 from automator.snapshot import InputError, load_cluster
 
@@ -205,12 +207,16 @@ def create_app(
     def decisions() -> Response:
         denied = access.check(request.headers.get("Authorization"))
         if denied is not None:
-            text = "not found\n" if denied == 404 else "a bearer token is required\n"
-            headers = {"WWW-Authenticate": "Bearer"} if denied == 401 else {}
-            return Response(text, status=denied, mimetype="text/plain", headers=headers)
+            return _refusal(denied)
         return jsonify(service.decisions())
 
     return app
+
+
+def _refusal(status: int) -> Response:
+    text = "not found\n" if status == 404 else "a bearer token is required\n"
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    return Response(text, status=status, mimetype="text/plain", headers=headers)
 
 
 def _package_version() -> str:
@@ -237,6 +243,7 @@ class Wiring:
     app: Flask
     elector: LeaderElector | None = None  # when leader election is on
     jobs: list[Job] = field(default_factory=list)  # scheduled by _serve, the reclaim pass first
+    dra: DraCheckJob | None = None  # the DRA check, unless --dra-check-interval 0
 
 
 def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
@@ -251,6 +258,22 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
         if not token:
             raise SettingError(f"--decisions-token-file: {settings.decisions_token_file} is empty")
     return DecisionsAccess(settings.decisions_endpoint, token)
+
+
+def add_dra_route(app: Flask, job: DraCheckJob, access: DecisionsAccess | None = None) -> None:
+    """/dra: the last DRA check as `gpu-automator dra-check --output json` shows it, with its status. It
+    names every tenant's claims: with --decisions-token-file it asks for the same bearer token."""
+    token_only = DecisionsAccess(True, access.token if access is not None else None)
+
+    @app.get("/dra")
+    def dra() -> Response:
+        denied = token_only.check(request.headers.get("Authorization"))
+        if denied is not None:
+            return _refusal(denied)
+        status, body = job.report_json()
+        response = jsonify(body)
+        response.status_code = status
+        return response
 
 
 def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) -> Wiring:
@@ -285,6 +308,11 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
                 identity,
                 on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
             )
+    dra_cluster: DraCluster | None = None
+    if settings.cluster_snapshot:
+        dra_cluster = SnapshotDraCluster(Path(settings.cluster_snapshot))
+    elif isinstance(kube, KubernetesAdapter):
+        dra_cluster = DraKubernetesAdapter(kube)
     service = Service(
         kube=kube,
         prom=prom,
@@ -299,7 +327,20 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
     app = create_app(service, access)
     keda.attach(app, settings, metrics.registry, prom.keda_query)  # docs/keda.md
     jobs = [Job("reclaim-pass", service.run_once, service.interval)]
-    return Wiring(service, app, elector, jobs)
+    wiring = Wiring(service, app, elector, jobs)
+    if settings.dra_check_interval > 0 and dra_cluster is not None:
+        wiring.dra = DraCheckJob(
+            dra_cluster,
+            DraMemoryReader(prom),
+            settings.dra_check_interval,
+            metrics.registry,
+            is_leader=service.is_leader,
+            write_events=not settings.cluster_snapshot,
+            instance=kube.identity if isinstance(kube, KubernetesAdapter) else COMPONENT,
+        )
+        add_dra_route(wiring.app, wiring.dra, access)
+        wiring.jobs.append(Job("dra-check", wiring.dra.run_once, wiring.dra.interval))
+    return wiring
 
 
 def run(args: argparse.Namespace) -> int:

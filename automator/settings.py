@@ -26,6 +26,7 @@ __all__ = ["SettingError"]
 _PLANNER = PlannerConfig()
 DAY = 86_400
 WEEK = 7 * DAY  # the longest window or cooldown: Prometheus retention rarely reaches further
+DRA_MIN_INTERVAL = 10.0
 
 
 def _gpu_resources(text: str) -> tuple[str, ...]:
@@ -36,6 +37,17 @@ def _gpu_resources(text: str) -> tuple[str, ...]:
 def _auto_boolean(text: str) -> bool | None:
     """true/false, or empty for "decide at run time"."""
     return spec.boolean(text) if text.strip() else None
+
+
+def _dra_interval(text: str) -> float:
+    """0 (off), or a finite number of seconds in [10, 86400]: listing every claim and pod more often than
+    every 10 s would load the API server for nothing."""
+    value = spec.number(0, DAY)(text)
+    if 0 < value < DRA_MIN_INTERVAL:
+        raise ValueError(
+            f"expected 0 (off) or a number of seconds in [{DRA_MIN_INTERVAL:g}, {DAY}], got {text!r}"
+        )
+    return value
 
 
 PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
@@ -189,6 +201,13 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
         "dry-run only, for demos",
     ),
     Setting("--max-replans", spec.integer(0, 1000), "5", "re-plans per pass after refused evictions"),
+    Setting(
+        "--dra-check-interval",
+        _dra_interval,
+        "60",
+        "seconds between DRA capacity checks (docs/dra.md); 0 turns them off. Off by itself when the "
+        "cluster does not serve resource.k8s.io/v1",
+    ),
 )
 
 ALL_SETTINGS: tuple[Setting[Any], ...] = SERVICE_SETTINGS + PLANNER_SETTINGS + keda.KEDA_SETTINGS
@@ -242,6 +261,7 @@ class ServiceSettings:
     max_replans: int
     planner: PlannerConfig
     keda: keda.KedaSettings = field(default_factory=keda.KedaSettings)
+    dra_check_interval: float = 60.0  # 0: the DRA check is off
 
 
 def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceSettings:

@@ -1,9 +1,9 @@
 """Every series name and number the dashboards take from the rest of the project, in one place.
 
 Nothing here is retyped: recorded series come from automator.series, the exporter's metric names from the
-exporter's metric table (exporter/metrics.py), the automator's from
-automator.metrics, the coverage minimum from the planner's defaults. When one of those homes moves, only
-this module changes. Importing it fails, naming the series, when a name the dashboards need is gone, so
+exporter's metric table (exporter/metrics.py), the automator's from automator.metrics and
+automator/dra/report.py, the coverage minimum from the planner's defaults. When one of those homes moves,
+only this module changes. Importing it fails, naming the series, when a name the dashboards need is gone, so
 `make dashboards` and the tests fail instead of committing a dashboard that queries nothing.
 """
 
@@ -16,6 +16,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from automator import series
+from automator.dra import checks as dra_checks
+from automator.dra import model as dra_model
+from automator.dra import report as dra_report
 from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
 from automator.model import PlannerConfig
@@ -120,3 +123,21 @@ AUTOMATOR_KEDA_PROMETHEUS_ERRORS: Final = _counter(_KEDA.prometheus_errors)
 AUTOMATOR_KEDA_KUBERNETES_ERRORS: Final = _counter(_KEDA.kubernetes_errors)
 AUTOMATOR_KEDA_CACHE_AGE: Final = _family(_KEDA.cache_age)
 AUTOMATOR_KEDA_CACHED_QUERIES: Final = _family(_KEDA.cached_queries)
+
+# --- the DRA check's metrics (automator/dra/report.py) and its finding kinds (automator/dra/model.py) ---
+DRA_CAPACITY: Final = dra_report.CAPACITY_METRIC
+DRA_CONSUMED: Final = dra_report.CONSUMED_METRIC
+DRA_FINDINGS: Final = dra_report.FINDINGS_METRIC
+DRA_CHECKS: Final = dra_report.CHECKS_METRIC + "_total"
+DRA_EVENTS: Final = dra_report.EVENTS_METRIC + "_total"
+DRA_LAST_SUCCESS: Final = dra_report.LAST_SUCCESS_METRIC
+DRA_USAGE_CHECKED: Final = dra_report.USAGE_CHECKED_METRIC
+DRA_CHECK_DURATION_BUCKET: Final = dra_report.CHECK_DURATION_METRIC + "_bucket"
+DRA_SAMPLES: Final = frozenset(
+    {DRA_CAPACITY, DRA_CONSUMED, DRA_FINDINGS, DRA_CHECKS, DRA_EVENTS, DRA_LAST_SUCCESS, DRA_USAGE_CHECKED}
+    | {DRA_CHECK_DURATION_BUCKET}
+)
+# The capacity measured memory is compared with (HAMi's `memory`, bytes).
+DRA_MEMORY: Final = dra_checks.MEMORY
+DRA_CRITICAL_KINDS: Final = tuple(k for k in dra_model.KINDS if dra_model.SEVERITY[k] == dra_model.CRITICAL)
+DRA_WARNING_KINDS: Final = tuple(k for k in dra_model.KINDS if dra_model.SEVERITY[k] == dra_model.WARNING)

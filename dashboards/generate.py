@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from dashboards import fleet, house, node, reclaim, workload
+from dashboards import dra, fleet, house, node, reclaim, workload
 
 REPO: Final = Path(__file__).resolve().parents[1]
 JSON_DIR: Final = REPO / "dashboards" / "json"
@@ -29,6 +29,7 @@ DASHBOARDS: Final[Mapping[str, Callable[[], Any]]] = {
     workload.UID: workload.build,
     node.UID: node.build,
     reclaim.UID: reclaim.build,
+    dra.UID: dra.build,
 }
 
 NAMESPACE: Final = "gpu-steward"

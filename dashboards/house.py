@@ -132,6 +132,19 @@ def _targets(queries: Sequence[Query], table: bool = False) -> list[Any]:
     ]
 
 
+# --- query shapes several dashboards use ---
+
+
+def increase_by(counter: str, by: str) -> str:
+    """A counter's increase per Grafana step, summed by one label."""
+    return f"sum by ({by}) (increase({counter}[{RATE_INTERVAL}]))"
+
+
+def quantile(q: float, bucket: str) -> str:
+    """A histogram's q-quantile per Grafana step, over every replica."""
+    return f"histogram_quantile({q}, sum by (le) (rate({bucket}[{RATE_INTERVAL}])))"
+
+
 # --- panels ---
 
 

@@ -12,20 +12,12 @@ from dashboards import house as h
 UID: Final = "gpu-steward-reclaim"
 
 
-def _increase(counter: str, by: str) -> str:
-    return f"sum by ({by}) (increase({counter}[{h.RATE_INTERVAL}]))"
-
-
-def _quantile(q: float, bucket: str) -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({bucket}[{h.RATE_INTERVAL}])))"
-
-
 def _latency(title: str, description: str, bucket: str) -> Any:
     """Median and 95th percentile of a duration histogram, in seconds."""
     return h.timeseries(
         title,
         description,
-        [h.Query(_quantile(0.5, bucket), "p50"), h.Query(_quantile(0.95, bucket), "p95")],
+        [h.Query(h.quantile(0.5, bucket), "p50"), h.Query(h.quantile(0.95, bucket), "p95")],
         unit=h.SECONDS,
     )
 
@@ -81,7 +73,7 @@ def build() -> Any:
         h.timeseries(
             "Decisions",
             "Preemptors for which victims were chosen, by mode (in dry-run they are only logged).",
-            [h.Query(_increase(c.AUTOMATOR_DECISIONS, "mode"), "{{mode}}")],
+            [h.Query(h.increase_by(c.AUTOMATOR_DECISIONS, "mode"), "{{mode}}")],
             bars=True,
         ),
         w=8,
@@ -91,7 +83,7 @@ def build() -> Any:
             "Evictions by outcome",
             "Eviction API calls by result: ok, refused_pdb (a PodDisruptionBudget said no, HTTP 429), "
             "not_found, conflict, error. Refusals and errors make the automator re-plan.",
-            [h.Query(_increase(c.AUTOMATOR_EVICTIONS, "result"), "{{result}}")],
+            [h.Query(h.increase_by(c.AUTOMATOR_EVICTIONS, "result"), "{{result}}")],
             bars=True,
             colours={"ok": h.BUSY, "error": h.BAD, "refused_pdb": h.IDLE},
         ),
@@ -124,7 +116,7 @@ def build() -> Any:
             "Reclaim passes by result (ok, prometheus_unavailable, kubernetes_error, error), and re-plans. "
             "A failed pass evicts nothing.",
             [
-                h.Query(_increase(c.AUTOMATOR_PASSES, "result"), "{{result}}"),
+                h.Query(h.increase_by(c.AUTOMATOR_PASSES, "result"), "{{result}}"),
                 h.Query(f"sum(increase({c.AUTOMATOR_REPLANS}[{h.RATE_INTERVAL}]))", "re-plans"),
             ],
             bars=True,

@@ -33,6 +33,8 @@ from automator.dra.model import (
 from automator.gc_pause import gc_paused
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
+_ZERO = Decimal(0)
+_NO_CLAIMS: dict[str, Claim] = {}
 
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -74,7 +76,7 @@ class _Checker:
         # device -> [(claim, allocation)]
         self.on_device: dict[DeviceId, list[tuple[Claim, Allocation]]] = defaultdict(list)
         # pod key -> claims reserved for it or named by its spec/status
-        self.pod_claims: dict[str, dict[str, Claim]] = defaultdict(dict)
+        self.pod_claims: dict[str, dict[str, Claim]] = {}
         self.claims_by_key = {c.key: c for c in records.claims}
 
     def consumer(self, claim: Claim) -> tuple[str | None, str | None]:
@@ -86,10 +88,17 @@ class _Checker:
         return None, None
 
     def add(
-        self, kind: str, node: str | None, device: object, claim: str | None, pod: str | None, message: str
+        self,
+        kind: str,
+        node: str | None,
+        device: object,
+        claim: str | None,
+        pod: str | None,
+        message: str,
+        key: str | None = None,
     ) -> None:
         self.findings.append(
-            Finding(kind, node, None if device is None else str(device), claim, pod, message)
+            Finding(kind, node, None if device is None else str(device), claim, pod, message, key)
         )
 
     # --- claims: unknown devices, invalid consumption, orphans ------------------------------------------
@@ -97,11 +106,17 @@ class _Checker:
     def claims(self) -> None:
         pods = self.records.pods
         devices = self.records.devices
+        pod_claims = self.pod_claims
+        policy_seen: dict[tuple[int, Decimal], str | None] = {}
         for claim in self.records.claims:
             live = False
             for ref in claim.pods:
                 key = f"{claim.namespace}/{ref.name}"
-                self.pod_claims[key][claim.name] = claim
+                by_pod = pod_claims.get(key)
+                if by_pod is None:
+                    pod_claims[key] = {claim.name: claim}
+                else:
+                    by_pod[claim.name] = claim
                 pod = pods.get(key)
                 # a pod of the same name with another uid is a new pod, not the consumer
                 live = live or (
@@ -132,7 +147,12 @@ class _Checker:
                     elif not cap.policy_known:
                         continue  # the policy did not parse: reported as unparsable already
                     else:
-                        problem = _policy_problem(amount, cap)
+                        # identical capacities are one object (load.py): judge each amount once per policy
+                        seen = (id(cap), amount)
+                        if seen in policy_seen:
+                            problem = policy_seen[seen]
+                        else:
+                            problem = policy_seen[seen] = _policy_problem(amount, cap)
                     if problem:
                         pod_key = self.consumer(claim)[0]
                         self.add(
@@ -163,8 +183,8 @@ class _Checker:
         reports: list[DeviceReport] = []
         for device in self.records.devices.values():
             allocs = self.on_device.get(device.id, [])
-            claims = sorted({claim.key for claim, _ in allocs})
-            if len(claims) > 1 and not device.allow_multiple:
+            claims = [] if device.allow_multiple else sorted({claim.key for claim, _ in allocs})
+            if len(claims) > 1:
                 for key in claims[1:]:
                     claim = self.claims_by_key[key]
                     self.add(
@@ -212,15 +232,16 @@ class _Checker:
 
         None memory: the allocation holds the device exclusively or names no memory (nothing to compare).
         """
-        claims = self.pod_claims.get(pod_key, {})
-        refs = pod.containers.get(container, []) if pod is not None else []
+        claims = self.pod_claims.get(pod_key) or _NO_CLAIMS
+        refs = pod.containers.get(container) if pod is not None else None
         selected: list[tuple[Claim, str | None]] = []
         if refs and pod is not None:
+            claim_names = pod.claim_names
             for ref in refs:
-                name = pod.claim_names.get(ref.claim)
-                claim = claims.get(name) if name else None
-                if claim is None and name:
-                    claim = self.claims_by_key.get(f"{pod.namespace}/{name}")
+                name = claim_names.get(ref.claim)
+                if not name:
+                    continue
+                claim = claims.get(name) or self.claims_by_key.get(f"{pod.namespace}/{name}")
                 if claim is not None:
                     selected.append((claim, ref.request))
         if not selected:  # no container references resolved: the pod's claims, all of them
@@ -231,7 +252,7 @@ class _Checker:
                     if claim is not None and claim.name not in claims:
                         selected.append((claim, None))
         holding: list[Claim] = []
-        memory: Decimal | None = Decimal(0)
+        memory: Decimal | None = _ZERO
         for claim, request in selected:
             for alloc in claim.allocations:
                 if alloc.device != device:
@@ -244,24 +265,24 @@ class _Checker:
                     continue
                 if claim not in holding:
                     holding.append(claim)
-                if MEMORY not in alloc.consumed:
+                amount = alloc.consumed.get(MEMORY)
+                if amount is None:
                     memory = None
                 elif memory is not None:
-                    memory += alloc.consumed[MEMORY]
+                    memory += amount
         if not holding and not selected:
             return [], None  # not a DRA pod as far as the records tell: nothing to compare with
         return holding, memory
 
     def usage_over_claim(self) -> None:
         by_uuid = {d.uuid: d for d in self.records.devices.values() if d.uuid is not None}
+        pods = self.records.pods
         for use in self.usage:
             device = by_uuid.get(use.gpu_uuid)
             if device is None or use.memory_bytes is None:
                 continue  # not a DRA device (a device-plugin GPU), or usage unknown
             pod_key = f"{use.namespace}/{use.pod}"
-            holding, claimed = self.claimed_memory(
-                self.records.pods.get(pod_key), pod_key, use.container, device.id
-            )
+            holding, claimed = self.claimed_memory(pods.get(pod_key), pod_key, use.container, device.id)
             if claimed is None or use.memory_bytes <= claimed:
                 continue
             if holding:
@@ -278,6 +299,7 @@ class _Checker:
                 pod_key,
                 f"container {pod_key}/{use.container} uses GPU memory {fmt(use.memory_bytes)} on device "
                 f"{device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
+                key=f"{pod_key}/{use.container}",
             )
 
     # --- nodes -----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from automator.dra.model import (
     UNPARSABLE,
@@ -49,6 +49,7 @@ DEVICE_PLUGIN_GPU = re.compile(r"(?:nvidia\.com|amd\.com)/(?:gpu[a-z.-]*|mig-[a-
 UUID_ATTRIBUTE = "uuid"
 # 2**63: no capacity or memory figure is larger; anything above is a typo or an attack on the sums.
 MAX_AMOUNT = Decimal(2**63)
+_MAX_INT = 2**63
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -139,7 +140,12 @@ def _str(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: bool =
     raise _Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
 
 
-def _is_name(value: Any) -> bool:
+# The records' NamedTuples built without their generated __new__ (a Python call each; tens of thousands per
+# check): the same tuple, the fields in declaration order.
+_new = tuple.__new__
+
+
+def _is_name(value: Any) -> TypeGuard[str]:
     """The common case, checked without a call per field; the helpers above name the field otherwise."""
     return type(value) is str and value != ""
 
@@ -150,7 +156,48 @@ def _item(value: Any) -> Mapping[str, Any]:
     raise _Unparsable("", f"expected a map, got {type(value).__name__}")
 
 
+# Parsed capacities by their text: a driver publishes the same capacity on every device of a model, so one
+# Capacity object serves them all (and the checks can remember what its policy allows; checks.py).
+_CAPACITIES: dict[tuple[str, ...], Capacity] = {}
+_MAX_CAPACITIES = 4096
+
+
+def _capacity_key(item: Any) -> tuple[str, ...] | None:
+    """The texts of a DeviceCapacity without validValues, when all are strings (the usual shape)."""
+    if type(item) is not dict:
+        return None
+    value, policy = item.get("value"), item.get("requestPolicy")
+    if type(value) is not str:
+        return None
+    if policy is None:
+        return (value,)
+    if type(policy) is not dict or "validValues" in policy:
+        return None
+    rng = policy.get("validRange")
+    if type(rng) is not dict:
+        return None
+    low, high, step = rng.get("min"), rng.get("max"), rng.get("step")
+    if type(low) is not str or type(high) is not str or type(step) is not str:
+        return None
+    return (value, low, high, step)
+
+
 def _capacity(raw: Any, problems: list[_Unparsable]) -> Capacity:
+    """One DeviceCapacity, shared with every identical one (an invalid one is never shared)."""
+    key = _capacity_key(raw)
+    if key is not None:
+        cached = _CAPACITIES.get(key)
+        if cached is not None:
+            return cached
+    own: list[_Unparsable] = []
+    capacity = _parse_capacity(raw, own)
+    problems.extend(own)
+    if key is not None and not own and len(_CAPACITIES) < _MAX_CAPACITIES:
+        _CAPACITIES[key] = capacity
+    return capacity
+
+
+def _parse_capacity(raw: Any, problems: list[_Unparsable]) -> Capacity:
     """One DeviceCapacity. A value that does not parse raises _Unparsable (relative path); a requestPolicy
     that does not parse is appended to `problems` and leaves the value usable."""
     item = _item(raw)
@@ -223,6 +270,8 @@ class _Loader:
         self._pools: dict[tuple[str, str], tuple[int, list[Device], list[Finding]]] = {}
         self._class_drivers: set[str] = set()
         self._slices: list[tuple[Mapping[str, Any], str]] = []
+        # one DeviceId per device named by allocations (thousands of claims name the same devices)
+        self._device_ids: dict[tuple[str, str, str], DeviceId] = {}
 
     def unparsable(
         self,
@@ -309,13 +358,19 @@ class _Loader:
             try:
                 result = raw if type(raw) is dict else _item(raw)
                 driver, pool, device = result.get("driver"), result.get("pool"), result.get("device")
-                if not (_is_name(driver) and _is_name(pool) and _is_name(device)):
+                if not (
+                    (type(driver) is str and driver != "")
+                    and (type(pool) is str and pool != "")
+                    and (type(device) is str and device != "")
+                ):
                     driver, pool, device = (
                         _str(result, "driver"),
                         _str(result, "pool"),
                         _str(result, "device"),
                     )
-                request = _str(result, "request", required=False) or ""
+                request = result.get("request")
+                if not (type(request) is str and request != ""):
+                    request = _str(result, "request", required=False) or ""
                 consumed_raw = result.get("consumedCapacity")
                 consumed_map = (
                     consumed_raw if type(consumed_raw) is dict else _map(result, "consumedCapacity")
@@ -324,21 +379,35 @@ class _Loader:
                 self.unparsable(exc.under(f"status.allocation.devices.results[{i}]."), label, claim=key)
                 continue
             assert driver is not None and pool is not None and device is not None
-            device_id = DeviceId(driver, pool, device)
+            ids_key = (driver, pool, device)
+            device_id = self._device_ids.get(ids_key)
+            if device_id is None:
+                device_id = self._device_ids[ids_key] = DeviceId(driver, pool, device)
             consumed: dict[str, Decimal] = {}
             for cap_name, amount in consumed_map.items():
                 try:
                     # negative amounts parse here and are judged by the invalid-consumption check
-                    consumed[str(cap_name)] = quantity(amount, "", negative=True)
-                except _Unparsable as exc:
+                    consumed[cap_name if type(cap_name) is str else str(cap_name)] = (
+                        _parse_text(amount, True)
+                        if type(amount) is str
+                        else quantity(amount, "", negative=True)
+                    )
+                except (ValueError, _Unparsable) as exc:  # ValueError: from _parse_text, as quantity() says
+                    problem = exc if isinstance(exc, _Unparsable) else _Unparsable("", str(exc))
                     path = f"status.allocation.devices.results[{i}].consumedCapacity.{cap_name}"
-                    self.unparsable(exc.under(path), label, device=str(device_id), claim=key)
-            claim.allocations.append(Allocation(request, device_id, consumed, consumed_raw is not None))
+                    self.unparsable(problem.under(path), label, device=str(device_id), claim=key)
+            claim.allocations.append(
+                _new(Allocation, (request, device_id, consumed, consumed_raw is not None))
+            )
         for i, raw in enumerate(reserved):
             try:
                 ref = raw if type(raw) is dict else _item(raw)
                 resource, consumer, uid = ref.get("resource"), ref.get("name"), ref.get("uid")
-                if not (_is_name(resource) and _is_name(consumer) and _is_name(uid)):
+                if not (
+                    (type(resource) is str and resource != "")
+                    and (type(consumer) is str and consumer != "")
+                    and (type(uid) is str and uid != "")
+                ):
                     resource, consumer = _str(ref, "resource"), _str(ref, "name")
                     uid = _str(ref, "uid", required=False)
             except _Unparsable as exc:
@@ -347,7 +416,7 @@ class _Loader:
                 continue
             assert consumer is not None
             if resource == "pods" and not ref.get("apiGroup"):
-                claim.pods.append(PodConsumer(consumer, uid))
+                claim.pods.append(_new(PodConsumer, (consumer, uid)))
             else:
                 claim.other_consumers += 1
         self.records.claims.append(claim)
@@ -376,48 +445,90 @@ class _Loader:
         pod = Pod(namespace, name, uid if isinstance(uid, str) else None, None, {}, {})
         # what is being read, formatted into the field path only when something does not parse
         where: tuple[str, int, int] = ("", -1, -1)
+        # Each field is read with a fast check of the common shape; anything else goes through the helpers,
+        # which raise _Unparsable naming the field (or accept what they allow).
         try:
-            spec = _map(obj, "spec")
-            pod.node = _str(spec, "nodeName", "spec.", required=False)
-            for i, raw in enumerate(_list(spec, "resourceClaims", "spec.")):
-                where = ("spec.resourceClaims", i, -1)
-                ref = _item(raw)
-                local = _str(ref, "name")
-                claim_name = _str(ref, "resourceClaimName", required=False)
-                if local is not None and claim_name is not None:
-                    pod.claim_names[local] = claim_name
+            spec = obj.get("spec")
+            if type(spec) is not dict:
+                spec = _map(obj, "spec")
+            node = spec.get("nodeName")
+            pod.node = (
+                node
+                if (type(node) is str and node != "")
+                else _str(spec, "nodeName", "spec.", required=False)
+            )
+            refs_raw = spec.get("resourceClaims")
+            if refs_raw:
+                refs_list = refs_raw if type(refs_raw) is list else _list(spec, "resourceClaims", "spec.")
+                for i, raw in enumerate(refs_list):
+                    where = ("spec.resourceClaims", i, -1)
+                    self._pod_claim(pod, raw, False)
             where = ("", -1, -1)
-            status = _map(obj, "status")
-            for i, raw in enumerate(_list(status, "resourceClaimStatuses", "status.")):
-                where = ("status.resourceClaimStatuses", i, -1)
-                ref = _item(raw)
-                local = _str(ref, "name")
-                claim_name = _str(ref, "resourceClaimName", required=False)
-                if local is not None and claim_name is not None:  # claims made from a template
-                    pod.claim_names.setdefault(local, claim_name)
+            status = obj.get("status")
+            if type(status) is not dict:
+                status = _map(obj, "status")
+            refs_raw = status.get("resourceClaimStatuses")
+            if refs_raw:
+                refs_list = (
+                    refs_raw if type(refs_raw) is list else _list(status, "resourceClaimStatuses", "status.")
+                )
+                for i, raw in enumerate(refs_list):
+                    where = ("status.resourceClaimStatuses", i, -1)
+                    self._pod_claim(pod, raw, True)  # claims made from a template
             for group in ("spec.initContainers", "spec.containers"):
                 where = ("", -1, -1)
-                for i, raw in enumerate(_list(spec, group[5:], "spec.")):
+                containers = spec.get(group[5:])
+                if not containers:
+                    continue
+                if type(containers) is not list:
+                    containers = _list(spec, group[5:], "spec.")
+                for i, raw in enumerate(containers):
                     where = (group, i, -1)
-                    container = _item(raw)
-                    cname = _str(container, "name")
+                    container = raw if type(raw) is dict else _item(raw)
+                    cname = container.get("name")
+                    if not (type(cname) is str and cname != ""):
+                        cname = _str(container, "name")
                     assert cname is not None
                     refs = pod.containers.setdefault(cname, [])
                     resources = container.get("resources")
                     if not resources:
                         continue
-                    for j, rraw in enumerate(_list(_map(container, "resources"), "claims", "resources.")):
+                    claims = resources.get("claims") if type(resources) is dict else None
+                    if type(claims) is not list:
+                        if claims is None and type(resources) is dict:
+                            continue
+                        claims = _list(_map(container, "resources"), "claims", "resources.")
+                    for j, rraw in enumerate(claims):
                         where = (group, i, j)
-                        ref = _item(rraw)
-                        local = _str(ref, "name")
+                        ref = rraw if type(rraw) is dict else _item(rraw)
+                        local, request = ref.get("name"), ref.get("request")
+                        if not (type(local) is str and local != "") or (
+                            request is not None and not (type(request) is str and request != "")
+                        ):
+                            local = _str(ref, "name")
+                            request = _str(ref, "request", required=False)
                         assert local is not None
-                        refs.append(ContainerClaimRef(local, _str(ref, "request", required=False)))
+                        refs.append(_new(ContainerClaimRef, (local, request)))
                         where = (group, i, -1)
         except _Unparsable as exc:
             section, i, j = where
             prefix = "" if i < 0 else f"{section}[{i}]." + ("" if j < 0 else f"resources.claims[{j}].")
             self.unparsable(exc.under(prefix), label, node=pod.node, pod=key)
         self.records.pods[key] = pod
+
+    @staticmethod
+    def _pod_claim(pod: Pod, raw: Any, from_status: bool) -> None:
+        """One `spec.resourceClaims[]` or `status.resourceClaimStatuses[]` entry: name -> claim name."""
+        ref = raw if type(raw) is dict else _item(raw)
+        local, claim_name = ref.get("name"), ref.get("resourceClaimName")
+        if not ((type(local) is str and local != "") and (type(claim_name) is str and claim_name != "")):
+            local = _str(ref, "name")
+            claim_name = _str(ref, "resourceClaimName", required=False)
+        if local is not None and claim_name is not None:
+            if from_status:
+                pod.claim_names.setdefault(local, claim_name)
+            else:
+                pod.claim_names[local] = claim_name
 
     def node(self, obj: Mapping[str, Any], label: str, name: str) -> None:
         gpus: dict[str, Decimal] = {}
@@ -445,27 +556,27 @@ class _Loader:
         if kind not in KINDS:
             return  # other kinds play no part
         meta = obj.get("metadata")
-        if not isinstance(meta, (dict, Mapping)):
+        if type(meta) is not dict and not isinstance(meta, Mapping):
             meta = _EMPTY
         name = meta.get("name")
-        namespaced = kind in ("ResourceClaim", "Pod")
+        namespaced = kind == "ResourceClaim" or kind == "Pod"
         namespace = meta.get("namespace")
         if (
-            not isinstance(name, str)
+            type(name) is not str
             or not name
-            or (namespaced and (not isinstance(namespace, str) or not namespace))
+            or (namespaced and (type(namespace) is not str or not namespace))
         ):
             field = "metadata.namespace" if isinstance(name, str) and name else "metadata.name"
             self.records.findings.append(
                 Finding(UNPARSABLE, None, None, None, None, f"{kind} at {where}: {field}: missing")
             )
             return
-        if kind == "ResourceSlice":
-            self.slice_(obj, f"ResourceSlice {name}")
-        elif kind == "ResourceClaim":
+        if kind == "ResourceClaim":
             self.claim(obj, f"ResourceClaim {namespace}/{name}", str(namespace), name)
         elif kind == "Pod":
             self.pod(obj, f"Pod {namespace}/{name}", str(namespace), name)
+        elif kind == "ResourceSlice":
+            self.slice_(obj, f"ResourceSlice {name}")
         elif kind == "Node":
             self.node(obj, f"Node {name}", name)
         else:
@@ -509,17 +620,28 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
 # --- files ---------------------------------------------------------------------------------------------
 
 
-def load_cluster_file(path: Path) -> Records:
-    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
+def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
+    """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML."""
     objects: list[tuple[Mapping[str, Any], str]] = []
     for d, doc in enumerate(documents(path)):
         objects.extend(flatten(doc, f"{path} document {d}"))
-    return load_objects(objects)
+    return objects
 
 
-def _usage_memory(raw: Any, where: str) -> Decimal | None:
+def load_cluster_file(path: Path) -> Records:
+    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
+    return load_objects(read_objects(path))
+
+
+_USAGE_KEYS = ("namespace", "pod", "container", "gpu_uuid")
+
+
+def _usage_memory(raw: Any, file: str, index: int) -> Decimal | None:
     if raw is None:
         return None  # unknown: never compared
+    if type(raw) is int and 0 <= raw <= _MAX_INT:  # the usual case, without the checks below
+        return Decimal(raw)
+    where = f"{file} containers[{index}]"
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
         raise DraInputError(f"{where}: memory_bytes: {raw!r} is not a number")
     if raw < 0 or raw > MAX_AMOUNT:
@@ -542,19 +664,26 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
     usage: list[ContainerUsage] = []
     seen: set[tuple[str, str, str, str]] = set()
     for i, entry in enumerate(entries):
-        at = f"{where} containers[{i}]"
-        if not isinstance(entry, Mapping):
-            raise DraInputError(f"{at}: expected a mapping")
-        for key in ("namespace", "pod", "container", "gpu_uuid"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise DraInputError(f"{at}: {key}: missing")
+        if type(entry) is not dict and not isinstance(entry, Mapping):
+            raise DraInputError(f"{where} containers[{i}]: expected a mapping")
+        ns, pod = entry.get("namespace"), entry.get("pod")
+        container, uuid = entry.get("container"), entry.get("gpu_uuid")
+        if not (
+            (type(ns) is str and ns != "")
+            and (type(pod) is str and pod != "")
+            and (type(container) is str and container != "")
+            and (type(uuid) is str and uuid != "")
+        ):
+            missing = next(k for k in _USAGE_KEYS if not _is_name(entry.get(k)))
+            raise DraInputError(f"{where} containers[{i}]: {missing}: missing")
         if "memory_bytes" not in entry:
-            raise DraInputError(f"{at}: memory_bytes: missing")
-        ident = (entry["namespace"], entry["pod"], entry["container"], entry["gpu_uuid"])
+            raise DraInputError(f"{where} containers[{i}]: memory_bytes: missing")
+        ident = (ns, pod, container, uuid)
         if ident in seen:
-            raise DraInputError(f"{at}: {'/'.join(ident)} listed twice")
+            raise DraInputError(f"{where} containers[{i}]: {'/'.join(ident)} listed twice")
         seen.add(ident)
-        usage.append(ContainerUsage(*ident, _usage_memory(entry["memory_bytes"], at)))
+        memory = _usage_memory(entry["memory_bytes"], where, i)
+        usage.append(_new(ContainerUsage, (ns, pod, container, uuid, memory)))
     return usage
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from typing import Final, NamedTuple
 
 # Finding kinds (the issue's contract) and their severities, in one place. critical: a promise is broken
@@ -99,8 +100,22 @@ class Claim:
     other_consumers: int = 0  # reservedFor entries that are not pods: their existence cannot be checked
     key: str = field(init=False)  # namespace/name
 
-    def __post_init__(self) -> None:
-        self.key = f"{self.namespace}/{self.name}"
+    # Written out (dataclass keeps an __init__ the class defines): the generated one with default factories
+    # and __post_init__ costs twice as much, once per claim.
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        allocated: bool,
+        allocations: list[Allocation] | None = None,
+        pods: list[PodConsumer] | None = None,
+        other_consumers: int = 0,
+    ) -> None:
+        self.namespace, self.name, self.allocated = namespace, name, allocated
+        self.allocations = [] if allocations is None else allocations
+        self.pods = [] if pods is None else pods
+        self.other_consumers = other_consumers
+        self.key = f"{namespace}/{name}"
 
 
 class ContainerClaimRef(NamedTuple):
@@ -146,6 +161,10 @@ class Finding:
     claim: str | None
     pod: str | None
     message: str
+    # What tells this finding apart from others of its kind on the same objects, when the message carries
+    # measured numbers that change from pass to pass (usage-over-claim: the container). None: the message.
+    # Event names hash it, so a finding that persists keeps one Event (automator/dra/report.py).
+    key: str | None = None
 
     @property
     def severity(self) -> str:
@@ -186,3 +205,20 @@ class DeviceReport:
 class Report:
     findings: list[Finding]
     devices: list[DeviceReport]
+
+
+class CheckOutcome(StrEnum):
+    """How a periodic check in the service ended (the `result` label of gpu_steward_dra_checks_total)."""
+
+    OK = "ok"  # objects read and checked (measured usage may still be unavailable: see usage_checked)
+    DRA_UNAVAILABLE = "dra_unavailable"  # the API server does not serve resource.k8s.io/v1: nothing to check
+    KUBERNETES_ERROR = "kubernetes_error"  # a list failed: no report from this check
+    ERROR = "error"  # anything else (a bug): no report from this check
+
+
+class EventOutcome(StrEnum):
+    """An Event write (the `result` label of gpu_steward_dra_events_total)."""
+
+    CREATED = "created"
+    EXISTS = "exists"  # 409: an Event of that name exists already (an earlier pass, process or replica)
+    ERROR = "error"

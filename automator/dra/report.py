@@ -13,6 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
+from automator.conventions import COMPONENT, REPORTING_COMPONENT
 from automator.dra.model import CRITICAL, KINDS, Finding, Report
 
 # Metric names: the one home (docs/dra.md and alerts/dra.yaml are checked against these).
@@ -20,12 +21,18 @@ CAPACITY_METRIC: Final = "gpu_steward_dra_device_capacity"
 CONSUMED_METRIC: Final = "gpu_steward_dra_device_consumed"
 FINDINGS_METRIC: Final = "gpu_steward_dra_findings"
 DEVICE_LABELS: Final = ("node", "driver", "pool", "device", "capacity")
+# The service's periodic check (automator/dra/job.py): outcomes, freshness, whether usage was compared.
+CHECKS_METRIC: Final = "gpu_steward_dra_checks"  # counter, exposed as ..._total
+LAST_SUCCESS_METRIC: Final = "gpu_steward_dra_last_successful_check_timestamp_seconds"
+CHECK_DURATION_METRIC: Final = "gpu_steward_dra_check_duration_seconds"
+USAGE_CHECKED_METRIC: Final = "gpu_steward_dra_usage_checked"
+EVENTS_METRIC: Final = "gpu_steward_dra_events"  # counter, exposed as ..._total
 
 # Event reasons per finding kind (CamelCase, as Kubernetes components write them).
 REASONS: Final[dict[str, str]] = {
     kind: "Dra" + "".join(part.capitalize() for part in kind.split("-")) for kind in KINDS
 }
-EVENT_COMPONENT: Final = "gpu-steward-automator"
+EVENT_COMPONENT: Final = COMPONENT  # the one home: automator/conventions.py
 MAX_EVENT_MESSAGE: Final = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
 
 
@@ -123,9 +130,9 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
 
     A finding with neither (an unnamed object, a device published without a node) has no object to attach
     to and gets no Event; the metrics and the report still carry it. Node Events go to namespace `default`,
-    where the kubelet writes its own. The name is a hash of object, reason and message, so the same finding
-    in the next pass has the same name: the service can count it up (a create answers 409) instead of
-    writing a new Event every pass.
+    where the kubelet writes its own. The name is a hash of object, reason and message (or the finding's
+    `key` where the message carries measured numbers), so the same finding in the next pass has the same
+    name: the service writes it once (a second create answers 409) instead of a new Event every pass.
     """
     stamp = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
     bodies: list[dict[str, Any]] = []
@@ -135,7 +142,8 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
             continue
         namespace = involved.get("namespace", "default")
         reason = REASONS[f.kind]
-        digest = hashlib.sha256(f"{involved}|{reason}|{f.message}".encode()).hexdigest()[:16]
+        identity = f.message if f.key is None else f"{f.node}|{f.device}|{f.claim}|{f.pod}|{f.key}"
+        digest = hashlib.sha256(f"{involved}|{reason}|{identity}".encode()).hexdigest()[:16]
         bodies.append(
             {
                 "apiVersion": "v1",
@@ -149,7 +157,7 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
                 "lastTimestamp": stamp,
                 "count": 1,
                 "source": {"component": EVENT_COMPONENT},
-                "reportingComponent": "gpu-steward.io/automator",
+                "reportingComponent": REPORTING_COMPONENT,
                 "reportingInstance": instance,
             }
         )

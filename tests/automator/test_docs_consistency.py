@@ -37,8 +37,9 @@ from automator.conventions import (
     ANN_TOLERATION_SECONDS,
     PLUGIN_PREFIX,
 )
+from automator.dra.job import DraCheckJob, SnapshotDraCluster
 from automator.keda.kube import NamespaceLister
-from automator.kube import KubernetesAdapter, LeaderElector
+from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
 from automator.model import Mode, PlannerConfig, PodKey
 from automator.settingspec import Setting
@@ -291,9 +292,11 @@ def test_decisions_example_is_what_the_service_answers() -> None:
 
 def test_endpoints_table_is_the_app_routes() -> None:
     app = service.create_app(example_service())
+    dra = DraCheckJob(SnapshotDraCluster(Path("unused.yaml")), None, 60, CollectorRegistry())
+    service.add_dra_route(app, dra)  # registered by build() unless --dra-check-interval 0
     routes = {r.rule for r in app.url_map.iter_rules() if r.endpoint != "static"}
     table = {code_spans(r[0])[0] for r in table_rows(section(SERVICE_DOC.read_text(), "Endpoints"))[1:]}
-    assert table == routes == {"/healthz", "/readyz", "/metrics", "/decisions"}
+    assert table == routes == {"/healthz", "/readyz", "/metrics", "/decisions", "/dra"}
 
 
 def exposed_metrics() -> dict[str, set[str]]:
@@ -522,6 +525,7 @@ def recorded_api_calls(httpserver: HTTPServer, lease_namespace: str) -> set[tupl
     kube.annotate_preemptor(pod, {conventions.LAST_RECLAIM_ANNOTATION: EXAMPLE_NOW.isoformat()}, uid="u-1")
     kube.event(pod, "Normal", "GpuIdleReclaimed", "test", uid="u-1")
     NamespaceLister(api).namespace("ml")  # the KEDA cache's reads (docs/keda.md)
+    DraKubernetesAdapter(kube).dra_objects()  # the DRA check's reads (discovery needs no rule)
     elector = LeaderElector(api, "gpu-steward-automator", lease_namespace, "replica-0", 4, 3, 1)
     # take the free Lease (read, create), then renew it once (read, update): every call the election makes
     assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()
@@ -557,7 +561,8 @@ def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer
         ("", "nodes"), ("", "pods"), ("scheduling.k8s.io", "priorityclasses"),
         ("policy", "poddisruptionbudgets"), ("", "pods/eviction"), ("", "events"),
         ("coordination.k8s.io", "leases"), ("apps", "deployments"), ("apps", "replicasets"),
-        ("apps", "statefulsets"),
+        ("apps", "statefulsets"), ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "deviceclasses"),
     }  # fmt: skip
     assert resources == expected  # the recorder saw every kind of call, so the check below is complete
     for group, resource, verb, ns in calls:

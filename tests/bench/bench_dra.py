@@ -61,18 +61,21 @@ def run_check(objects: list[dict[str, Any]], usage: list[dict[str, Any]]) -> Rep
         return check(records, parse_usage({"containers": usage}, "bench"))
 
 
-def best_of(rounds: int, fn: Any) -> tuple[float, Any]:
+def best_of(rounds: int, fn: Any, clock: Any = time.perf_counter) -> tuple[float, Any]:
     best, result = float("inf"), None
     for _ in range(rounds):
-        started = time.perf_counter()
+        started = clock()
         result = fn()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best, result
 
 
 def measure(nodes: int, workdir: Path) -> dict[str, Any]:
     objects, usage = cluster(nodes)
     seconds, report = best_of(ROUNDS, lambda: run_check(objects, usage))
+    # CPU time of this process: the check is single-threaded, and on a shared machine the wall time also
+    # counts the time other processes held the cores
+    cpu_seconds, _ = best_of(ROUNDS, lambda: run_check(objects, usage), time.process_time)
     # end to end as a user runs it: a `kubectl get -o json` List, a usage YAML, JSON out
     cluster_file, usage_file = workdir / f"cluster-{nodes}.json", workdir / f"usage-{nodes}.yaml"
     cluster_file.write_text(json.dumps(b.as_list(objects)))
@@ -95,6 +98,7 @@ def measure(nodes: int, workdir: Path) -> dict[str, Any]:
         "pods": sum(1 for o in objects if o["kind"] == "Pod"),
         "usage": len(usage),
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "json_seconds": json_seconds,
         "cli_seconds": cli_seconds,
         "cluster_mb": cluster_file.stat().st_size / 1e6,
@@ -124,26 +128,33 @@ def main() -> str:
         "`kubectl get -o json` List and a usage YAML file (reading and parsing the files included), "
         "best of 2.",
         "",
-        "| nodes x devices | claims | pods | usage entries | check | JSON | CLI (file size) | findings |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| nodes x devices | claims | pods | usage entries | check (CPU) | check (wall) | JSON "
+        "| CLI (file size) | findings |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in (small, large):
         findings = ", ".join(f"{k} {v:,}" for k, v in sorted(r["findings"].items()))
         lines.append(
             f"| {r['nodes']:,} x {DEVICES_PER_NODE} | {r['claims']:,} | {r['pods']:,} | {r['usage']:,} | "
-            f"{_ms(r['seconds'])} | {_ms(r['json_seconds'])} | "
+            f"{_ms(r['cpu_seconds'])} | {_ms(r['seconds'])} | {_ms(r['json_seconds'])} | "
             f"{_ms(r['cli_seconds'])} ({r['cluster_mb']:.0f} MB) | {findings} |"
         )
-    ratio = large["seconds"] / small["seconds"]
-    met = "met" if large["seconds"] < 1 else "NOT met"
+    ratio = large["cpu_seconds"] / small["cpu_seconds"]
+    met = "met" if large["cpu_seconds"] < 1 else "NOT met"
     lines += [
         "",
-        f"10x the input costs {ratio:.1f}x the check time (linear would be 10x); goal for the large check: "
-        f"under 1 s: {met}. The checks make one pass over devices, allocations, pods and usage entries with "
-        "dictionary lookups, and quantity strings are parsed once per distinct text. The CLI's extra time is "
-        "reading the files (the List with the json module, the usage YAML with libyaml's loader). Cyclic "
-        "garbage collection is paused during a pass (the records hold no cycles): with it running, every "
-        "collection walked the whole input and the large check took twice as long.",
+        f"10x the input costs {ratio:.1f}x the check's CPU time (linear would be 10x); goal for the large"
+        f" check: under 1 s of CPU: {met}. *CPU* is the process's CPU time (`time.process_time`), *wall* "
+        "the elapsed time; they differ by the time other processes held the shared cores, so the goal "
+        "and the growth are read on CPU time. The checks make one pass over devices, allocations, pods "
+        "and usage entries with dictionary lookups; quantity strings are parsed once per distinct text, "
+        "and identical capacities (every device of a model publishes the same) are parsed once and their"
+        " request policy judged once per amount. The CLI's extra time is reading the files (the List "
+        "with the json module, the usage YAML with libyaml's loader). Cyclic garbage collection is "
+        "paused during a pass (the records hold no cycles): with it running, every collection walked the"
+        " whole input and the large check took twice as long; and what the pass made is frozen for the "
+        "collector (`gc.freeze`) before it is enabled again, or the first young collection afterwards "
+        "walks all of it (a tenth of the large check's time).",
     ]
     return "\n".join(lines)
 

@@ -25,6 +25,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
+from automator.dra.job import DraCheckJob, SnapshotDraCluster
+from automator.dra.load import load_usage_file
+from automator.dra.model import ContainerUsage
 from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
 from dashboards import contracts
@@ -85,9 +88,20 @@ DEGRADED_NODE = {
 }
 
 
-def _automator_activity(metrics: AutomatorMetrics, keda: KedaMetrics, stop_event: threading.Event) -> None:
-    """A pass per second, as the service records them, and KEDA answers and refreshes."""
+class _DemoUsage:
+    """The demo DRA node's measured memory (deploy/demo/dra-usage.yaml)."""
+
+    def container_memory(self) -> list[ContainerUsage]:
+        return load_usage_file(ROOT / "deploy" / "demo" / "dra-usage.yaml")
+
+
+def _automator_activity(
+    metrics: AutomatorMetrics, keda: KedaMetrics, dra: DraCheckJob, stop_event: threading.Event
+) -> None:
+    """A pass per second, as the service records them, KEDA answers and refreshes, and a DRA check of the
+    demo's DRA node."""
     while not stop_event.wait(1.0):
+        dra.run_once()
         keda.requests.labels(endpoint="http", status="200").inc()
         keda.refresh_duration.observe(0.05)
         keda.cache_age.set(3)
@@ -125,7 +139,11 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     automator_port = free_port()
     server, _ = start_http_server(automator_port, addr="127.0.0.1", registry=registry)
     stop_event = threading.Event()
-    activity = threading.Thread(target=_automator_activity, args=(metrics, keda, stop_event), daemon=True)
+    dra_cluster = SnapshotDraCluster(ROOT / "deploy" / "demo" / "dra-cluster.yaml")
+    dra = DraCheckJob(dra_cluster, _DemoUsage(), 60, registry, write_events=False)
+    activity = threading.Thread(
+        target=_automator_activity, args=(metrics, keda, dra, stop_event), daemon=True
+    )
     activity.start()
     prometheus = None
     try:
@@ -208,6 +226,10 @@ def test_core_numbers_read_what_the_scenario_holds(prom: Prometheus) -> None:
     assert value("gpu-steward-node", "Lost or unreadable") == 1  # the lost GPU, counted once
     assert value("gpu-steward-reclaim", "Unresolved preemptors") == 1
     assert value("gpu-steward-reclaim", "Leaders") == 1
+    # the demo's DRA node: one container over its claim, two HAMi devices
+    assert value("gpu-steward-dra", "Critical findings") == 1
+    assert value("gpu-steward-dra", "DRA devices") == 2
+    assert value("gpu-steward-dra", "Usage compared") == 1
 
 
 def test_template_variables_list_values(prom: Prometheus) -> None:

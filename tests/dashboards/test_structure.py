@@ -18,15 +18,17 @@ KNOWN = (
     set(series.RECORDED)
     | contracts.EXPORTER_SAMPLES
     | {v for k, v in vars(contracts).items() if k.startswith("AUTOMATOR_") and isinstance(v, str)}
+    | contracts.DRA_SAMPLES
 )
 
 
-def test_the_four_dashboards_exist_with_unique_uids_and_titles() -> None:
+def test_the_five_dashboards_exist_with_unique_uids_and_titles() -> None:
     assert set(DASHBOARDS) == {
         "gpu-steward-fleet",
         "gpu-steward-workload",
         "gpu-steward-node",
         "gpu-steward-reclaim",
+        "gpu-steward-dra",
     }
     assert len({d["title"] for d in DASHBOARDS.values()}) == len(DASHBOARDS)
     for uid, dash in DASHBOARDS.items():
