@@ -12,10 +12,11 @@ It speaks the JSON subset of the API the project's adapters call, through the of
   (deletionTimestamp = now + grace period) and it still holds its resources until it is gone;
 - every error is a v1 Status with the real server's reason and code; every object has a resourceVersion.
 
-`FakeKube.step()` is the cluster's kubelet and scheduler (tools/fakesim.py): terminating pods disappear
+`FakeApiServer.step()` is the cluster's kubelet and scheduler (tools/fakesim.py): terminating pods disappear
 after their grace period and pending pods are bound to a node where they fit. `simulate=True` runs it in
 a background thread; tests call it themselves. Every request is recorded (`calls`, `writes()`), and
-`fail()` scripts an error answer. Not verified against a real kube-apiserver: docs/demo.md says what differs.
+`answer()`/`fail()` script an answer. Not verified against a real kube-apiserver: docs/demo.md says
+what differs.
 
 Bounded: at most `max_connections` requests in flight (others get 503), a listen backlog, a socket
 timeout per connection and a maximum body size.
@@ -289,10 +290,12 @@ class Call:
 
 
 @dataclass
-class _Failure:
+class _Scripted:
     method: str
     path: re.Pattern[str]
-    error: ApiError
+    code: int
+    body: JsonObj
+    headers: dict[str, str]
     times: int
 
 
@@ -408,8 +411,8 @@ def _is_dry_run(query: Mapping[str, list[str]], options: Mapping[str, Any] | Non
     return bool(values)
 
 
-class FakeKube:
-    """The fake API server. `with FakeKube(objects).start() as kube: kube.url ...`"""
+class FakeApiServer:
+    """The fake API server. `with FakeApiServer(objects).start() as kube: kube.url ...`"""
 
     def __init__(
         self,
@@ -427,7 +430,7 @@ class FakeKube:
         self.store = Store(clock=clock)
         self.lock = threading.RLock()
         self.calls: deque[Call] = deque(maxlen=MAX_CALLS)
-        self._failures: list[_Failure] = []
+        self._scripted_answers: list[_Scripted] = []
         for obj in objects:
             self.store.add(obj)
         self.cluster = fakesim.Cluster(self.store, devices)
@@ -439,14 +442,15 @@ class FakeKube:
 
     # --- lifecycle ---
 
-    def start(self) -> FakeKube:
+    def start(self) -> FakeApiServer:
         serve = threading.Thread(target=self._server.serve_forever, name="fakekube", daemon=True)
         self._threads.append(serve)
         if self.simulate:
             self._threads.append(threading.Thread(target=self._simulate, name="fakekube-sim", daemon=True))
         for t in self._threads:
             t.start()
-        self.step()  # the starting state is already scheduled and written out
+        if self.simulate:
+            self.step()  # the starting state is scheduled and written out before anyone asks
         return self
 
     def stop(self) -> None:
@@ -456,7 +460,7 @@ class FakeKube:
         for t in self._threads:
             t.join(timeout=5)
 
-    def __enter__(self) -> FakeKube:
+    def __enter__(self) -> FakeApiServer:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -506,21 +510,26 @@ class FakeKube:
         with self.lock:
             self.store.add(obj)
 
-    def fail(
+    def answer(
         self,
         method: str,
         path: str,
         code: int,
-        reason: str,
-        message: str,
+        body: JsonObj,
         times: int = 1,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Answer the next `times` requests matching method and path (a regex) with this Status."""
+        """Answer the next `times` requests matching method and path (a regex) with this body and code."""
         with self.lock:
-            self._failures.append(
-                _Failure(method, re.compile(path), ApiError(code, reason, message, headers=headers), times)
+            self._scripted_answers.append(
+                _Scripted(method, re.compile(path), code, body, dict(headers or {}), times)
             )
+
+    def fail(
+        self, method: str, path: str, code: int, reason: str, message: str, times: int = 1, **headers: str
+    ) -> None:
+        """Answer the next `times` matching requests with a v1 Status of this code, reason and message."""
+        self.answer(method, path, code, ApiError(code, reason, message).status(), times, headers)
 
     # --- request handling ---
 
@@ -537,19 +546,23 @@ class FakeKube:
             except ValueError as e:
                 raise ApiError(400, "BadRequest", f"body is not JSON: {e}") from e
             with self.lock:
-                self._scripted(method, parts.path)
-                code, answer = self._route(method, parts.path, query, content_type, body)
+                scripted = self._scripted(method, parts.path)
+                if scripted is not None:
+                    code, answer, headers = scripted.code, copy.deepcopy(scripted.body), scripted.headers
+                else:
+                    code, answer = self._route(method, parts.path, query, content_type, body)
         except ApiError as e:
             code, answer, headers = e.code, e.status(), e.headers
         with self.lock:
             self.calls.append(Call(method, parts.path, query, content_type, body, code))
         return code, answer, headers
 
-    def _scripted(self, method: str, path: str) -> None:
-        for f in self._failures:
-            if f.times > 0 and f.method == method and f.path.fullmatch(path):
-                f.times -= 1
-                raise f.error
+    def _scripted(self, method: str, path: str) -> _Scripted | None:
+        for s in self._scripted_answers:
+            if s.times > 0 and s.method == method and s.path.fullmatch(path):
+                s.times -= 1
+                return s
+        return None
 
     def _route(
         self, method: str, path: str, query: Query, content_type: str, body: Any
@@ -783,6 +796,10 @@ class _Server(ThreadingHTTPServer):
             return
         super().process_request(request, client_address)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client closing its keep-alive connection is routine; anything else is worth a line.
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
@@ -790,7 +807,7 @@ class _Server(ThreadingHTTPServer):
             self._slots.release()
 
 
-def _handler(kube: FakeKube, timeout: float) -> type[BaseHTTPRequestHandler]:
+def _handler(kube: FakeApiServer, timeout: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -844,7 +861,7 @@ def main() -> int:
     devices = None
     if args.scenario:
         devices = fakesim.GpuDevices.from_file(args.scenario, args.scenario_out or args.scenario)
-    kube = FakeKube(load_objects(args.objects), simulate=True, devices=devices, port=args.port).start()
+    kube = FakeApiServer(load_objects(args.objects), simulate=True, devices=devices, port=args.port).start()
     print(f"fakekube serving on {kube.url}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         threading.Event().wait()

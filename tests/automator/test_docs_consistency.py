@@ -12,7 +12,6 @@ import argparse
 import json
 import re
 import shlex
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -24,8 +23,6 @@ import yaml
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 from prometheus_client import CollectorRegistry
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from automator import cli, conventions, service, settings
 from automator.conventions import (
@@ -43,6 +40,7 @@ from automator.model import Mode, PlannerConfig, PodKey
 from automator.settingspec import Setting
 from automator.snapshot import load_cluster, load_usage
 from tests.automator.fakes import FakeKube, FakePrometheus
+from tools.fakekube import FakeApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -318,7 +316,7 @@ def test_metrics_table_is_the_registry() -> None:
 
 def test_service_doc_says_what_is_real_and_what_is_fake() -> None:
     text = section(SERVICE_DOC.read_text(), "What is verified, and how")
-    for needed in ("real Prometheus", "pytest-httpserver", "Against fakes", "Against real parts"):
+    for needed in ("real Prometheus", "tools/fakekube.py", "Against fakes", "Against real parts"):
         assert needed in text, needed
     assert "Not verified" in text
 
@@ -449,32 +447,6 @@ def rbac_request(method: str, path: str) -> tuple[str, str, str, str | None]:
     return group, resource, verb, namespace
 
 
-class Recorder:
-    """Answers any API request plausibly (empty lists, echoed writes, no Lease yet) and records it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-        self.lease: bytes | None = None
-
-    def __call__(self, request: Request) -> Response:
-        with self.lock:
-            self.calls.append((request.method, request.path))
-            if "/leases" in request.path:
-                if request.method == "GET" and self.lease is None:
-                    return Response(
-                        json.dumps({"kind": "Status", "code": 404}), 404, content_type="application/json"
-                    )
-                if request.method in ("POST", "PUT"):
-                    self.lease = request.get_data()
-                return Response(self.lease, 200, content_type="application/json")
-            if request.method == "GET":
-                return Response(
-                    json.dumps({"metadata": {}, "items": []}), 200, content_type="application/json"
-                )
-            return Response(request.get_data() or b"{}", 201, content_type="application/json")
-
-
 def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -484,23 +456,27 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     return False
 
 
-def recorded_api_calls(httpserver: HTTPServer, lease_namespace: str) -> set[tuple[str, str, str, str | None]]:
-    recorder = Recorder()
-    httpserver.expect_request(re.compile(".*")).respond_with_handler(recorder)
-    api = client.ApiClient(client.Configuration(host=httpserver.url_for("").rstrip("/")))
+def recorded_api_calls(
+    kube_api: FakeApiServer, lease_namespace: str
+) -> set[tuple[str, str, str, str | None]]:
+    """Every request the adapter and the elector make, against the fake API server (tools/fakekube.py)."""
+    pod = PodKey("ml", "train-a")
+    kube_api.put(
+        {"kind": "Pod", "metadata": {"name": pod.name, "namespace": pod.namespace}, "spec": {"nodeName": "n"}}
+    )
+    api = client.ApiClient(client.Configuration(host=kube_api.url))
     kube = KubernetesAdapter(api, identity="replica-0")
     kube.snapshot()
-    pod = PodKey("ml", "train-a")
     kube.evict(pod)
     kube.annotate_preemptor(pod, EXAMPLE_NOW)
     kube.event(pod, "Normal", "GpuIdleReclaimed", "test", uid="u-1")
     elector = LeaderElector(api, "gpu-steward-automator", lease_namespace, "replica-0", 4, 3, 1)
     elector.start()
     try:  # take the free Lease, then renew it once: every call the client's LeaseLock makes
-        assert wait_until(lambda: any(m == "PUT" for m, _ in recorder.calls))
+        assert wait_until(lambda: any(c.method == "PUT" for c in list(kube_api.calls)))
     finally:
         elector.stop(timeout=10)
-    return {rbac_request(m, p) for m, p in recorder.calls}
+    return {rbac_request(c.method, c.path) for c in kube_api.calls}
 
 
 def allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -510,7 +486,7 @@ def allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) ->
     )
 
 
-def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer) -> None:
+def test_rbac_allows_exactly_the_writes_the_adapter_makes(fake_kube: FakeApiServer) -> None:
     docs = manifests()
     deployment, _ = container(docs)
     namespace = deployment["metadata"]["namespace"]
@@ -525,7 +501,7 @@ def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer
     assert subject in cluster_binding["subjects"] and subject in binding["subjects"]
     assert role["metadata"]["namespace"] == namespace  # the Lease lives in $POD_NAMESPACE
 
-    calls = recorded_api_calls(httpserver, namespace)
+    calls = recorded_api_calls(fake_kube, namespace)
     resources = {(g, r) for g, r, _, _ in calls}
     expected = {
         ("", "nodes"), ("", "pods"), ("scheduling.k8s.io", "priorityclasses"),

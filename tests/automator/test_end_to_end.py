@@ -1,8 +1,8 @@
 """End to end: the real `python -m automator run` process against a fake API server and a real Prometheus.
 
-The API server is an in-memory HTTP server speaking enough of the Kubernetes API (list nodes, pods,
-PriorityClasses, PDBs; Evictions; merge patches; Events), reached through a kubeconfig file as a cluster
-would be. Prometheus is Debian's, holding backfilled recorded series for the last 40 minutes.
+The API server is tools/fakekube.py, a real HTTP server holding the cluster in memory (lists, Evictions,
+merge patches, Events), reached through a kubeconfig file as a cluster would be. Prometheus is Debian's,
+holding backfilled recorded series for the last 40 minutes.
 """
 
 from __future__ import annotations
@@ -13,24 +13,21 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
+from tools.fakekube import FakeApiServer
 from tools.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus, stop
 
 pytestmark = pytest.mark.integration
@@ -64,7 +61,7 @@ def running_pod(ns: str, name: str, gpus: int, uid: str) -> dict[str, Any]:
     }
 
 
-def cluster_objects() -> dict[str, list[dict[str, Any]]]:
+def cluster_objects() -> list[dict[str, Any]]:
     """One 8-GPU node running an idle 2-GPU pod and a busy 4-GPU pod; a pending 4-GPU preemptor.
 
     The preemptor asks for 4 GPUs, not 2: with 2 free GPUs a 2-GPU preemptor already fits and nothing
@@ -115,135 +112,29 @@ def cluster_objects() -> dict[str, list[dict[str, Any]]]:
             "value": 100,
         },
     ]
-    return {
-        "nodes": [node],
-        "pods": [
-            running_pod("ml", "idle", 2, "uid-idle"),
-            running_pod("ml", "busy", 4, "uid-busy"),
-            preemptor,
-        ],
-        "priorityclasses": classes,
-        "poddisruptionbudgets": [],
-    }
-
-
-@dataclass
-class Call:
-    method: str
-    path: str
-    content_type: str
-    body: Any
-
-
-@dataclass
-class FakeApiServer:
-    """Lists the cluster, records every request, and applies writes as the API server would."""
-
-    objects: dict[str, list[dict[str, Any]]] = field(default_factory=cluster_objects)
-    calls: list[Call] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    LISTS: ClassVar[dict[str, str]] = {
-        "/api/v1/nodes": "nodes",
-        "/api/v1/pods": "pods",
-        "/apis/scheduling.k8s.io/v1/priorityclasses": "priorityclasses",
-        "/apis/policy/v1/poddisruptionbudgets": "poddisruptionbudgets",
-    }
-
-    def writes(self) -> list[Call]:
-        with self.lock:
-            return [c for c in self.calls if c.method != "GET"]
-
-    def _pod(self, ns: str, name: str) -> dict[str, Any] | None:
-        return next(
-            (
-                p
-                for p in self.objects["pods"]
-                if p["metadata"]["namespace"] == ns and p["metadata"]["name"] == name
-            ),
-            None,
-        )
-
-    def __call__(self, request: Request) -> Response:
-        raw = request.get_data()
-        body = json.loads(raw) if raw else None
-        with self.lock:
-            self.calls.append(
-                Call(request.method, request.path, request.headers.get("Content-Type", ""), body)
-            )
-            return self._answer(request.method, request.path, body)
-
-    def _answer(self, method: str, path: str, body: Any) -> Response:
-        if method == "GET" and path in self.LISTS:
-            # Items as the API lists them: without kind/apiVersion.
-            items = [
-                {k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
-                for o in self.objects[self.LISTS[path]]
-            ]
-            return json_response({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
-        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path):
-            pod = self._pod(*m.groups())
-            if method != "POST" or pod is None:
-                return status(404, "NotFound", f"pods {m.group(2)!r} not found")
-            # Accepted: the pod terminates gracefully and still holds its GPUs meanwhile.
-            pod["metadata"]["deletionTimestamp"] = ts(datetime.now(UTC))
-            return json_response(
-                {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, 201
-            )
-        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path):
-            pod = self._pod(*m.groups())
-            if method != "PATCH" or pod is None:
-                return status(404, "NotFound", f"pods {m.group(2)!r} not found")
-            annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}
-            pod["metadata"].setdefault("annotations", {}).update(annotations)
-            return json_response(pod)
-        if re.fullmatch(r"/api/v1/namespaces/[^/]+/events", path) and method == "POST":
-            return json_response(body, 201)
-        return status(404, "NotFound", f"{method} {path}: not served by this fake")
-
-
-def json_response(body: Any, code: int = 200) -> Response:
-    return Response(json.dumps(body), status=code, content_type="application/json")
-
-
-def status(code: int, reason: str, message: str) -> Response:
-    return json_response(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": reason,
-            "message": message,
-            "code": code,
-        },
-        code,
-    )
+    return [
+        node,
+        running_pod("ml", "idle", 2, "uid-idle"),
+        running_pod("ml", "busy", 4, "uid-busy"),
+        preemptor,
+        *classes,
+    ]
 
 
 @pytest.fixture
-def api(httpserver: HTTPServer) -> FakeApiServer:
-    fake = FakeApiServer()
-    httpserver.expect_request(re.compile(".*")).respond_with_handler(fake)
-    return fake
+def api() -> Iterator[FakeApiServer]:
+    """The fake API server (tools/fakekube.py) holding cluster_objects(); no simulation: pods stay put."""
+    kube = FakeApiServer(cluster_objects()).start()
+    try:
+        yield kube
+    finally:
+        kube.stop()
 
 
 @pytest.fixture
-def kubeconfig(tmp_path: Path, httpserver: HTTPServer) -> Path:
+def kubeconfig(tmp_path: Path, api: FakeApiServer) -> Path:
     """A kubeconfig for the plain-HTTP fake server, without credentials."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": httpserver.url_for("").rstrip("/")}}],
-                "users": [{"name": "nobody", "user": {}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
-                "current-context": "fake",
-            }
-        )
-    )
-    return path
+    return api.kubeconfig(tmp_path / "kubeconfig")
 
 
 def _openmetrics(end: int) -> str:

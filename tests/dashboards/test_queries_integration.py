@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from automator.metrics import AutomatorMetrics
 from dashboards import contracts
 from tests.dashboards.queries import PanelQuery, panel_queries, variable_queries
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 
