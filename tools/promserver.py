@@ -45,6 +45,30 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
     raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
 
 
+def _serve(
+    binary: str,
+    name: str,
+    workdir: Path,
+    config: dict[str, Any],
+    port: int | None,
+    flags: list[str],
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Write `name`.yml, start the binary on 127.0.0.1:port with it and `flags`, wait for /-/ready."""
+    cfg = workdir / f"{name}.yml"
+    cfg.write_text(yaml.safe_dump(config))
+    port = port or free_port()
+    log = (workdir / f"{name}.log").open("wb")
+    cmd = [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{port}", *flags]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/-/ready")
+    except TimeoutError:
+        proc.kill()
+        raise
+    return proc, url
+
+
 @dataclass
 class Prometheus:
     proc: subprocess.Popen[bytes]
@@ -97,27 +121,14 @@ def start_prometheus(
     }
     if alertmanagers:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": alertmanagers}]}]}
-    cfg = workdir / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump(config))
-    port = port or free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    proc, url = _serve(
+        binary,
+        "prometheus",
+        workdir,
+        config,
+        port,
+        [f"--storage.tsdb.path={workdir / 'data'}", "--web.enable-lifecycle"],
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{url}/-/ready")
-    except TimeoutError:
-        proc.kill()
-        raise
     return Prometheus(proc=proc, url=url, workdir=workdir)
 
 
@@ -153,27 +164,15 @@ def start_alertmanager(workdir: Path, port: int | None = None) -> Alertmanager:
         },
         "receivers": [{"name": "demo"}],
     }
-    cfg = workdir / "alertmanager.yml"
-    cfg.write_text(yaml.safe_dump(config))
-    port = port or free_port()
-    log = (workdir / "alertmanager.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",  # no gossip port: one instance
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    # No gossip port: one instance.
+    proc, url = _serve(
+        binary,
+        "alertmanager",
+        workdir,
+        config,
+        port,
+        [f"--storage.path={workdir / 'data'}", "--cluster.listen-address="],
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{url}/-/ready")
-    except TimeoutError:
-        proc.kill()
-        raise
     return Alertmanager(proc, url)
 
 
