@@ -223,6 +223,8 @@ class Story:
     told: dict[str, float] = field(default_factory=dict)
     failed: str = ""
     waste: list[tuple[float, float]] = field(default_factory=list)
+    # Alertmanager's answer when it had the alert.
+    received: list[dict[str, Any]] = field(default_factory=list)
 
     STEPS = ("recording", "idle", "alert", "alertmanager", "evicted", "gone", "scheduled", "busy", "waste")
 
@@ -275,10 +277,10 @@ class Story:
     def _alertmanager(self) -> str | None:
         am = self.demo.alertmanager
         assert am is not None
-        if "alert" not in self.told or not any(
-            a["labels"].get("pod") == VICTIM[1] for a in am.alerts(IDLE_ALERT)
-        ):
+        alerts = am.alerts(IDLE_ALERT) if "alert" in self.told else []
+        if not any(a["labels"].get("pod") == VICTIM[1] for a in alerts):
             return None
+        self.received = alerts  # it resolves once the pod is gone: keep what Alertmanager showed
         return f"Alertmanager received it: {am.url}/#/alerts"
 
     def _evicted_step(self) -> str | None:
@@ -361,10 +363,14 @@ class Story:
 
 
 def run_story(
-    demo: Demo, timeout: float | None, stop_when_complete: bool, stopping: Callable[[], bool] = lambda: False
+    demo: Demo,
+    timeout: float | None,
+    stop_when_complete: bool,
+    stopping: Callable[[], bool] = lambda: False,
+    story: Story | None = None,
 ) -> int:
     """Narrate until complete (or forever); 0, or 1 on a failure, a part exiting, or the timeout."""
-    story = Story(demo)
+    story = story or Story(demo)
     poll = max(0.5, min(2.0, demo.scale.rule_interval_seconds / 3))
     while not stopping():
         for line in story.poll():
