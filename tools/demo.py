@@ -112,18 +112,7 @@ class Demo:
         base = self.workdir / "scenario.base.yaml"
         base.write_text(yaml.safe_dump(demorules.scale_scenario(scenario, self.scale), sort_keys=False))
         self.devices = GpuDevices.from_file(base, self.workdir / "scenario.yaml")
-        rules: list[Path] = []
-        for source in sorted((ROOT / "rules").glob("*.yaml")) + sorted((ROOT / "alerts").glob("*.yaml")):
-            text = demorules.compress_rules(
-                source.read_text(),
-                self.scale,
-                idle_alert=IDLE_ALERT in source.read_text(),
-                recording=source.parent.name == "rules",
-            )
-            target = self.workdir / "rules" / f"{source.parent.name}-{source.name}"
-            target.parent.mkdir(exist_ok=True)
-            target.write_text(text)
-            rules.append(target)
+        rules = demorules.write_rule_files(ROOT, self.workdir / "rules", self.scale)
         return demorules.scale_cluster(load_objects(DEMO / "cluster.yaml"), self.scale), rules
 
     def start(self) -> Demo:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from automator.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
@@ -44,6 +45,8 @@ def duration_ms(text: str) -> int:
 
 
 def format_ms(ms: int) -> str:
+    if ms and ms % 60_000 == 0:
+        return f"{ms // 60_000}m"
     seconds, rest = divmod(ms, 1000)
     return (f"{seconds}s" if seconds else "") + (f"{rest}ms" if rest or not seconds else "")
 
@@ -87,6 +90,21 @@ def compress_rules(text: str, scale: TimeScale, *, idle_alert: bool = False, rec
             raise DemoRulesError(
                 f"expected one `{POD_IDLE_SECONDS} >= N` in the {IDLE_ALERT} alert, found {n}"
             )
+    return out
+
+
+def write_rule_files(root: Path, target: Path, scale: TimeScale) -> list[Path]:
+    """The demo's copies of rules/*.yaml and alerts/*.yaml under target (rules-NAME, alerts-NAME)."""
+    target.mkdir(parents=True, exist_ok=True)
+    out = []
+    for source in sorted((root / "rules").glob("*.yaml")) + sorted((root / "alerts").glob("*.yaml")):
+        text = source.read_text()
+        kind = source.parent.name
+        copy_ = target / f"{kind}-{source.name}"
+        copy_.write_text(
+            compress_rules(text, scale, idle_alert=IDLE_ALERT in text, recording=kind == "rules")
+        )
+        out.append(copy_)
     return out
 
 
