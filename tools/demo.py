@@ -58,7 +58,7 @@ NODE = "demo-gpu-node-1"
 VICTIM, BUSY, PREEMPTOR = ("research", "batch-idle"), ("ml-team", "train-busy"), ("ml-team", "train-urgent")
 NEVER_EVICTED = (BUSY, ("inference", "api-a"))
 WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
-FLAT_EVALUATIONS = 4  # the waste total unchanged over this many rule evaluations counts as stopped
+FLAT_EVALUATIONS = 2  # the waste total unchanged over this many more rule evaluations counts as stopped
 
 
 @dataclass(frozen=True)
