@@ -35,6 +35,7 @@ import yaml
 
 from automator.conventions import REASON_VICTIM
 from automator.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
+from automator.settings import ALL_SETTINGS
 from tools import demorules
 from tools.demorules import IDLE_ALERT, TimeScale
 from tools.fakekube import FakeApiServer, load_objects
@@ -58,6 +59,9 @@ NODE = "demo-gpu-node-1"
 VICTIM, BUSY, PREEMPTOR = ("research", "batch-idle"), ("ml-team", "train-busy"), ("ml-team", "train-urgent")
 NEVER_EVICTED = (BUSY, ("inference", "api-a"))
 WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
+# Automator windows the story must fit in, passed when the automator has the flag (issue 7 adds the
+# recent-activity window, 300 s by default: longer than the whole demo).
+OPTIONAL_WINDOWS = {"--recent-window": 120}
 FLAT_EVALUATIONS = 2  # the waste total unchanged over this many more rule evaluations counts as stopped
 
 
@@ -165,6 +169,10 @@ class Demo:
             "--listen-address", "127.0.0.1",
             "--port", str(port),
         ]  # fmt: skip
+        flags = {s.flag for s in ALL_SETTINGS}
+        for flag, seconds in OPTIONAL_WINDOWS.items():  # windows of automator versions that have them
+            if flag in flags:
+                cmd += [flag, f"{max(1, round(self.scale.seconds(seconds)))}"]
         log = (self.workdir / "automator.log").open("wb")
         self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
         self.automator_url = f"http://127.0.0.1:{port}"
