@@ -553,6 +553,9 @@ class FakeApiServer:
                     code, answer = self._route(method, parts.path, query, content_type, body)
         except ApiError as e:
             code, answer, headers = e.code, e.status(), e.headers
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:  # a malformed request
+            log.warning("%s %s: %s", method, target, e)
+            code, answer = 400, ApiError(400, "BadRequest", f"{type(e).__name__}: {e}").status()
         with self.lock:
             self.calls.append(Call(method, parts.path, query, content_type, body, code))
         return code, answer, headers

@@ -267,3 +267,10 @@ def test_gpus_follow_the_pods(make: Any, clock: Clock, tmp_path: Path) -> None:
         for g in gpus
     ] == [[("new", 0.9)], [("new", 0.9)]]
     assert devices.assigned == {("ml", "new"): [0, 1]}
+
+
+def test_a_malformed_request_is_a_bad_request_not_a_dropped_connection(make: Any) -> None:
+    server = make(pod("a"))
+    code, status = call(server, "GET", "/api/v1/pods?limit=many")
+    assert (code, status["kind"], status["reason"]) == (400, "Status", "BadRequest")
+    assert call(server, "GET", "/api/v1/pods?limit=1")[0] == 200
