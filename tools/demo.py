@@ -204,7 +204,7 @@ class Demo:
                 f"  Alertmanager   {self.alertmanager.url}",
                 f"  automator      {self.automator_url}/decisions   (enforce; log: {work / 'automator.log'})",
                 f"  exporter       {self.exporter_url}   (follows {work / 'scenario.yaml'})",
-                f"  fake API       {self.api.url}   (kubeconfig {work / 'kubeconfig'}; serves no discovery)",
+                f"  fake cluster   {self.api.url}   kubectl --kubeconfig {work / 'kubeconfig'} get pods -A",
                 f"  dashboards     import {ROOT / 'dashboards' / 'json'}/*.json into Grafana "
                 f"(data source: Prometheus {self.prometheus.url})",
             ]

@@ -572,6 +572,8 @@ class FakeApiServer:
     ) -> tuple[int, JsonObj]:
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube"}
+        if method == "GET" and (found := _discovery(path)) is not None:
+            return 200, found
         res, namespace, name, sub = _parse_path(path)
         if "watch" in query and query["watch"] != ["false"]:
             raise ApiError(405, "MethodNotAllowed", "fakekube does not serve watches")
@@ -760,6 +762,46 @@ def _decode_continue(token: str) -> tuple[str, str] | None:
         return str(ns), str(name)
     except (ValueError, TypeError) as e:
         raise ApiError(400, "BadRequest", f"invalid continue token: {e}") from e
+
+
+_VERBS = ["get", "list", "create", "update", "patch", "delete"]
+
+
+def _discovery(path: str) -> JsonObj | None:
+    """The discovery documents (/api, /apis, /api/v1, /apis/GROUP/VERSION) of the served resources, so that
+    kubectl can talk to the fake."""
+    groups = sorted({(r.group, r.version) for r in RESOURCES if r.group})
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    if path == "/apis":
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
+                 "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}}
+                for g, v in groups
+            ],
+        }  # fmt: skip
+    for group, version in [("", "v1"), *groups]:
+        if path == ("/api/v1" if not group else f"/apis/{group}/{version}"):
+            resources: list[JsonObj] = [
+                {"name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced, "kind": r.kind,
+                 "verbs": _VERBS}
+                for r in RESOURCES
+                if (r.group, r.version) == (group, version)
+            ]  # fmt: skip
+            if not group:
+                eviction = {
+                    "name": "pods/eviction",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Eviction",
+                }
+                resources.append({**eviction, "group": "policy", "version": "v1", "verbs": ["create"]})
+            gv = f"{group}/{version}" if group else version
+            return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+    return None
 
 
 def _parse_path(path: str) -> tuple[Resource, str, str | None, str | None]:

@@ -6,7 +6,11 @@ Time is a fake clock moved by the tests, and the simulation runs only when a tes
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -274,3 +278,24 @@ def test_a_malformed_request_is_a_bad_request_not_a_dropped_connection(make: Any
     code, status = call(server, "GET", "/api/v1/pods?limit=many")
     assert (code, status["kind"], status["reason"]) == (400, "Status", "BadRequest")
     assert call(server, "GET", "/api/v1/pods?limit=1")[0] == 200
+
+
+def test_kubectl_can_read_the_fake_cluster(make: Any, tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is missing: run make deps")
+    server = make(node(), pod("a", labels={"app": "x"}))
+    call(server, "POST", EVICT.format("a"), eviction("a"))
+    config = str(server.kubeconfig(tmp_path / "kubeconfig"))
+
+    def kubectl_(*args: str) -> str:
+        done = subprocess.run(
+            [kubectl, "--kubeconfig", config, *args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "node-1" in kubectl_("get", "nodes")
+    assert re.search(r"^ml\s+a\s", kubectl_("get", "pods", "-A", "-l", "app=x"), re.MULTILINE)
+    described = kubectl_("describe", "pod", "-n", "ml", "a")
+    assert "Killing" in described and "Terminating" in described  # the Event, found by its involvedObject
