@@ -38,8 +38,9 @@ from automator.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, P
 from automator.settings import ALL_SETTINGS
 from tools import demorules
 from tools.demorules import IDLE_ALERT, TimeScale
-from tools.fakekube import FakeApiServer, load_objects
+from tools.fakekube import FakeApiServer
 from tools.fakesim import GpuDevices
+from tools.kubeapi import load_objects
 from tools.promserver import (
     ROOT,
     Alertmanager,

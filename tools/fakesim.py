@@ -33,7 +33,8 @@ from automator.quantity import parse_quantity
 from exporter.sources.scenario import parse_scenario
 
 if TYPE_CHECKING:
-    from tools.fakekube import JsonObj, Store
+    from tools.fakekube import Store
+    from tools.kubeapi import JsonObj
 
 log = logging.getLogger("fakekube.sim")
 

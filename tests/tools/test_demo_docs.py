@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tools.demo import FAST, NORMAL, Ports
-from tools.fakekube import RESOURCES, load_objects
+from tools.kubeapi import RESOURCES, load_objects
 from tools.promserver import ROOT
 
 DOC = (ROOT / "docs" / "demo.md").read_text()

@@ -23,7 +23,7 @@ from tools.demorules import (
     scale_scenario,
     write_rule_files,
 )
-from tools.fakekube import load_objects
+from tools.kubeapi import load_objects
 from tools.promserver import ROOT
 
 RULES = ROOT / "rules" / "gpu-steward.yaml"
