@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo bench lint typecheck rules-check unit prometheus-bin deps clean manifests dashboards protos wrk-bin
+.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin deps clean manifests dashboards protos wrk-bin
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,8 +41,12 @@ unit: deps
 test: deps lint typecheck rules-check
 	$(VENV)/bin/pytest -q
 
+# The closed loop on a fake cluster (docs/demo.md); demo-fast divides time by 10 and exits when the story is told.
 demo: deps
 	$(PY) deploy/demo/run_demo.py
+
+demo-fast: deps
+	$(PY) deploy/demo/run_demo.py --fast
 
 # Regenerate dashboards/json/*.json and their ConfigMaps in deploy/dashboards/ (docs/dashboards.md).
 dashboards: $(STAMP)
@@ -65,4 +69,4 @@ bench: deps wrk-bin
 	$(PY) -m tests.bench.run_all
 
 clean:
-	rm -rf $(VENV) .demo .bench .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .demo .demo-fast .bench .mypy_cache .ruff_cache .pytest_cache

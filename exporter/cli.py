@@ -31,8 +31,16 @@ log = logging.getLogger("exporter")
 def build_source(config: Config) -> tuple[Source, Attributor, str]:
     """The source, its attributor and the node name. Raises ScenarioError / SourceError."""
     if config.source == "mock":
-        from exporter.sources.mock import MockAttributor, MockSource
+        from exporter.sources.mock import MockAttributor, MockSource, ScenarioFile
 
+        if config.scenario is not None and config.scenario_reload:
+            feed = ScenarioFile(config.scenario)
+            scenario = feed.current()
+            return (
+                MockSource(scenario, follow=feed.current),
+                MockAttributor(scenario, follow=feed.current),
+                config.node_name or scenario.node,
+            )
         scenario = load_scenario(config.scenario)
         return MockSource(scenario), MockAttributor(scenario), config.node_name or scenario.node
     from exporter.sources.nvml import NvmlSource

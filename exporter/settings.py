@@ -73,6 +73,14 @@ SETTINGS: tuple[Setting[Any], ...] = (
         None,
         "scenario file for --source mock; without it the built-in demo scenario plays",
     ),
+    Setting(
+        "--scenario-reload",
+        boolean,
+        "false",
+        "read the --scenario file again whenever it changes, keeping the scenario's clock (the demo's "
+        "fake cluster rewrites it)",
+        action="switch",
+    ),
     Setting("--port", port, str(DEFAULT_PORT), "TCP port serving /metrics and /healthz"),
     Setting("--listen-address", listen_address, "0.0.0.0", "address to listen on (IPv4 or IPv6)"),
     Setting(
@@ -139,6 +147,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
 class Config:
     source: Literal["nvml", "mock"] = "nvml"
     scenario: Path | None = None
+    scenario_reload: bool = False
     port: int = DEFAULT_PORT
     listen_address: str = "0.0.0.0"
     interval: float = 10.0
@@ -185,12 +194,15 @@ def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Conf
     if scenario is not None and source != "mock":
         where = _given(args, "--scenario")
         raise SettingError(f"{where}: a scenario needs --source mock (source is {source!r})")
+    if values["scenario_reload"] and scenario is None:
+        raise SettingError(f"{_given(args, '--scenario-reload')}: needs --scenario FILE (a file to follow)")
     node_name = values["node_name"]
     if node_name is None and environ.get("NODE_NAME", "").strip():
         node_name = environ["NODE_NAME"].strip()
     return Config(
         source=source,
         scenario=scenario,
+        scenario_reload=values["scenario_reload"],
         port=values["port"],
         listen_address=values["listen_address"],
         interval=values["interval"],

@@ -1,6 +1,7 @@
-"""Start a real Prometheus server (and the mock exporter) for the integration tests and `make demo`.
+"""Start a real Prometheus server (and Alertmanager, the mock exporter) for the integration tests and
+`make demo`.
 
-Not test code: deploy/demo/run_demo.py imports it as well as tests/. Writes a config, starts `prometheus`
+Not test code: the demo (tools/demo.py) imports it as well as tests/. Writes a config, starts `prometheus`
 on a free local port, waits for /-/ready and offers small query helpers.
 """
 
@@ -44,6 +45,30 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
     raise TimeoutError(f"{url} not ready after {timeout}s: {last}")
 
 
+def _serve(
+    binary: str,
+    name: str,
+    workdir: Path,
+    config: dict[str, Any],
+    port: int | None,
+    flags: list[str],
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Write `name`.yml, start the binary on 127.0.0.1:port with it and `flags`, wait for /-/ready."""
+    cfg = workdir / f"{name}.yml"
+    cfg.write_text(yaml.safe_dump(config))
+    port = port or free_port()
+    log = (workdir / f"{name}.log").open("wb")
+    cmd = [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{port}", *flags]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/-/ready")
+    except TimeoutError:
+        proc.kill()
+        raise
+    return proc, url
+
+
 @dataclass
 class Prometheus:
     proc: subprocess.Popen[bytes]
@@ -79,8 +104,9 @@ def start_prometheus(
     scrape_interval: str = "1s",
     evaluation_interval: str = "1s",
     port: int | None = None,
+    alertmanagers: list[str] | None = None,
 ) -> Prometheus:
-    """Start prometheus scraping `scrape_targets` (job name -> host:port list)."""
+    """Start prometheus scraping `scrape_targets` (job name -> host:port list), alerting `alertmanagers`."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("prometheus not installed (make deps installs Debian's prometheus)")
@@ -93,28 +119,61 @@ def start_prometheus(
             for job, targets in scrape_targets.items()
         ],
     }
-    cfg = workdir / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump(config))
-    port = port or free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": alertmanagers}]}]}
+    proc, url = _serve(
+        binary,
+        "prometheus",
+        workdir,
+        config,
+        port,
+        [f"--storage.tsdb.path={workdir / 'data'}", "--web.enable-lifecycle"],
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{url}/-/ready")
-    except TimeoutError:
-        proc.kill()
-        raise
     return Prometheus(proc=proc, url=url, workdir=workdir)
+
+
+@dataclass
+class Alertmanager:
+    proc: subprocess.Popen[bytes]
+    url: str
+
+    def alerts(self, alertname: str) -> list[dict[str, Any]]:
+        """The alerts of this name Alertmanager holds (its v2 API)."""
+        q = urllib.parse.urlencode({"filter": f'alertname="{alertname}"'})
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts?{q}", timeout=10) as r:
+            result: list[dict[str, Any]] = json.load(r)
+        return result
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+def start_alertmanager(workdir: Path, port: int | None = None) -> Alertmanager:
+    """Start Debian's prometheus-alertmanager with one receiver and no cluster peers; wait for /-/ready."""
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        raise RuntimeError("alertmanager not installed (make deps installs Debian's prometheus-alertmanager)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "route": {
+            "receiver": "demo",
+            "group_by": ["alertname", "namespace", "pod"],
+            "group_wait": "1s",
+            "group_interval": "5s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [{"name": "demo"}],
+    }
+    # No gossip port: one instance.
+    proc, url = _serve(
+        binary,
+        "alertmanager",
+        workdir,
+        config,
+        port,
+        [f"--storage.path={workdir / 'data'}", "--cluster.listen-address="],
+    )
+    return Alertmanager(proc, url)
 
 
 def start_mock_exporter(scenario: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:

@@ -8,11 +8,17 @@ values, and energy the integral of power between collections.
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 
 from exporter.model import ECC_SCOPES, Attribution, ContainerRef, GpuSample, MigInstance, ProcessSample
-from exporter.sources.scenario import GpuSpec, MigSpec, ProcessSpec, Scenario
+from exporter.sources.scenario import GpuSpec, MigSpec, ProcessSpec, Scenario, ScenarioError, load_scenario
+
+log = logging.getLogger(__name__)
 
 # Derived readings: clocks rise with utilization, PCIe and NVLink traffic follow it.
 IDLE_SM_CLOCK_HZ = 345e6
@@ -169,13 +175,53 @@ def sample_gpu(
     return sample
 
 
+class ScenarioFile:
+    """The scenario of a file, read again when the file changes (`--scenario-reload`).
+
+    A change is a new modification time, size or inode (a writer replacing the file atomically). A file
+    that no longer loads is logged and the previous scenario kept: the exporter never stops over it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._seen = self._signature()
+        self._scenario = load_scenario(path)
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def current(self) -> Scenario:
+        with self._lock:
+            seen = self._signature()
+            if seen is not None and seen != self._seen:
+                self._seen = seen
+                try:
+                    self._scenario = load_scenario(self.path)
+                    log.info("scenario %s reloaded", self.path)
+                except ScenarioError as e:
+                    log.warning("%s; keeping the previous scenario", e)
+            return self._scenario
+
+
 class MockSource:
-    """Source protocol over a scenario; time starts when the source is built."""
+    """Source protocol over a scenario; time starts when the source is built.
+
+    With `follow` (e.g. ScenarioFile.current) the scenario is asked for at every collection: its
+    timeline keeps the clock of the first one, so a changed file changes what happens from now on.
+    """
 
     name = "mock"
 
-    def __init__(self, scenario: Scenario, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, scenario: Scenario, clock: Clock = time.monotonic, follow: Callable[[], Scenario] | None = None
+    ) -> None:
         self.scenario = scenario
+        self._follow = follow
         self._clock = clock
         self._start = clock()
         self._last_elapsed = 0.0
@@ -183,6 +229,11 @@ class MockSource:
         self._busy = dict.fromkeys((g.uuid for g in scenario.gpus), 0.0)
 
     def collect(self) -> list[GpuSample]:
+        if self._follow is not None:
+            self.scenario = self._follow()
+            for g in self.scenario.gpus:
+                self._energy.setdefault(g.uuid, 0.0)
+                self._busy.setdefault(g.uuid, 0.0)
         elapsed = max(0.0, self._clock() - self._start)
         t = self.scenario.scenario_time(elapsed)
         dt = max(0.0, elapsed - self._last_elapsed)
@@ -219,7 +270,12 @@ class MockAttributor:
     no allocations and a degraded status, as the real attributor reports it.
     """
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, follow: Callable[[], Scenario] | None = None) -> None:
+        self._follow = follow
+        self._load(scenario)
+
+    def _load(self, scenario: Scenario) -> None:
+        self._scenario = scenario
         self._status = dict(scenario.attribution)
         self._owners: dict[int, Attribution] = {}
         self._allocations: dict[str, list[ContainerRef]] = {}
@@ -232,7 +288,8 @@ class MockAttributor:
                     self._allocations[device.uuid] = list(device.allocations)
 
     def refresh(self) -> None:
-        pass
+        if self._follow is not None and (scenario := self._follow()) is not self._scenario:
+            self._load(scenario)
 
     def attribute(
         self, pids: Sequence[int], devices: Mapping[int, Collection[str]] | None = None

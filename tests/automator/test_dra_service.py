@@ -39,7 +39,7 @@ from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter,
 from automator.series import CONTAINER_MEMORY
 from exporter.metrics import CONTAINER_MEMORY_USED
 from tests.automator.test_end_to_end import kubeconfig  # noqa: F401 (the fixture)
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "demo"

@@ -32,7 +32,7 @@ from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
 from dashboards import contracts
 from tests.dashboards.queries import PanelQuery, panel_queries, variable_queries
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

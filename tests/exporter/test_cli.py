@@ -24,7 +24,7 @@ from exporter.attribution.degraded import DegradedAttributor
 from exporter.cli import build_source, run
 from exporter.settings import SETTINGS, Config, parse_config
 from exporter.sources.mock import MockSource
-from tests.promserver import free_port, wait_http
+from tools.promserver import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,6 +71,8 @@ def test_environment_and_flags() -> None:
         ([], {"GPU_STEWARD_NO_KUBE_API": "maybe"}, "GPU_STEWARD_NO_KUBE_API"),
         (["--log-level", "loud"], {}, "--log-level"),
         (["--scenario", "x.yaml"], {}, "--scenario"),  # needs --source mock
+        (["--source", "mock", "--scenario-reload"], {}, "--scenario-reload"),  # needs --scenario
+        (["--source", "mock"], {"GPU_STEWARD_SCENARIO_RELOAD": "1"}, "GPU_STEWARD_SCENARIO_RELOAD"),
         (["--attribution-refresh", "-1"], {}, "--attribution-refresh"),
         (["--interval", "nan"], {}, "--interval"),
         ([], {"GPU_STEWARD_INTERVAL": "inf"}, "GPU_STEWARD_INTERVAL"),

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from exporter import metrics as m
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from exporter import metrics as m
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,5 @@
-"""Container id / pod UID -> pod from the Kubernetes API, against pytest-httpserver serving pods JSON."""
+"""Container id / pod UID -> pod from the Kubernetes API: listing against the fake API server
+(tools/fakekube.py), broken answers (non-JSON, no items) against pytest-httpserver."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from exporter.attribution.kubelet import KubeletAttributor
 from exporter.attribution.pods import index_pods, strip_runtime
 from exporter.model import Attribution, ContainerRef
 from exporter.ports import KubeApiError
+from tools.fakekube import FakeApiServer
 
 NODE = "gpu-node-7"
 UID_A = "0b3f5c2e-8d1a-4f6b-9c7e-1a2b3c4d5e6f"
@@ -104,17 +106,20 @@ def test_index_pods_maps_containers_init_containers_and_mirror_uids() -> None:
     }
 
 
-def test_lister_asks_only_for_this_nodes_pods(httpserver: HTTPServer, api_client: client.ApiClient) -> None:
-    _serve_pods(httpserver, PODS)
-    pods = NodePodLister(NODE, api_client).list_pods()
-    assert [p["metadata"]["name"] for p in pods] == ["train-0", "notebook"]
-    assert len(httpserver.log) == 1
+def test_lister_asks_only_for_this_nodes_pods(fake_kube: FakeApiServer) -> None:
+    elsewhere = pod_json("other", "ml", "uid-other", {"main": "containerd://0"})
+    elsewhere["spec"]["nodeName"] = "another-node"
+    for pod in (*PODS, elsewhere):
+        fake_kube.put({"kind": "Pod", **pod})
+    api = client.ApiClient(client.Configuration(host=fake_kube.url))
+
+    pods = NodePodLister(NODE, api).list_pods()
+
+    assert sorted(p["metadata"]["name"] for p in pods) == ["notebook", "train-0"]  # the server filtered
+    (call,) = fake_kube.calls
+    assert (call.path, call.query["fieldSelector"]) == ("/api/v1/pods", [f"spec.nodeName={NODE}"])
     assert index_pods(pods).containers[CID_CRIO] == ContainerRef("research", "notebook", "jupyter")
-
-
-def test_lister_accepts_a_core_v1_api(httpserver: HTTPServer, api_client: client.ApiClient) -> None:
-    _serve_pods(httpserver, PODS)
-    assert len(NodePodLister(NODE, client.CoreV1Api(api_client)).list_pods()) == 2
+    assert len(NodePodLister(NODE, client.CoreV1Api(api)).list_pods()) == 2  # a CoreV1Api works too
 
 
 def test_lister_refuses_to_list_without_a_node() -> None:

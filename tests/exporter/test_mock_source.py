@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter.model import Attribution, ContainerRef, GpuSample
-from exporter.sources.mock import MockAttributor, MockSource
+from exporter.sources.mock import MockAttributor, MockSource, ScenarioFile
 from exporter.sources.scenario import load_scenario, parse_scenario
 
 
@@ -237,3 +240,48 @@ def test_mock_plays_health_signals_and_mig_devices() -> None:
     clock.now += 11
     parent, _ = source.collect()
     assert parent.xid_errors == {48: 1} and parent.last_xid == 48
+
+
+def _write(path: Path, doc: dict[str, Any], mtime_ns: int) -> None:
+    path.write_text(yaml.safe_dump(doc))
+    os.utime(path, ns=(mtime_ns, mtime_ns))  # a distinct mtime, without waiting for the clock to tick
+
+
+def test_a_followed_scenario_file_changes_what_happens_from_now_on(tmp_path: Path) -> None:
+    path = tmp_path / "scenario.yaml"
+    gpu = {"index": 0, "uuid": "GPU-0", "model": "M", "memory_total": "10Gi"}
+    idle = {
+        "node": "n",
+        "gpus": [{**gpu, "allocations": [{"namespace": "a", "pod": "old", "container": "c"}]}],
+    }
+    _write(path, idle, 1_000_000_000)
+    feed = ScenarioFile(path)
+    clock = FakeClock()
+    source = MockSource(feed.current(), clock, follow=feed.current)
+    attributor = MockAttributor(feed.current(), follow=feed.current)
+    clock.now += 100
+    assert source.collect()[0].utilization == 0
+    assert attributor.allocations() == {"GPU-0": [ContainerRef("a", "old", "c")]}
+
+    busy = {"node": "n", "gpus": [{**gpu,
+        "allocations": [{"namespace": "a", "pod": "new", "container": "c"}],
+        "processes": [{"pid": 7, "owner": {"namespace": "a", "pod": "new", "container": "c"},
+                       "phases": [{"from": 0, "utilization": 0.9, "memory": "1Gi"}]}]}]}  # fmt: skip
+    _write(path, busy, 2_000_000_000)
+    clock.now += 1
+    (gpu,) = source.collect()
+    attributor.refresh()
+    assert gpu.utilization == 0.9 and [p.pid for p in gpu.processes] == [7]  # `from: 0`: running now
+    assert attributor.allocations() == {"GPU-0": [ContainerRef("a", "new", "c")]}
+
+    path.write_text("gpus: [")  # broken: the previous scenario stays
+    os.utime(path, ns=(3_000_000_000, 3_000_000_000))
+    assert source.collect()[0].utilization == 0.9
+
+
+def test_a_scenario_file_that_did_not_change_is_not_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "scenario.yaml"
+    _write(path, _doc(), 1_000_000_000)
+    feed = ScenarioFile(path)
+    first = feed.current()
+    assert feed.current() is first

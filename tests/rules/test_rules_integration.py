@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

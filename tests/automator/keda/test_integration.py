@@ -28,7 +28,7 @@ from automator.keda.signals import GATES
 from automator.keda.wiring import EXTENSION, KedaRuntime
 from automator.service import build
 from automator.settings import service_settings
-from tests.promserver import ROOT, Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import ROOT, Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,66 @@
+"""docs/demo.md and README.md against the demo's code and data: a change to either makes this fail."""
+
+from __future__ import annotations
+
+import re
+
+from tools.demo import FAST, NORMAL, Ports
+from tools.kubeapi import RESOURCES, load_objects
+from tools.promserver import ROOT
+
+DOC = (ROOT / "docs" / "demo.md").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def test_the_pod_table_is_the_cluster() -> None:
+    objects = load_objects(ROOT / "deploy" / "demo" / "cluster.yaml")
+    pods = {
+        f"{o['metadata']['namespace']}/{o['metadata']['name']}": (
+            o["spec"]["priorityClassName"],
+            o["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        )
+        for o in objects
+        if o["kind"] == "Pod"
+    }
+    rows = re.findall(
+        r"^\| `([\w-]+/[\w-]+)` \| ([^|]+) \| `([\w-]+)`", section(DOC, "## The story"), re.MULTILINE
+    )
+    assert {pod for pod, _, _ in rows} == set(pods)
+    for pod, gpus, klass in rows:
+        assert klass == pods[pod][0], pod
+        count = (
+            len(range(int(gpus.split("-")[0]), int(gpus.split("-")[1]) + 1)) if "-" in gpus else int(gpus[-1])
+        )
+        assert str(count) == pods[pod][1], pod
+
+
+def test_the_documented_numbers_are_the_code() -> None:
+    fast = section(DOC, "## `make demo-fast`")
+    assert f"divided by {FAST.factor:g}" in fast and f"fires after {FAST.idle_alert_seconds} s" in fast
+    assert f"after {NORMAL.idle_alert_seconds} s of idleness" in DOC
+    ports = Ports.from_env()
+    for port in (ports.api, ports.exporter, ports.prometheus, ports.alertmanager, ports.automator):
+        assert f"127.0.0.1:{port}" in DOC, port
+
+
+def test_every_served_resource_is_documented() -> None:
+    served = section(DOC, "## What the fake API server is and is not")
+    for res in RESOURCES:
+        assert res.kind + ("es" if res.kind.endswith("s") else "s") in served, res.kind
+
+
+def test_readme_gives_both_demo_commands_and_the_tour() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "deploy/demo/run_demo.py --fast" in makefile and "\ndemo-fast: deps" in makefile
+    assert "make demo " in README and "make demo-fast" in README and "docs/demo.md" in README
+    tour = section(README, "### What the demo shows")
+    steps = ("went idle", "alert GpuStewardGpuAllocatedIdle fires", "Alertmanager received it",
+             "the automator evicted", "the scheduler started", "busy", "waste counter stopped")  # fmt: skip
+    for step in steps:
+        assert step in tour and step in DOC, step
