@@ -48,8 +48,9 @@ def merge_sections(doc: str, sections: Mapping[str, str]) -> str:
         found = len(pattern.findall(doc))
         if found > 1:
             raise ValueError(f"docs/benchmarks.md marks the section of {module} {found} times")
-        if found == 1:
-            doc = pattern.sub(lambda _m: block, doc)
+        match = pattern.search(doc)
+        if match is not None:
+            doc = doc[: match.start()] + block + doc[match.end() :]
         else:
             if doc.count(_begin(module)) or doc.count(_end(module)):
                 raise ValueError(f"docs/benchmarks.md has an unpaired marker for {module}")
