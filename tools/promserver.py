@@ -79,8 +79,11 @@ def start_prometheus(
     scrape_interval: str = "1s",
     evaluation_interval: str = "1s",
     port: int | None = None,
+    extra_scrape_configs: list[dict[str, Any]] | None = None,
+    extra_flags: tuple[str, ...] = (),
 ) -> Prometheus:
-    """Start prometheus scraping `scrape_targets` (job name -> host:port list)."""
+    """Start prometheus scraping `scrape_targets` (job name -> host:port list) and any whole scrape
+    configs in `extra_scrape_configs`; `extra_flags` go on its command line."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("prometheus not installed (make deps installs Debian's prometheus)")
@@ -91,7 +94,8 @@ def start_prometheus(
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": targets}]}
             for job, targets in scrape_targets.items()
-        ],
+        ]
+        + list(extra_scrape_configs or []),
     }
     cfg = workdir / "prometheus.yml"
     cfg.write_text(yaml.safe_dump(config))
@@ -104,6 +108,7 @@ def start_prometheus(
             f"--storage.tsdb.path={workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--web.enable-lifecycle",
+            *extra_flags,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
