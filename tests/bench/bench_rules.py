@@ -331,7 +331,10 @@ def report(sizes: list[Size], command: str) -> str:
         "",
         "Median `evaluationTime` of each rule (/api/v1/rules) over the evaluations above, and the samples it "
         "reads (`totalQueryableSamples` of the same expression run once as an instant query with "
-        f"`stats=all`). At {small.gpus:,} GPUs for comparison.",
+        f"`stats=all`). At {small.gpus:,} GPUs for comparison. "
+        "Samples read are taken once, after the measurement, from the data then in Prometheus: where "
+        "scrapes fell behind (the single-threaded synthetic exporter and a starved Prometheus) they "
+        "undercount.",
         "",
         f"| group | series | {large.gpus:,} GPUs | samples read | {small.gpus:,} GPUs |",
         "|---|---|---:|---:|---:|",
@@ -382,7 +385,10 @@ def main() -> str:
             raise ValueError(f"GPU count {gpus}: a multiple of 8 from 8 to 100,000")
         results.append(measure(gpus, fast, slow))
         print(json.dumps(dataclasses.asdict(results[-1])), file=sys.stderr, flush=True)
-    return report(results, ".venv/bin/python -m tests.bench.run_all tests.bench.bench_rules")
+    env = " ".join(
+        f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("GPU_STEWARD_BENCH_RULES_")
+    )
+    return report(results, f"{env} .venv/bin/python -m tests.bench.run_all tests.bench.bench_rules".strip())
 
 
 if __name__ == "__main__":
