@@ -15,7 +15,7 @@ so only the live scrapes matter; 24 h of raw history at 10,000 GPUs would be ~17
 
 Goal: each group under 1 s at 10,000 GPUs; growth from 1,000 to 10,000 GPUs close to linear (10x).
 `main()` returns the section of docs/benchmarks.md (tests/bench/run_all.py). Alone:
-`.venv/bin/python -m tests.bench.run_all tests.bench.bench_rules`. Sizes: env
+`.venv/bin/python -m tests.bench.bench_rules`. Sizes: env
 GPU_STEWARD_BENCH_RULES_GPUS (default "1000,10000"); evaluations per group:
 GPU_STEWARD_BENCH_RULES_FAST (default 8) and ..._SLOW (default 2).
 """
@@ -276,7 +276,8 @@ def report(sizes: list[Size], command: str) -> str:
     lines = [
         "## Recording rules at fleet scale",
         "",
-        f"Command: `{command}` (or `make bench` for all sections); measured "
+        f"Command: `{command}` (prints the section; `make bench` runs it with the others and writes it "
+        "here); measured "
         f"{time.strftime('%Y-%m-%d')} with Prometheus "
         f"{_prometheus_version()} on the shared 2-core development machine.",
         "",
@@ -388,7 +389,7 @@ def main() -> str:
     env = " ".join(
         f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("GPU_STEWARD_BENCH_RULES_")
     )
-    return report(results, f"{env} .venv/bin/python -m tests.bench.run_all tests.bench.bench_rules".strip())
+    return report(results, f"{env} .venv/bin/python -m tests.bench.bench_rules".strip())
 
 
 if __name__ == "__main__":
