@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin deps clean manifests dashboards protos wrk-bin
+.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin victoria-metrics-bin deps clean manifests dashboards protos wrk-bin
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,13 +13,22 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-deps: $(STAMP) prometheus-bin
+deps: $(STAMP) prometheus-bin victoria-metrics-bin
 
 # Debian's prometheus brings prometheus and promtool; alertmanager for amtool checks.
 prometheus-bin:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
 	  echo "installing Debian's prometheus"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null; \
+	fi
+
+# Debian's victoria-metrics brings victoria-metrics (single-node) and vmalert: the portability test
+# (tests/rules/test_victoriametrics.py) runs the rules under vmalert on its own ports. Where systemd runs,
+# the package also enables its own service on :8428, which the tests do not use.
+victoria-metrics-bin:
+	@if ! command -v victoria-metrics >/dev/null || ! command -v vmalert >/dev/null; then \
+	  echo "installing Debian's victoria-metrics"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null; \
 	fi
 
 # ruff, then the import contracts of pyproject.toml (layers; client libraries only in the adapters).

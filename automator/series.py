@@ -58,6 +58,7 @@ RULE_EVALUATION_TIMESTAMP: Final = ":gpu_steward_rule_evaluation:timestamp"
 CONTAINER_UTILIZATION: Final = f"{_CNT}:{_UTIL}:max"
 CONTAINER_EXPECTED: Final = f"{_CNT}:{_ALLOC}:group"
 CONTAINER_MEMORY: Final = f"{_CNT}:gpu_steward_container_gpu_memory_used_bytes:max"
+POD_GPU_HELD: Final = f"node_namespace_pod_uuid:{_ALLOC}:group"
 POD_IDLE_SECONDS_CARRY: Final = f"node_namespace_pod:{_UTIL}:idle_seconds_carry"
 NAMESPACE_IDLE_GPU_SECONDS: Final = f"namespace:{_ALLOC}:idle_gpu_seconds"
 
@@ -68,6 +69,7 @@ RECORDED_BY_GROUP: Final[dict[str, tuple[str, ...]]] = {
         CONTAINER_UTILIZATION,
         CONTAINER_EXPECTED,
         CONTAINER_MEMORY,
+        POD_GPU_HELD,
         POD_ACTIVITY,
         POD_MEMORY_RATIO,
         POD_IDLE,

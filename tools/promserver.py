@@ -105,8 +105,11 @@ def start_prometheus(
     evaluation_interval: str = "1s",
     port: int | None = None,
     alertmanagers: list[str] | None = None,
+    extra_scrape_configs: list[dict[str, Any]] | None = None,
+    extra_flags: tuple[str, ...] = (),
 ) -> Prometheus:
-    """Start prometheus scraping `scrape_targets` (job name -> host:port list), alerting `alertmanagers`."""
+    """Start prometheus scraping `scrape_targets` (job name -> host:port list) and any whole scrape
+    configs in `extra_scrape_configs`, alerting `alertmanagers`; `extra_flags` go on its command line."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("prometheus not installed (make deps installs Debian's prometheus)")
@@ -117,7 +120,8 @@ def start_prometheus(
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": targets}]}
             for job, targets in scrape_targets.items()
-        ],
+        ]
+        + list(extra_scrape_configs or []),
     }
     if alertmanagers:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": alertmanagers}]}]}
@@ -127,7 +131,7 @@ def start_prometheus(
         workdir,
         config,
         port,
-        [f"--storage.tsdb.path={workdir / 'data'}", "--web.enable-lifecycle"],
+        [f"--storage.tsdb.path={workdir / 'data'}", "--web.enable-lifecycle", *extra_flags],
     )
     return Prometheus(proc=proc, url=url, workdir=workdir)
 

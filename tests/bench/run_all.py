@@ -26,6 +26,7 @@ BENCHES = [
     "tests.bench.bench_automator_memory",
     "tests.bench.bench_dra",
     "tests.bench.bench_keda",
+    "tests.bench.bench_rules",
 ]
 DOC = ROOT / "docs" / "benchmarks.md"
 MEASURED = "_Measured by `make bench` on {date}: {machine}, {cores} cores, {python}._"
