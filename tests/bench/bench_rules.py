@@ -44,7 +44,7 @@ import yaml
 
 from automator import series
 from tests.bench import fleet
-from tests.promserver import ROOT, Prometheus, free_port, start_prometheus, stop, wait_http
+from tools.promserver import ROOT, Prometheus, free_port, start_prometheus, stop, wait_http
 
 RULES = ROOT / "rules" / "gpu-steward.yaml"
 WORK = ROOT / ".bench" / "rules"

@@ -35,9 +35,9 @@ import pytest
 import yaml
 
 from automator import series
-from tests.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 from tests.rules.timescale import write_scaled_rules
 from tests.vmserver import Victoria, start_victoria_metrics, start_vmalert
+from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 
