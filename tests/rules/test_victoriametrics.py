@@ -153,9 +153,14 @@ def _samples(url: str, name: str, at: float) -> dict[str, list[tuple[float, floa
 
 
 def _rate(points: list[tuple[float, float]]) -> float:
-    (t1, v1), (t2, v2) = points[0], points[-1]
-    assert t2 - t1 >= SLOPE_WINDOW / 2, points
-    return (v2 - v1) / (t2 - t1)
+    """Least-squares slope: one late or early evaluation moves the end points of a short window by a
+    whole step (vmalert's timestamps are aligned, its values measure the real interval), not the fit."""
+    assert points[-1][0] - points[0][0] >= SLOPE_WINDOW / 2, points
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    return sum((t - mean_t) * (v - mean_v) for t, v in points) / spread
 
 
 def _both(stacks: Stacks) -> tuple[tuple[str, str], float]:
