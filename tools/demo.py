@@ -107,6 +107,13 @@ class Demo:
     alertmanager: Alertmanager | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     automator_url: str = ""
+
+    @property
+    def keda_url(self) -> str:
+        """The KEDA metrics-api URL of the demo's Deployment inference/api (docs/keda.md)."""
+        query = "namespace=inference&deployment=api&profile=triton-inference"
+        return f"{self.automator_url}/keda/v1/metrics?{query}"
+
     exporter_url: str = ""
 
     def _prepare(self) -> tuple[list[dict[str, Any]], list[Path]]:
@@ -204,6 +211,7 @@ class Demo:
                 f"{pad}{WASTE}",
                 f"  Alertmanager   {self.alertmanager.url}",
                 f"  automator      {self.automator_url}/decisions   (enforce; log: {work / 'automator.log'})",
+                f"  KEDA           {self.keda_url}",
                 f"  exporter       {self.exporter_url}   (follows {work / 'scenario.yaml'})",
                 f"  fake cluster   {self.api.url}   kubectl --kubeconfig {work / 'kubeconfig'} get pods -A",
                 f"  dashboards     import {ROOT / 'dashboards' / 'json'}/*.json into Grafana "

@@ -59,6 +59,10 @@ RESOURCES: tuple[Resource, ...] = (
              ("spec.nodeName", "spec.driver")),
     Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
     Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    # Read by the KEDA cache to find a workload's pods (docs/keda.md); nothing reconciles them here.
+    Resource("apps", "v1", "deployments", "Deployment", True),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", True),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", True),
 )  # fmt: skip
 BY_KIND = {r.kind: r for r in RESOURCES}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

@@ -7,8 +7,10 @@ parts themselves: the fake API server's request log and objects, Prometheus, Ale
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +93,10 @@ def test_the_waste_series_stops_growing_after_the_eviction(demo: Demo) -> None:
     time.sleep(3 * demo.scale.rule_interval_seconds)  # three more evaluations of the rules
     (after,) = demo.prometheus.query(WASTE)
     assert float(after["value"][1]) == float(before["value"][1])
+
+
+def test_the_keda_endpoint_answers_for_the_demo_deployment(demo: Demo) -> None:
+    # The URL the demo prints: the Deployment inference/api's pod api-a, busy on its own GPUs.
+    with urllib.request.urlopen(demo.keda_url, timeout=30) as r:
+        body = json.load(r)
+    assert r.status == 200 and body["pods"] == 1 and body["value"] > 0, body
