@@ -1,55 +1,25 @@
 """Start VictoriaMetrics single-node (scraping like Prometheus) and vmalert for the portability tests.
 
-Debian's `victoria-metrics` package (installed by `make deps`) ships both binaries. The query helpers
-match tools/promserver.Prometheus (`query`, `wait_for`), so a test can read both stores the same way.
+Debian's `victoria-metrics` package (installed by `make deps`) ships both binaries. Victoria is a
+tools/promserver.Prometheus (`query`, `wait_for`), so a test reads both stores the same way.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import time
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import yaml
 
-from tools.promserver import free_port, stop, wait_http
+from tools.promserver import Prometheus, free_port, wait_http
 
 
-@dataclass
-class Victoria:
-    proc: subprocess.Popen[bytes]
-    url: str
-    workdir: Path
+class Victoria(Prometheus):
+    """VictoriaMetrics single-node: Prometheus' query API, read without its cache (the rules' own past)."""
 
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": expr, "nocache": "1"}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        with urllib.request.urlopen(
-            f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10
-        ) as r:
-            body = json.load(r)
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def wait_for(self, expr: str, timeout: float = 60.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            res = self.query(expr)
-            if res:
-                return res
-            time.sleep(0.5)
-        raise TimeoutError(f"no result for {expr!r} after {timeout}s")
-
-    def stop(self) -> None:
-        stop(self.proc)
+    QUERY_PARAMS: ClassVar[dict[str, str]] = {"nocache": "1"}
 
 
 def _binary(name: str) -> str:

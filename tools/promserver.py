@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -75,8 +75,15 @@ class Prometheus:
     url: str
     workdir: Path
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        q = urllib.parse.urlencode({"query": expr})
+    # Added to every query (VictoriaMetrics, which speaks the same API, sets nocache).
+    QUERY_PARAMS: ClassVar[dict[str, str]] = {}
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query at `at` (default: now); asserts success."""
+        params = {"query": expr, **self.QUERY_PARAMS}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        q = urllib.parse.urlencode(params)
         with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=10) as r:
             body = json.load(r)
         assert body["status"] == "success", body
