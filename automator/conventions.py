@@ -6,6 +6,7 @@ tests take them from here. Pure: constants only.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 # --- annotations -------------------------------------------------------------------------------------
@@ -79,6 +80,26 @@ WORD_NOMINATED: Final = "scheduler-nominated"
 WORD_COOLDOWN: Final = "cooldown"
 WORD_GAVE_UP: Final = "gave-up"
 WORD_BUDGET: Final = "eviction-budget"
+# Written by the actuator when the preemptor read again just before its victims go is not the one planned.
+WORD_PREEMPTOR_CHANGED: Final = "preemptor-changed"
+
+
+class UnresolvedReason(StrEnum):
+    """Why a preemptor stays pending, in a bounded set: the `reason` label of
+    gpu_steward_automator_unresolved_preemptors (automator/metrics.py derives it from the reason text)."""
+
+    NO_FIT = "no-fit"  # no node fits even after evicting every eligible idle pod
+    NO_NODE = "no-node"  # no node can run it whatever is evicted (or no node at all)
+    MALFORMED_POD = "malformed-pod"  # its requests cannot be read
+    NOMINATED = WORD_NOMINATED
+    COOLDOWN = WORD_COOLDOWN
+    GAVE_UP = WORD_GAVE_UP
+    EVICTION_BUDGET = WORD_BUDGET
+    PREEMPTOR_CHANGED = WORD_PREEMPTOR_CHANGED
+    INTERRUPTED = "interrupted"  # the pass's actions stopped first (leadership, throttling, re-plans spent)
+    OTHER = "other"  # a reason text none of the above recognises (a test keeps the planner's covered)
+
+
 # Event source component and the events.k8s.io reporting controller.
 COMPONENT: Final = "gpu-steward-automator"
 REPORTING_COMPONENT: Final = "gpu-steward.io/automator"

@@ -1,104 +1,219 @@
-"""The automator's own metrics (prefix gpu_steward_automator_), on a registry the caller owns."""
+"""The automator's own metrics (prefix gpu_steward_automator_), on a registry the caller owns.
+
+One table (name, type, help, labels, buckets) per component: `declare` creates its metrics from it, so a
+metric is written once. The KEDA endpoints' table (automator/keda/metrics.py) uses the same `declare`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.model import Mode, PassOutcome
+from automator.conventions import UnresolvedReason
+from automator.model import Mode, PassOutcome, PodKey, Unresolved
 from automator.ports import EvictionOutcome
 
-PREFIX = "gpu_steward_automator_"
+PREFIX: Final = "gpu_steward_automator_"
 
 # Label values, from the enums that are their only home.
 PASS_RESULTS: tuple[str, ...] = tuple(PassOutcome)
 EVICTION_RESULTS: tuple[str, ...] = tuple(EvictionOutcome)
 MODES: tuple[str, ...] = tuple(Mode)
+UNRESOLVED_REASONS: tuple[str, ...] = tuple(UnresolvedReason)
+
+Metric = Counter | Gauge | Histogram
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: the attribute that holds it, its type, name (after the prefix; counters without
+    `_total`), help, label names and, for a histogram, its buckets."""
+
+    attr: str
+    kind: type[Metric]
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+def declare(owner: object, registry: CollectorRegistry, prefix: str, table: Iterable[MetricSpec]) -> None:
+    """Create every metric of `table` on `registry` and set it as `owner`'s attribute of the same name.
+
+    The owner's class annotates each attribute with its type (for mypy); a table that names an attribute
+    the class does not declare, or leaves one out, is a bug caught here."""
+    declared = {
+        name
+        for cls in type(owner).__mro__
+        for name, kind in getattr(cls, "__annotations__", {}).items()
+        if kind in ("Counter", "Gauge", "Histogram")
+    }
+    made: set[str] = set()
+    for spec in table:
+        metric: Metric
+        if spec.kind is Histogram:
+            metric = Histogram(
+                prefix + spec.name, spec.help, spec.labels, registry=registry, buckets=spec.buckets
+            )
+        else:
+            metric = spec.kind(prefix + spec.name, spec.help, spec.labels, registry=registry)
+        setattr(owner, spec.attr, metric)
+        made.add(spec.attr)
+    if made != declared:
+        raise TypeError(f"{type(owner).__name__}: metric table and attributes differ: {made ^ declared}")
+
+
+# Why each unresolved reason text is what it is (the planner's texts that start with no reason word).
+_REASON_PREFIXES: Final[tuple[tuple[str, UnresolvedReason], ...]] = (
+    ("no node fits", UnresolvedReason.NO_FIT),
+    ("no nodes in the cluster", UnresolvedReason.NO_NODE),
+    ("no node can run it", UnresolvedReason.NO_NODE),
+    ("malformed pod", UnresolvedReason.MALFORMED_POD),
+)
+_REASON_WORDS: Final = frozenset(UNRESOLVED_REASONS)
+
+
+def unresolved_reason(text: str) -> UnresolvedReason:
+    """The bounded reason of an unresolved preemptor, from its reason text (OTHER when not recognised)."""
+    word = text.partition(":")[0].strip()
+    if word in _REASON_WORDS:
+        return UnresolvedReason(word)
+    return next((r for prefix, r in _REASON_PREFIXES if text.startswith(prefix)), UnresolvedReason.OTHER)
+
+
+def unresolved_by_reason(
+    unresolved: Iterable[Unresolved], interrupted: Collection[PodKey] = ()
+) -> dict[UnresolvedReason, int]:
+    """How many unresolved preemptors per reason, every reason present (0 when none). `interrupted`:
+    preemptors left unresolved because the pass's actions stopped, whatever their reason text says."""
+    counts = dict.fromkeys(UnresolvedReason, 0)
+    for u in unresolved:
+        reason = UnresolvedReason.INTERRUPTED if u.preemptor in interrupted else unresolved_reason(u.reason)
+        counts[reason] += 1
+    return counts
+
+
+_BUCKETS_PASS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_BUCKETS_QUERY: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+TABLE: Final[tuple[MetricSpec, ...]] = (
+    MetricSpec("passes", Counter, "passes", "Reclaim passes by result.", ("result",)),
+    MetricSpec(
+        "decisions",
+        Counter,
+        "decisions",
+        "Preemptors for which victims were chosen (acted on in enforce mode, only logged in dry-run).",
+        ("mode",),
+    ),
+    MetricSpec("evictions", Counter, "evictions", "Eviction API calls by result.", ("result",)),
+    MetricSpec(
+        "reclaimed_gpus",
+        Counter,
+        "reclaimed_gpus",
+        "GPUs of the victims whose eviction the API accepted (result ok, enforce mode): GPUs freed for "
+        "preemptors. Not GPU-hours: how long the preemptors then used them is not measured here.",
+    ),
+    MetricSpec(
+        "replans", Counter, "replans", "Re-plans after an eviction was refused (429) or failed (500)."
+    ),
+    MetricSpec(
+        "pass_duration",
+        Histogram,
+        "pass_duration_seconds",
+        "Duration of a reclaim pass (snapshot, queries, plan, actions).",
+        buckets=_BUCKETS_PASS,
+    ),
+    MetricSpec(
+        "query_duration",
+        Histogram,
+        "prometheus_query_duration_seconds",
+        "Duration of each Prometheus query, failed ones included.",
+        buckets=_BUCKETS_QUERY,
+    ),
+    MetricSpec(
+        "queries_per_pass",
+        Gauge,
+        "prometheus_queries_per_pass",
+        "Prometheus queries made by the last pass (one per distinct window, whatever the pod count).",
+    ),
+    MetricSpec(
+        "last_success",
+        Gauge,
+        "last_successful_pass_timestamp_seconds",
+        "Unix time the last pass finished without error.",
+    ),
+    MetricSpec("is_leader", Gauge, "is_leader", "1 if this replica holds the lease and runs passes."),
+    MetricSpec(
+        "unresolved",
+        Gauge,
+        "unresolved_preemptors",
+        "Preemptors the last pass could not make room for, by reason (docs/automator.md lists them).",
+        ("reason",),
+    ),
+    MetricSpec(
+        "evictions_last_hour",
+        Gauge,
+        "evictions_last_hour",
+        "Accepted evictions in the last hour (sliding window; --max-evictions-per-hour caps it).",
+    ),
+    MetricSpec(
+        "max_evictions_per_hour", Gauge, "max_evictions_per_hour", "The --max-evictions-per-hour budget."
+    ),
+    MetricSpec("interval", Gauge, "interval_seconds", "Seconds between passes (--interval)."),
+    MetricSpec(
+        "clock_skew",
+        Gauge,
+        "clock_skew_seconds",
+        "Prometheus' clock minus the automator's, measured each pass (over 120 s: no eviction).",
+    ),
+    MetricSpec(
+        "candidates", Gauge, "candidate_victims", "GPU pods the last pass judged as possible victims."
+    ),
+    MetricSpec(
+        "candidates_usage_unknown",
+        Gauge,
+        "candidate_victims_usage_unknown",
+        "Candidate victims of the last pass whose GPU usage was unknown (protected).",
+    ),
+    MetricSpec(
+        "nonfinite",
+        Counter,
+        "nonfinite_series",
+        "Pods whose series held NaN or Inf in a pass (each left unknown, i.e. protected).",
+    ),
+    MetricSpec("build_info", Gauge, "build_info", "Always 1; labels say what runs.", ("version", "mode")),
+)
 
 
 class AutomatorMetrics:
     """Every series the service exposes; label values are pre-created so rate() works from the first event."""
 
+    passes: Counter
+    decisions: Counter
+    evictions: Counter
+    reclaimed_gpus: Counter
+    replans: Counter
+    pass_duration: Histogram
+    query_duration: Histogram
+    queries_per_pass: Gauge
+    last_success: Gauge
+    is_leader: Gauge
+    unresolved: Gauge
+    evictions_last_hour: Gauge
+    max_evictions_per_hour: Gauge
+    interval: Gauge
+    clock_skew: Gauge
+    candidates: Gauge
+    candidates_usage_unknown: Gauge
+    nonfinite: Counter
+    build_info: Gauge
+
     def __init__(self, registry: CollectorRegistry, version: str = "unknown", mode: str = "dry-run") -> None:
         self.registry = registry
-        self.passes = Counter(PREFIX + "passes", "Reclaim passes by result.", ["result"], registry=registry)
-        self.decisions = Counter(
-            PREFIX + "decisions",
-            "Preemptors for which victims were chosen (acted on in enforce mode, only logged in dry-run).",
-            ["mode"],
-            registry=registry,
-        )
-        self.evictions = Counter(
-            PREFIX + "evictions", "Eviction API calls by result.", ["result"], registry=registry
-        )
-        self.replans = Counter(
-            PREFIX + "replans",
-            "Re-plans after an eviction was refused (429) or failed (500).",
-            registry=registry,
-        )
-        self.pass_duration = Histogram(
-            PREFIX + "pass_duration_seconds",
-            "Duration of a reclaim pass (snapshot, queries, plan, actions).",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-            registry=registry,
-        )
-        self.query_duration = Histogram(
-            PREFIX + "prometheus_query_duration_seconds",
-            "Duration of each Prometheus query, failed ones included.",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=registry,
-        )
-        self.queries_per_pass = Gauge(
-            PREFIX + "prometheus_queries_per_pass",
-            "Prometheus queries made by the last pass (one per distinct window, whatever the pod count).",
-            registry=registry,
-        )
-        self.last_success = Gauge(
-            PREFIX + "last_successful_pass_timestamp_seconds",
-            "Unix time the last pass finished without error.",
-            registry=registry,
-        )
-        self.is_leader = Gauge(
-            PREFIX + "is_leader", "1 if this replica holds the lease and runs passes.", registry=registry
-        )
-        self.unresolved = Gauge(
-            PREFIX + "unresolved_preemptors",
-            "Preemptors the last pass could not make room for.",
-            registry=registry,
-        )
-        self.evictions_last_hour = Gauge(
-            PREFIX + "evictions_last_hour",
-            "Accepted evictions in the last hour (sliding window; --max-evictions-per-hour caps it).",
-            registry=registry,
-        )
-        self.max_evictions_per_hour = Gauge(
-            PREFIX + "max_evictions_per_hour", "The --max-evictions-per-hour budget.", registry=registry
-        )
-        self.interval = Gauge(
-            PREFIX + "interval_seconds", "Seconds between passes (--interval).", registry=registry
-        )
-        self.clock_skew = Gauge(
-            PREFIX + "clock_skew_seconds",
-            "Prometheus' clock minus the automator's, measured each pass (over 120 s: no eviction).",
-            registry=registry,
-        )
-        self.candidates = Gauge(
-            PREFIX + "candidate_victims",
-            "GPU pods the last pass judged as possible victims.",
-            registry=registry,
-        )
-        self.candidates_usage_unknown = Gauge(
-            PREFIX + "candidate_victims_usage_unknown",
-            "Candidate victims of the last pass whose GPU usage was unknown (protected).",
-            registry=registry,
-        )
-        self.nonfinite = Counter(
-            PREFIX + "nonfinite_series",
-            "Pods whose series held NaN or Inf in a pass (each left unknown, i.e. protected).",
-            registry=registry,
-        )
-        self.build_info = Gauge(
-            PREFIX + "build_info", "Always 1; labels say what runs.", ["version", "mode"], registry=registry
-        )
+        declare(self, registry, PREFIX, TABLE)
         self.build_info.labels(version=version, mode=mode).set(1)
         for result in PASS_RESULTS:
             self.passes.labels(result=result)
@@ -106,3 +221,9 @@ class AutomatorMetrics:
             self.evictions.labels(result=result)
         for m in MODES:
             self.decisions.labels(mode=m)
+        self.set_unresolved(dict.fromkeys(UnresolvedReason, 0))
+
+    def set_unresolved(self, counts: Mapping[UnresolvedReason, int]) -> None:
+        """The unresolved preemptors of the last pass, every reason set (0 when absent)."""
+        for reason in UnresolvedReason:
+            self.unresolved.labels(reason=str(reason)).set(counts.get(reason, 0))

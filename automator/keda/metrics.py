@@ -6,52 +6,68 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from automator.metrics import MetricSpec, declare
+
 PREFIX: Final = "gpu_steward_automator_keda_"
 # Label values of `status`: HTTP codes, and the gRPC codes the scaler answers with.
 HTTP_STATUSES: Final = ("200", "400", "401", "404", "503")
 GRPC_STATUSES: Final = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "UNAVAILABLE", "RESOURCE_EXHAUSTED")
 
+TABLE: Final[tuple[MetricSpec, ...]] = (
+    MetricSpec(
+        "requests",
+        Counter,
+        "requests",
+        "KEDA requests by endpoint (http, grpc) and status (HTTP code or gRPC code).",
+        ("endpoint", "status"),
+    ),
+    MetricSpec(
+        "refresh_duration",
+        Histogram,
+        "refresh_duration_seconds",
+        "Duration of one background refresh (every cached query and namespace).",
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    ),
+    MetricSpec(
+        "prometheus_errors", Counter, "prometheus_errors", "Prometheus queries of the KEDA cache that failed."
+    ),
+    MetricSpec(
+        "kubernetes_errors", Counter, "kubernetes_errors", "Kubernetes lists of the KEDA cache that failed."
+    ),
+    MetricSpec(
+        "cache_age",
+        Gauge,
+        "cache_age_seconds",
+        "Seconds since the oldest cached query was last refreshed successfully (0 with none cached).",
+    ),
+    MetricSpec(
+        "cached_queries",
+        Gauge,
+        "cached_queries",
+        "Queries (signal base x window) kept fresh for KEDA; each refresh runs each once.",
+    ),
+    MetricSpec("cached_namespaces", Gauge, "cached_namespaces", "Namespaces whose pods are kept for KEDA."),
+    MetricSpec(
+        "last_refresh",
+        Gauge,
+        "last_successful_refresh_timestamp_seconds",
+        "Unix time the last refresh finished without any error.",
+    ),
+)
+
 
 class KedaMetrics:
+    requests: Counter
+    refresh_duration: Histogram
+    prometheus_errors: Counter
+    kubernetes_errors: Counter
+    cache_age: Gauge
+    cached_queries: Gauge
+    cached_namespaces: Gauge
+    last_refresh: Gauge
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
-            PREFIX + "requests",
-            "KEDA requests by endpoint (http, grpc) and status (HTTP code or gRPC code).",
-            ["endpoint", "status"],
-            registry=registry,
-        )
-        self.refresh_duration = Histogram(
-            PREFIX + "refresh_duration_seconds",
-            "Duration of one background refresh (every cached query and namespace).",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=registry,
-        )
-        self.prometheus_errors = Counter(
-            PREFIX + "prometheus_errors",
-            "Prometheus queries of the KEDA cache that failed.",
-            registry=registry,
-        )
-        self.kubernetes_errors = Counter(
-            PREFIX + "kubernetes_errors", "Kubernetes lists of the KEDA cache that failed.", registry=registry
-        )
-        self.cache_age = Gauge(
-            PREFIX + "cache_age_seconds",
-            "Seconds since the oldest cached query was last refreshed successfully (0 with none cached).",
-            registry=registry,
-        )
-        self.cached_queries = Gauge(
-            PREFIX + "cached_queries",
-            "Queries (signal base x window) kept fresh for KEDA; each refresh runs each once.",
-            registry=registry,
-        )
-        self.cached_namespaces = Gauge(
-            PREFIX + "cached_namespaces", "Namespaces whose pods are kept for KEDA.", registry=registry
-        )
-        self.last_refresh = Gauge(
-            PREFIX + "last_successful_refresh_timestamp_seconds",
-            "Unix time the last refresh finished without any error.",
-            registry=registry,
-        )
+        declare(self, registry, PREFIX, TABLE)
         for status in HTTP_STATUSES:
             self.requests.labels(endpoint="http", status=status)
         for status in GRPC_STATUSES:

@@ -112,7 +112,7 @@ def _automator_activity(
         metrics.queries_per_pass.set(1)
         metrics.decisions.labels(mode="enforce").inc()
         metrics.evictions.labels(result="ok").inc()
-        metrics.unresolved.set(1)
+        metrics.unresolved.labels(reason="no-fit").set(1)
         metrics.last_success.set(time.time())
 
 

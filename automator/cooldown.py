@@ -1,0 +1,98 @@
+"""What the actuator remembers between passes, and the cooldown annotations it writes on a preemptor.
+
+Pure: no I/O. The annotations (automator/conventions.py) keep a served preemptor in the planner's cooldown;
+the memory is their backstop when patching failed or the next list does not show them yet.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from automator.conventions import (
+    LAST_RECLAIM_ANNOTATION,
+    RECLAIM_COUNT_ANNOTATION,
+    RECLAIM_NODE_ANNOTATION,
+    RECLAIM_VICTIMS_ANNOTATION,
+)
+from automator.model import ClusterState, Decision, JsonObj, PodKey
+from automator.resources import annotations_of, is_terminating, rfc3339
+
+HOUR = timedelta(hours=1)
+
+
+@dataclass
+class ActuatorState:
+    """What the service remembers between passes (per process; lost on failover, which is harmless)."""
+
+    # Warnings already turned into Events: (class, annotation, value, pod).
+    warned: set[tuple[str, str, str, PodKey]] = field(default_factory=set)
+    # Preemptors we evicted for, when, and the annotations written (or meant to be): a backstop for the
+    # annotations if patching failed or the next list does not show them yet, so a pass never evicts twice
+    # for the same preemptor.
+    reclaimed: dict[PodKey, tuple[datetime, dict[str, str]]] = field(default_factory=dict)
+    # Times of accepted evictions in the last hour (--max-evictions-per-hour, a sliding window).
+    evictions: deque[datetime] = field(default_factory=deque)
+    # Preemptors already given a gave-up warning Event: (key, uid).
+    gave_up_warned: set[tuple[PodKey, str]] = field(default_factory=set)
+
+    def evictions_last_hour(self, now: datetime) -> int:
+        while self.evictions and now - self.evictions[0] >= HOUR:
+            self.evictions.popleft()
+        return len(self.evictions)
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def with_reclaim_memory(
+    cluster: ClusterState, reclaimed: Mapping[PodKey, tuple[datetime, Mapping[str, str]]]
+) -> ClusterState:
+    """The cluster with our remembered reclaim annotations written into preemptors that show older ones."""
+    if not reclaimed:
+        return cluster
+    pods: list[JsonObj] = []
+    for pod in cluster.pods:
+        memory = reclaimed.get(PodKey.of(pod))
+        if memory is not None:
+            when, written = memory
+            annotations = annotations_of(pod)
+            seen = _parse_time(str(annotations.get(LAST_RECLAIM_ANNOTATION, "")))
+            if LAST_RECLAIM_ANNOTATION not in annotations or (seen is not None and seen < when):
+                pod = copy.deepcopy(pod)
+                pod.setdefault("metadata", {}).setdefault("annotations", {}).update(written)
+        pods.append(pod)
+    return replace(cluster, pods=pods)
+
+
+def reclaim_annotations(preemptor: JsonObj | None, d: Decision, now: datetime) -> dict[str, str]:
+    """The four annotations written on a preemptor once victims were evicted for it."""
+    try:
+        previous = int(str(annotations_of(preemptor or {}).get(RECLAIM_COUNT_ANNOTATION, "0")).strip())
+    except ValueError:
+        previous = 0
+    return {
+        LAST_RECLAIM_ANNOTATION: rfc3339(now),
+        RECLAIM_NODE_ANNOTATION: d.node,
+        RECLAIM_VICTIMS_ANNOTATION: ",".join(str(v.pod) for v in d.victims),
+        RECLAIM_COUNT_ANNOTATION: str(max(0, previous) + 1),
+    }
+
+
+def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, cooldown: timedelta) -> None:
+    """Drop remembered reclaims once their cooldown passed and none of their victims still terminates."""
+    if not state.reclaimed:
+        return
+    terminating = {PodKey.of(p) for p in cluster.pods if is_terminating(p)}
+    for key, (when, written) in list(state.reclaimed.items()):
+        victims = {v.strip() for v in written.get(RECLAIM_VICTIMS_ANNOTATION, "").split(",")}
+        if now - when >= cooldown and not any(str(t) in victims for t in terminating):
+            del state.reclaimed[key]

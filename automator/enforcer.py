@@ -1,0 +1,255 @@
+"""Enforce mode: act on a plan's decisions, re-planning when an eviction is refused.
+
+A decision's victims go whole or not at all: its preemptor is read again, every victim is evicted as a
+server-side dry run, then for real. A refused victim is never chosen again this pass and the planner runs
+again over the cluster as it now is (`simulate`). Served preemptors get the cooldown annotations and Events.
+The writes themselves are eviction.py's; the texts report.py's.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from automator import planner, report
+from automator.conventions import (
+    REASON_EVICTION_FAILED,
+    REASON_GAVE_UP,
+    REASON_INVALID_ANNOTATION,
+    REASON_PREEMPTOR,
+    REASON_VICTIM,
+    WORD_BUDGET,
+    WORD_GAVE_UP,
+)
+from automator.cooldown import ActuatorState, reclaim_annotations
+from automator.eviction import ClusterWriter, Stop
+from automator.model import (
+    ClusterState,
+    Decision,
+    JsonObj,
+    Plan,
+    PlannerConfig,
+    PodKey,
+    PodUsage,
+    Unresolved,
+    UsageWindow,
+    Victim,
+)
+from automator.ports import EvictionOutcome, EvictionResult
+
+log = logging.getLogger(__name__)
+
+# A malformed annotation on a big class would otherwise write thousands of Events at once.
+MAX_WARNING_EVENTS_PER_CLASS = 50
+# Outcomes after which the victim is gone (NOT_FOUND: it already was).
+_GONE = (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND)
+
+
+def simulate(cluster: ClusterState, gone: set[PodKey], placed: Mapping[PodKey, str]) -> ClusterState:
+    """The cluster as a re-plan should see it: evicted pods gone, served preemptors running where planned.
+
+    A served preemptor is bound without a PodScheduled=True condition, so the planner neither serves it
+    again nor offers it as a victim, and its GPUs stay taken on its node.
+    """
+    pods: list[JsonObj] = []
+    for pod in cluster.pods:
+        key = PodKey.of(pod)
+        if key in gone:
+            continue
+        if key in placed:
+            pod = copy.deepcopy(pod)
+            pod.setdefault("spec", {})["nodeName"] = placed[key]
+            pod.setdefault("status", {})["phase"] = "Running"
+        pods.append(pod)
+    return replace(cluster, pods=pods)
+
+
+@dataclass
+class Enforcer:
+    writer: ClusterWriter
+    cluster: ClusterState
+    usage: Mapping[PodKey, PodUsage]
+    windows: Mapping[PodKey, UsageWindow]
+    config: PlannerConfig
+    now: datetime
+    state: ActuatorState
+    max_replans: int
+    budget: int  # evictions this pass may still make (per pass and per hour)
+    replans: int = 0
+    stopped: str | None = None  # why the pass's actions ended early
+    # Across re-plans: pods gone, pods never to be chosen again, preemptors placed and their victims.
+    gone: set[PodKey] = field(default_factory=set)
+    exclude: set[PodKey] = field(default_factory=set)
+    placed: dict[PodKey, str] = field(default_factory=dict)
+    evicted_for: dict[PodKey, list[Victim]] = field(default_factory=dict)
+    last_decision: dict[PodKey, Decision] = field(default_factory=dict)
+    skipped: dict[PodKey, str] = field(default_factory=dict)  # preemptors not acted on, and why
+    interrupted: set[PodKey] = field(default_factory=set)  # unresolved because the actions stopped
+
+    def _refused(self, d: Decision, v: Victim, result: EvictionResult, dry_run: bool) -> None:
+        """A victim that cannot be evicted now: never chosen again this pass; the caller re-plans."""
+        if result.outcome is EvictionOutcome.THROTTLED:
+            wait = f" (Retry-After {result.retry_after:g} s)" if result.retry_after is not None else ""
+            raise Stop(f"API throttling (429){wait} on the eviction of {v.pod}: the pass ends here")
+        log.warning(
+            "eviction%s of %s for %s refused: %s", " dry-run" if dry_run else "", v.pod, d.preemptor, result
+        )
+        if not dry_run and result.outcome is not EvictionOutcome.CONFLICT:
+            message = report.eviction_failed_event(d.preemptor, result.outcome, result.message)
+            self.writer.event(v.pod, "Warning", REASON_EVICTION_FAILED, message)
+        self.exclude.add(v.pod)
+
+    def _may_act(self, d: Decision) -> bool:
+        """Whether d's victims may go: its preemptor unchanged and the budget enough (else skipped)."""
+        self.writer.leading(f"the victims of {d.preemptor}")
+        changed = self.writer.preemptor_changed(d.preemptor)
+        if changed is not None:
+            log.info("nothing evicted for %s: %s", d.preemptor, changed)
+            self.skipped[d.preemptor] = changed
+            return False
+        if len(d.victims) > self.budget:
+            self.skipped[d.preemptor] = f"{WORD_BUDGET}: {self.budget} evictions left this pass"
+            return False
+        return True
+
+    def _dry_run(self, d: Decision) -> bool:
+        """A server-side dry run of every victim: False (after _refused) when one would be refused."""
+        for v in d.victims:
+            self.writer.leading(f"the dry-run eviction of {v.pod}")
+            result = self.writer.evict(v.pod, dry_run=True)
+            self.writer.record("evict-dry-run", v.pod, str(result.outcome), f"for {d.preemptor}")
+            if result.outcome not in _GONE:
+                self._refused(d, v, result, dry_run=True)
+                return False
+        return True
+
+    def _evict(self, d: Decision, v: Victim) -> bool:
+        """Evict one victim for real: False (after _refused) when it was not evicted."""
+        self.writer.leading(f"the eviction of {v.pod}")
+        result = self.writer.evict(v.pod)
+        detail = f"for {d.preemptor}"
+        if result.outcome is not EvictionOutcome.OK:
+            detail += f": {result.status or 'no answer'} {result.message}"
+        evicted = result.outcome in _GONE
+        stop: str | None = None
+        if result.outcome is EvictionOutcome.UNKNOWN:
+            evicted, stop = self.writer.resolve_unknown(v.pod)
+            detail += f"; pod read again: {'unreadable' if stop else 'evicted' if evicted else 'running'}"
+        self.writer.record("evict", v.pod, str(result.outcome), detail)
+        if not evicted:
+            self._refused(d, v, result, dry_run=False)
+            return False
+        log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
+        if result.outcome is EvictionOutcome.OK and self.writer.metrics is not None:
+            self.writer.metrics.reclaimed_gpus.inc(v.gpus)
+        self.gone.add(v.pod)
+        self.evicted_for.setdefault(d.preemptor, []).append(v)
+        self.budget -= 1
+        self.state.evictions.append(self.now)
+        if stop is not None:
+            raise Stop(stop)
+        return True
+
+    def _evict_for(self, d: Decision) -> bool:
+        """Evict a decision's victims, whole or not at all; False when one is refused (re-plan)."""
+        self.last_decision[d.preemptor] = d
+        if not self._may_act(d):
+            return True
+        if not self._dry_run(d) or not all(self._evict(d, v) for v in d.victims):
+            return False
+        self.placed[d.preemptor] = d.node
+        return True
+
+    def _act(self, plan: Plan) -> bool:
+        """Act on one plan's decisions: True when an eviction was refused (re-plan)."""
+        # Preemptors that already fit keep their node across re-plans, as in the first plan.
+        self.placed.update((d.preemptor, d.node) for d in plan.already_fit)
+        for d in plan.decisions:
+            if d.preemptor in self.skipped or d.preemptor in self.placed:
+                continue
+            if not self._evict_for(d):
+                return True
+        return False
+
+    def _act_and_replan(self, plan: Plan) -> Plan:
+        """Act on plan, re-planning after each refusal up to max_replans: the last plan acted on."""
+        current = plan
+        try:
+            while self._act(current):
+                if self.replans >= self.max_replans:
+                    log.warning(
+                        "re-plan limit (%d) reached: remaining preemptors wait for the next pass",
+                        self.replans,
+                    )
+                    break
+                self.replans += 1
+                if self.writer.metrics is not None:
+                    self.writer.metrics.replans.inc()
+                current = planner.plan(
+                    simulate(self.cluster, self.gone, self.placed),
+                    self.usage,
+                    self.config,
+                    self.now,
+                    exclude=frozenset(self.exclude),
+                    budget=self.budget,
+                )
+        except Stop as e:
+            self.stopped = str(e)
+            log.warning("actions stopped: %s", e)
+        return current
+
+    def run(self, plan: Plan) -> Plan:
+        """The plan as acted on: the decisions with the victims actually evicted, and what stays pending."""
+        current = self._act_and_replan(plan)
+        done: list[Decision] = []
+        for preemptor, victims in self.evicted_for.items():
+            d = replace(
+                self.last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
+            )
+            done.append(d)
+            self._finish(d, complete=preemptor in self.placed)
+        served = set(self.placed) | set(self.evicted_for)
+        unresolved = [u for u in current.unresolved if u.preemptor not in served]
+        unresolved += [Unresolved(k, why) for k, why in self.skipped.items() if k not in served]
+        why = self.stopped or "eviction refused and re-plans exhausted"
+        for d in current.decisions:
+            if d.preemptor not in served and d.preemptor not in self.skipped:
+                unresolved.append(Unresolved(d.preemptor, why))
+                self.interrupted.add(d.preemptor)
+        return replace(plan, decisions=done, unresolved=unresolved)
+
+    def _finish(self, d: Decision, complete: bool) -> None:
+        """Cooldown annotations and Events once victims were evicted for a preemptor."""
+        written = reclaim_annotations(self.writer.pods.get(d.preemptor), d, self.now)
+        self.state.reclaimed[d.preemptor] = (self.now, written)
+        if not self.writer.should_continue():
+            self.writer.record("annotate", d.preemptor, "skipped", "not the leader")
+            return
+        self.writer.annotate(d.preemptor, written)
+        message = report.preemptor_event(d, self.windows, complete)
+        self.writer.event(d.preemptor, "Normal", REASON_PREEMPTOR, message)
+        for v in d.victims:
+            event = report.victim_event(d, v, self.windows.get(v.pod))
+            self.writer.event(v.pod, "Normal", REASON_VICTIM, event)
+
+    def warn(self, plan: Plan) -> None:
+        """Warning Events: malformed class annotations (once each) and preemptors given up (once each)."""
+        for w in plan.warnings:
+            for pod in w.pods[:MAX_WARNING_EVENTS_PER_CLASS]:
+                key = (w.priority_class, w.annotation, w.value, pod)
+                if key in self.state.warned:
+                    continue
+                self.state.warned.add(key)
+                self.writer.event(
+                    pod, "Warning", REASON_INVALID_ANNOTATION, report.invalid_annotation_event(w)
+                )
+        reasons = {u.preemptor: u.reason for u in plan.unresolved}
+        for pre in plan.gave_up:
+            marker = (pre, self.writer.uids.get(pre) or "")
+            if marker in self.state.gave_up_warned:
+                continue
+            self.state.gave_up_warned.add(marker)
+            self.writer.event(pre, "Warning", REASON_GAVE_UP, reasons.get(pre, WORD_GAVE_UP))

@@ -1,0 +1,122 @@
+"""The actuator's writes to the cluster, each guarded and recorded: evictions (server-side dry run or
+real), the reads that decide whether one may go or went, cooldown annotations and Events.
+
+No write once leadership is lost; every outcome becomes an `Action` of the pass (/decisions shows them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from automator.conventions import WORD_NOMINATED, WORD_PREEMPTOR_CHANGED, WRITTEN_ANNOTATIONS
+from automator.metrics import AutomatorMetrics
+from automator.model import JsonObj, PodKey
+from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
+from automator.resources import is_terminating
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # evict-dry-run, evict, annotate, event
+    pod: str
+    result: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "pod": self.pod, "result": self.result, "detail": self.detail}
+
+
+class Stop(Exception):
+    """End the pass's actions now (leadership lost, API throttling, an outcome that cannot be known)."""
+
+
+def _uid(pod: JsonObj | None) -> object:
+    return ((pod or {}).get("metadata") or {}).get("uid")
+
+
+@dataclass
+class ClusterWriter:
+    """The pass's writes through the KubeAdapter port, with the pods as the pass listed them."""
+
+    kube: KubeAdapter
+    pods: Mapping[PodKey, JsonObj]
+    metrics: AutomatorMetrics | None
+    should_continue: Callable[[], bool]
+    actions: list[Action] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.uids = {k: str(_uid(p) or "") or None for k, p in self.pods.items()}
+
+    def leading(self, before: str) -> None:
+        """No write once leadership is lost: checked before every eviction, patch and Event."""
+        if not self.should_continue():
+            raise Stop(f"lost leadership before {before}")
+
+    def event(self, pod: PodKey, type_: str, reason: str, message: str) -> None:
+        if not self.should_continue():
+            self.actions.append(Action("event", str(pod), "skipped", f"{reason}: not the leader"))
+            return
+        try:
+            self.kube.event(pod, type_, reason, message, uid=self.uids.get(pod))
+            self.actions.append(Action("event", str(pod), "ok", reason))
+        except KubernetesUnavailable as e:
+            # An Event is a courtesy: losing one must not stop the pass.
+            log.error("event %s on %s failed: %s", reason, pod, e)
+            self.actions.append(Action("event", str(pod), "error", f"{reason}: {e}"))
+
+    def record(self, kind: str, pod: PodKey, result: str, detail: str = "") -> None:
+        self.actions.append(Action(kind, str(pod), result, detail))
+
+    def annotate(self, pod: PodKey, written: Mapping[str, str]) -> None:
+        """The cooldown annotations on a preemptor; a failure is logged (the memory keeps them)."""
+        try:
+            self.kube.annotate_preemptor(pod, written, uid=self.uids.get(pod))
+            self.actions.append(Action("annotate", str(pod), "ok", ",".join(WRITTEN_ANNOTATIONS)))
+        except KubernetesUnavailable as e:
+            log.error("cooldown annotations on %s failed (kept in memory): %s", pod, e)
+            self.actions.append(Action("annotate", str(pod), "error", str(e)))
+
+    def evict(self, pod: PodKey, dry_run: bool = False) -> EvictionResult:
+        try:
+            result = self.kube.evict(pod, uid=self.uids.get(pod), dry_run=dry_run)
+        except KubernetesUnavailable as e:
+            result = EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
+        if not dry_run and self.metrics is not None:
+            self.metrics.evictions.labels(result=str(result.outcome)).inc()
+        return result
+
+    def resolve_unknown(self, pod: PodKey) -> tuple[bool, str | None]:
+        """An eviction without an answer: read the pod before anything else is evicted.
+
+        (evicted, why the pass must stop). A pod that cannot be read is taken as evicted (its preemptor
+        enters cooldown, so no second victim goes for it) and the pass stops.
+        """
+        try:
+            now = self.kube.get_pod(pod)
+        except KubernetesUnavailable as e:
+            return True, f"eviction of {pod} has no known outcome and the pod cannot be read: {e}"
+        uid = self.uids.get(pod)
+        if now is None or is_terminating(now):
+            return True, None
+        return bool(uid) and _uid(now) != uid, None
+
+    def preemptor_changed(self, key: PodKey) -> str | None:
+        """Read the preemptor again just before its victims go: gone, scheduled, nominated or replaced."""
+        try:
+            now = self.kube.get_pod(key)
+        except KubernetesUnavailable as e:
+            raise Stop(f"preemptor {key} cannot be read again: {e}") from e
+        if now is None:
+            return f"{WORD_PREEMPTOR_CHANGED}: the preemptor is gone"
+        if _uid(now) != _uid(self.pods.get(key)):
+            return f"{WORD_PREEMPTOR_CHANGED}: the preemptor was replaced (new uid)"
+        if (now.get("spec") or {}).get("nodeName"):
+            return f"{WORD_PREEMPTOR_CHANGED}: the preemptor was scheduled to {now['spec']['nodeName']}"
+        nominated = (now.get("status") or {}).get("nominatedNodeName")
+        if nominated:
+            return f"{WORD_NOMINATED}: the scheduler nominated node {nominated}"
+        return None

@@ -1,0 +1,158 @@
+"""Issue 11's reclaim-activity metrics: unresolved preemptors by reason, and the GPUs reclaimed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from automator import planner
+from automator.actuator import run_pass
+from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_COUNT_ANNOTATION, UnresolvedReason
+from automator.metrics import AutomatorMetrics, unresolved_by_reason, unresolved_reason
+from automator.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
+from automator.ports import EvictionOutcome
+from tests.automator import k8s
+from tests.automator.fakes import FakeKube, FakePrometheus
+from tests.automator.test_actuator import eight_gpu_node, idle_usage, two_nodes
+from tests.automator.test_docs_consistency import SERVICE_DOC, code_spans, section, table_rows
+
+NOW = k8s.NOW
+CONFIG = PlannerConfig()
+PRE = PodKey("ml", "pre")
+
+
+def reclaimed(m: AutomatorMetrics) -> float | None:
+    return m.registry.get_sample_value("gpu_steward_automator_reclaimed_gpus_total")
+
+
+def unresolved(m: AutomatorMetrics) -> dict[str, float]:
+    family = "gpu_steward_automator_unresolved_preemptors"
+    return {s.labels["reason"]: s.value for f in m.registry.collect() for s in f.samples if s.name == family}
+
+
+@pytest.fixture
+def metrics() -> AutomatorMetrics:
+    return AutomatorMetrics(CollectorRegistry())
+
+
+# --- reclaimed GPUs: the victims' GPUs of evictions the API accepted, nothing else --------------------
+
+
+def test_accepted_evictions_count_their_victims_gpus(metrics: AutomatorMetrics) -> None:
+    kube = FakeKube(eight_gpu_node())
+    run_pass(kube, FakePrometheus(idle_usage("a4", "b2", "c2")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
+    assert kube.evicted == [PodKey("ml", "a4")]
+    assert reclaimed(metrics) == 4
+
+
+def test_dry_run_reclaims_nothing(metrics: AutomatorMetrics) -> None:
+    kube = FakeKube(eight_gpu_node())
+    run_pass(kube, FakePrometheus(idle_usage("a4", "b2", "c2")), CONFIG, Mode.DRY_RUN, NOW, metrics=metrics)
+    assert reclaimed(metrics) == 0
+
+
+def test_refused_and_already_gone_victims_are_not_reclaimed(metrics: AutomatorMetrics) -> None:
+    # x refused by a PodDisruptionBudget, then y accepted: 4 GPUs, not 8.
+    script = {PodKey("ml", "x"): [EvictionOutcome.REFUSED_PDB]}
+    kube = FakeKube(two_nodes(), eviction_script=script, dry_run_ok=True)
+    run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
+    assert kube.evicted == [PodKey("ml", "y")] and reclaimed(metrics) == 4
+    # A victim already gone (404) was freed by someone else: nothing reclaimed by this automator.
+    gone = AutomatorMetrics(CollectorRegistry())
+    kube = FakeKube(two_nodes(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.NOT_FOUND]})
+    run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=gone)
+    assert reclaimed(gone) == 0
+
+
+# --- unresolved preemptors by reason ------------------------------------------------------------------
+
+
+def test_every_reason_is_exposed_from_the_start(metrics: AutomatorMetrics) -> None:
+    assert unresolved(metrics) == {str(r): 0 for r in UnresolvedReason}
+
+
+def test_a_pass_sets_the_gauge_by_reason(metrics: AutomatorMetrics) -> None:
+    # big needs 8 GPUs and the nodes have 4: no node can run it (pending, needing 4, is served).
+    state = two_nodes()
+    state.pods.append(k8s.preemptor("big", 8, priority=None, priority_class="urgent", namespace="team"))
+    kube = FakeKube(state)
+    run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.DRY_RUN, NOW, metrics=metrics)
+    by_reason = unresolved(metrics)
+    assert by_reason["no-node"] == 1 and sum(by_reason.values()) == 1
+    # The next pass without it: back to 0, not a stale 1.
+    run_pass(
+        FakeKube(two_nodes()),
+        FakePrometheus(idle_usage("x", "y")),
+        CONFIG,
+        Mode.DRY_RUN,
+        NOW,
+        metrics=metrics,
+    )
+    assert sum(unresolved(metrics).values()) == 0
+
+
+def test_preemptors_left_when_the_actions_stop_are_interrupted(metrics: AutomatorMetrics) -> None:
+    script = {PodKey("ml", n): [EvictionOutcome.REFUSED_PDB] for n in ("x", "y")}
+    kube = FakeKube(two_nodes(), eviction_script=script, dry_run_ok=True)
+    result = run_pass(
+        kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics, max_replans=1
+    )
+    assert result.plan is not None and len(result.plan.unresolved) == 1
+    assert unresolved(metrics)["interrupted"] == 1 and sum(unresolved(metrics).values()) == 1
+
+
+def _planned(*pods: dict[str, Any], nodes: int = 1) -> ClusterState:
+    """A 4-GPU node held by pod v (busy unless the case needs it idle), and the preemptor."""
+    objs = [k8s.node(f"node-{i}", 4) for i in range(nodes)]
+    return k8s.cluster(*objs, k8s.pod("v", 4, "node-0"), *pods) if nodes else k8s.cluster(*pods)
+
+
+CASES: dict[UnresolvedReason, tuple[ClusterState, PlannerConfig]] = {
+    UnresolvedReason.NO_NODE: (_planned(k8s.preemptor("pre", 4), nodes=0), CONFIG),
+    UnresolvedReason.NO_FIT: (_planned(k8s.preemptor("pre", 4)), CONFIG),
+    UnresolvedReason.MALFORMED_POD: (_planned(k8s.preemptor("pre", "four")), CONFIG),
+    UnresolvedReason.NOMINATED: (_planned(k8s.preemptor("pre", 4)), CONFIG),
+    UnresolvedReason.COOLDOWN: (
+        _planned(k8s.preemptor("pre", 4, annotations={LAST_RECLAIM_ANNOTATION: k8s.ago(10)})),
+        CONFIG,
+    ),
+    UnresolvedReason.GAVE_UP: (
+        _planned(k8s.preemptor("pre", 4, annotations={RECLAIM_COUNT_ANNOTATION: "3"})),
+        CONFIG,
+    ),
+    UnresolvedReason.EVICTION_BUDGET: (
+        _planned(k8s.preemptor("pre", 4)),
+        PlannerConfig(max_evictions_per_pass=0),
+    ),
+}
+
+
+@pytest.mark.parametrize("expected", list(CASES), ids=str)
+def test_the_planners_reason_texts_map_to_their_reason(expected: UnresolvedReason) -> None:
+    """Ties the reason label to the planner's texts: rewording one fails here, not silently as `other`."""
+    state, config = CASES[expected]
+    if expected is UnresolvedReason.NOMINATED:
+        state.pods[-1]["status"]["nominatedNodeName"] = "node-0"
+    idle = k8s.idle("v") if expected is UnresolvedReason.EVICTION_BUDGET else k8s.busy("v")
+    plan = planner.plan(state, idle, config, NOW)
+    assert [u.preemptor for u in plan.unresolved] == [PRE], plan.unresolved
+    assert unresolved_reason(plan.unresolved[0].reason) is expected, plan.unresolved[0].reason
+
+
+def test_the_actuators_reason_texts_and_unknown_ones() -> None:
+    assert unresolved_reason("preemptor-changed: the preemptor is gone") is UnresolvedReason.PREEMPTOR_CHANGED
+    assert (
+        unresolved_reason("eviction-budget: 0 evictions left this pass") is UnresolvedReason.EVICTION_BUDGET
+    )
+    assert unresolved_reason("something new") is UnresolvedReason.OTHER
+    counts = unresolved_by_reason([Unresolved(PRE, "cooldown: x"), Unresolved(PodKey("a", "b"), "x")], {PRE})
+    assert counts[UnresolvedReason.INTERRUPTED] == 1 and counts[UnresolvedReason.OTHER] == 1
+    assert set(counts) == set(UnresolvedReason)
+
+
+def test_the_docs_reason_table_is_the_enum() -> None:
+    text = section(SERVICE_DOC.read_text(), "Unresolved preemptors by reason")
+    documented = [code_spans(row[0])[0] for row in table_rows(text)[1:]]
+    assert documented == [str(r) for r in UnresolvedReason]
