@@ -7,22 +7,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from typing import Any
 
 import yaml
 
 from automator.keda.request import ParamError, question
-from automator.keda.scaledobject import (
-    AUTH_MODES,
-    DEFAULT_SCALER_ADDRESS,
-    DEFAULT_URL,
-    TRIGGERS,
-    Options,
-    render,
-)
+from automator.keda.scaledobject import AUTH_MODES, TRIGGERS, Options, render
 from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
 
 COMMAND = "keda"
+DEFAULTS = Options()
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -41,18 +36,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     so.add_argument("--target-value", help="overrides the profile's target")
     so.add_argument("--activation", help="overrides the profile's activation threshold")
     so.add_argument("--metric-type", choices=("Value", "AverageValue"), help="overrides the profile's")
-    so.add_argument("--trigger", choices=TRIGGERS, default="metrics-api")
-    so.add_argument("--url", default=DEFAULT_URL, help="the automator's base URL (metrics-api)")
-    so.add_argument("--scaler-address", default=DEFAULT_SCALER_ADDRESS, help="host:port (external)")
+    so.add_argument("--trigger", choices=TRIGGERS, default=DEFAULTS.trigger)
+    so.add_argument("--url", default=DEFAULTS.url, help="the automator's base URL (metrics-api)")
+    so.add_argument("--scaler-address", default=DEFAULTS.scaler_address, help="host:port (external)")
     so.add_argument(
         "--auth",
         choices=AUTH_MODES,
-        default="bearer",
+        default=DEFAULTS.auth,
         help="metrics-api authMode (default bearer; none: open)",
     )
-    so.add_argument("--secret", default="gpu-steward-keda", help="Secret and TriggerAuthentication name")
-    so.add_argument("--min-replicas", type=int, default=1)
-    so.add_argument("--max-replicas", type=int, default=10)
+    so.add_argument("--secret", default=DEFAULTS.secret, help="Secret and TriggerAuthentication name")
+    so.add_argument("--min-replicas", type=int, default=DEFAULTS.min_replicas)
+    so.add_argument("--max-replicas", type=int, default=DEFAULTS.max_replicas)
     so.add_argument(
         "--fallback-replicas", type=int, help="replicas while data is missing (default: min, >= 1)"
     )
@@ -60,60 +55,54 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+# The flags that name Options fields one for one (--scale-target is parsed first).
+_OPTION_FLAGS: tuple[str, ...] = tuple(f.name for f in fields(Options) if f.name != "scale_target")
+# The query parameters the flags give (flag dest -> parameter), in the order the endpoint documents them.
+_PARAMETERS: dict[str, str] = {
+    "namespace": "namespace",
+    "deployment": "deployment",
+    "statefulset": "statefulset",
+    "selector": "selector",
+    "profile": "profile",
+    "signal": "signal",
+    "aggregation": "aggregation",
+    "window": "window",
+    "target_value": "targetValue",
+    "activation": "activationThreshold",
+    "metric_type": "metricType",
+}
+_FLAG_OF_PARAMETER = {
+    "targetValue": "target-value",
+    "activationThreshold": "activation",
+    "metricType": "metric-type",
+}
+
+
+def _scale_target(text: str | None) -> tuple[str, str] | None:
+    """--scale-target KIND/NAME; ValueError when malformed."""
+    if not text:
+        return None
+    kind, sep, name = text.partition("/")
+    if not sep or kind not in ("Deployment", "StatefulSet") or not name:
+        raise ValueError("--scale-target: expected Deployment/NAME or StatefulSet/NAME")
+    return kind, name
+
+
 def run(args: argparse.Namespace) -> int:
     explicit = {
-        key: value
-        for key, value in {
-            "namespace": args.namespace,
-            "deployment": args.deployment,
-            "statefulset": args.statefulset,
-            "selector": args.selector,
-            "profile": args.profile,
-            "signal": args.signal,
-            "aggregation": args.aggregation,
-            "window": args.window,
-            "targetValue": args.target_value,
-            "activationThreshold": args.activation,
-            "metricType": args.metric_type,
-        }.items()
-        if value is not None
+        parameter: getattr(args, dest)
+        for dest, parameter in _PARAMETERS.items()
+        if getattr(args, dest) is not None
     }
-    target = None
-    if args.scale_target:
-        kind, sep, name = args.scale_target.partition("/")
-        if not sep or kind not in ("Deployment", "StatefulSet") or not name:
-            print(
-                "gpu-automator keda: error: --scale-target: expected Deployment/NAME or StatefulSet/NAME",
-                file=sys.stderr,
-            )
-            return 2
-        target = (kind, name)
     try:
-        q = question(explicit)
-        docs = render(
-            q,
-            explicit,
-            Options(
-                trigger=args.trigger,
-                url=args.url,
-                scaler_address=args.scaler_address,
-                auth=args.auth,
-                secret=args.secret,
-                min_replicas=args.min_replicas,
-                max_replicas=args.max_replicas,
-                fallback_replicas=args.fallback_replicas,
-                scale_target=target,
-            ),
+        options = Options(
+            **{flag: getattr(args, flag) for flag in _OPTION_FLAGS},
+            scale_target=_scale_target(args.scale_target),
         )
+        docs = render(question(explicit), explicit, options)
     except ParamError as e:
-        flag = {
-            "targetValue": "target-value",
-            "activationThreshold": "activation",
-            "metricType": "metric-type",
-        }
-        print(
-            f"gpu-automator keda: error: --{flag.get(e.parameter, e.parameter)}: {e.message}", file=sys.stderr
-        )
+        flag = _FLAG_OF_PARAMETER.get(e.parameter, e.parameter)
+        print(f"gpu-automator keda: error: --{flag}: {e.message}", file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"gpu-automator keda: error: {e}", file=sys.stderr)

@@ -57,8 +57,7 @@ def _target(q: Question, opts: Options) -> tuple[str, str]:
     raise ValueError("--scale-target KIND/NAME is required with --selector")
 
 
-def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[str, Any]]:
-    """[TriggerAuthentication, Secret template] (with auth) + [ScaledObject]; ValueError on bad options."""
+def _check(q: Question, opts: Options) -> None:
     if opts.trigger not in TRIGGERS:
         raise ValueError(f"--trigger: expected one of {', '.join(TRIGGERS)}")
     if opts.auth not in AUTH_MODES:
@@ -67,9 +66,10 @@ def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[st
         raise ValueError("--target-value is required without a profile")
     if not 0 <= opts.min_replicas <= opts.max_replicas or opts.max_replicas < 1:
         raise ValueError("--min-replicas and --max-replicas: expected 0 <= min <= max, max >= 1")
-    kind, name = _target(q, opts)
-    ns = q.workload.namespace
-    params = _params(q, explicit)
+
+
+def _trigger(q: Question, params: dict[str, str], opts: Options) -> dict[str, Any]:
+    """The ScaledObject's trigger: metrics-api (a URL with the query) or external (the scaler's address)."""
     metadata: dict[str, str]
     if opts.trigger == "metrics-api":
         metadata = {
@@ -90,32 +90,40 @@ def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[st
             "targetValue": f"{q.target:g}",
             "activationThreshold": f"{q.activation or 0:g}",
         }
-    trigger: dict[str, Any] = {
-        "type": opts.trigger,
-        "metricType": q.metric_type or "AverageValue",
+    return {"type": opts.trigger, "metricType": q.metric_type or "AverageValue", "metadata": metadata}
+
+
+def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
+    """The Secret template and the TriggerAuthentication that reads it."""
+    keys = SECRET_KEYS[opts.auth]
+    metadata = {"name": opts.secret, "namespace": namespace}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
         "metadata": metadata,
+        "type": "Opaque",
+        "stringData": {k: f"REPLACE-WITH-THE-{k.upper()}-THE-AUTOMATOR-ACCEPTS" for k in keys},
     }
+    refs = [{"parameter": k, "name": opts.secret, "key": k} for k in keys]
+    auth = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "TriggerAuthentication",
+        "metadata": dict(metadata),
+        "spec": {"secretTargetRef": refs},
+    }
+    return [secret, auth]
+
+
+def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[str, Any]]:
+    """[TriggerAuthentication, Secret template] (with auth) + [ScaledObject]; ValueError on bad options."""
+    _check(q, opts)
+    kind, name = _target(q, opts)
+    ns = q.workload.namespace
+    trigger = _trigger(q, _params(q, explicit), opts)
     docs: list[dict[str, Any]] = []
     if opts.auth != "none" and opts.trigger == "metrics-api":
         trigger["authenticationRef"] = {"name": opts.secret}
-        keys = SECRET_KEYS[opts.auth]
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": opts.secret, "namespace": ns},
-                "type": "Opaque",
-                "stringData": {k: f"REPLACE-WITH-THE-{k.upper()}-THE-AUTOMATOR-ACCEPTS" for k in keys},
-            }
-        )
-        docs.append(
-            {
-                "apiVersion": "keda.sh/v1alpha1",
-                "kind": "TriggerAuthentication",
-                "metadata": {"name": opts.secret, "namespace": ns},
-                "spec": {"secretTargetRef": [{"parameter": k, "name": opts.secret, "key": k} for k in keys]},
-            }
-        )
+        docs += _auth_documents(opts, ns)
     fallback = opts.fallback_replicas if opts.fallback_replicas is not None else max(1, opts.min_replicas)
     docs.append(
         {

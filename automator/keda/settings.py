@@ -67,22 +67,26 @@ KEDA_SETTINGS: tuple[Setting[Any], ...] = (
 KEDA_GROUP = "KEDA endpoints (docs/keda.md)"
 
 
+# Each default once, in the table above: resolved as if no flag or variable were given.
+_DEFAULTS: dict[str, Any] = spec.resolve(argparse.Namespace(), KEDA_SETTINGS, {})
+
+
 @dataclass(frozen=True)
 class KedaSettings:
-    keda_refresh_seconds: float = 15.0
-    keda_max_age_seconds: float = 120.0
-    keda_pod_grace_seconds: float = 120.0
-    keda_forget_seconds: float = 600.0
-    keda_max_queries: int = 32
-    keda_bearer_token_file: str | None = None
-    keda_api_key_file: str | None = None
-    keda_basic_auth_file: str | None = None
-    keda_tls_cert_file: str | None = None
-    keda_tls_key_file: str | None = None
-    keda_tls_port: int = 8443
-    keda_grpc_port: int = 0
-    keda_grpc_workers: int = 8
-    keda_grpc_max_streams: int = 4
+    keda_refresh_seconds: float = _DEFAULTS["keda_refresh_seconds"]
+    keda_max_age_seconds: float = _DEFAULTS["keda_max_age_seconds"]
+    keda_pod_grace_seconds: float = _DEFAULTS["keda_pod_grace_seconds"]
+    keda_forget_seconds: float = _DEFAULTS["keda_forget_seconds"]
+    keda_max_queries: int = _DEFAULTS["keda_max_queries"]
+    keda_bearer_token_file: str | None = _DEFAULTS["keda_bearer_token_file"]
+    keda_api_key_file: str | None = _DEFAULTS["keda_api_key_file"]
+    keda_basic_auth_file: str | None = _DEFAULTS["keda_basic_auth_file"]
+    keda_tls_cert_file: str | None = _DEFAULTS["keda_tls_cert_file"]
+    keda_tls_key_file: str | None = _DEFAULTS["keda_tls_key_file"]
+    keda_tls_port: int = _DEFAULTS["keda_tls_port"]
+    keda_grpc_port: int = _DEFAULTS["keda_grpc_port"]
+    keda_grpc_workers: int = _DEFAULTS["keda_grpc_workers"]
+    keda_grpc_max_streams: int = _DEFAULTS["keda_grpc_max_streams"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
