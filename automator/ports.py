@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from automator.model import ClusterState, JsonObj, PodKey, PodUsage, UsageWindow
 
@@ -64,6 +64,12 @@ class KubeAdapter(Protocol):
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None: ...
 
 
+# The usage query's types, named once for the port and its implementations.
+Windows: TypeAlias = Mapping[PodKey, UsageWindow]  # each pod's windows
+Usage: TypeAlias = dict[PodKey, PodUsage]  # each pod Prometheus knows (a pod it lacks: unknown)
+When: TypeAlias = datetime | None
+
+
 class UsageSource(Protocol):
     queries_last_call: int
     # Pods whose series held a NaN/Inf in the last call (each left unknown, i.e. protected).
@@ -71,10 +77,7 @@ class UsageSource(Protocol):
     # Prometheus' evaluation time minus `now` in the last call (None: not measured).
     clock_skew_seconds: float | None
 
-    def usage(
-        self,
-        windows: Mapping[PodKey, UsageWindow],
-        at: datetime | None = None,
-        recent_seconds: int = 300,
-        now: datetime | None = None,
-    ) -> dict[PodKey, PodUsage]: ...
+    def usage(self, windows: Windows, at: When = None, recent_seconds: int = 300, now: When = None) -> Usage:
+        """Each pod's usage over its windows and its recent maximum over the last `recent_seconds`, as of
+        `at` (default: Prometheus' now); PrometheusUnavailable when no trustworthy answer can be given."""
+        ...

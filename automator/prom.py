@@ -24,8 +24,8 @@ from urllib3.util.retry import Retry
 
 from automator.conventions import NAMESPACE_LABEL, POD_LABEL
 from automator.dra.model import ContainerUsage
-from automator.model import PodKey, PodUsage, UsageWindow
-from automator.ports import PrometheusUnavailable
+from automator.model import PodKey, PodUsage
+from automator.ports import PrometheusUnavailable, Usage, When, Windows
 from automator.series import CONTAINER_MEMORY, FRESHNESS_SECONDS, POD_ACTIVITY
 from exporter.metrics import CONTAINER_LABELS, DEVICE_LABELS
 
@@ -195,13 +195,7 @@ class PrometheusAdapter:
             )
         return result
 
-    def usage(
-        self,
-        windows: Mapping[PodKey, UsageWindow],
-        at: datetime | None = None,
-        recent_seconds: int = 300,
-        now: datetime | None = None,
-    ) -> dict[PodKey, PodUsage]:
+    def usage(self, windows: Windows, at: When = None, recent_seconds: int = 300, now: When = None) -> Usage:
         """Usage of every pod in `windows` that Prometheus knows; a pod it lacks is left out (unknown).
 
         at: evaluation time of every query (default: Prometheus' own now, read by the first query), so all

@@ -99,6 +99,17 @@ def _amount(value: Any, scale: int, field: str, i: int, where: str, name: str) -
     return whole(value, path) if scale == 0 else scaled(value, scale, path)
 
 
+def _request(
+    requests: Mapping[str, Any], limits: Mapping[str, Any], name: str, scale: int, field: str, i: int
+) -> int:
+    """A cpu or memory request: Kubernetes defaults a missing request to the limit (0 without either)."""
+    if name in requests:
+        return _amount(requests[name], scale, field, i, "requests", name)
+    if name in limits:
+        return _amount(limits[name], scale, field, i, "limits", name)
+    return 0
+
+
 def _container_requests(
     container: Mapping[str, Any], gpu_resources: tuple[str, ...], field: str, i: int
 ) -> tuple[int, int, int]:
@@ -114,19 +125,8 @@ def _container_requests(
             gpus += _amount(limits[name], 0, field, i, "limits", name)
         elif name in requests:
             gpus += _amount(requests[name], 0, field, i, "requests", name)
-    # Kubernetes defaults a missing request to the limit.
-    if "cpu" in requests:
-        cpu = _amount(requests["cpu"], 1000, field, i, "requests", "cpu")
-    elif "cpu" in limits:
-        cpu = _amount(limits["cpu"], 1000, field, i, "limits", "cpu")
-    else:
-        cpu = 0
-    if "memory" in requests:
-        memory = _amount(requests["memory"], 1, field, i, "requests", "memory")
-    elif "memory" in limits:
-        memory = _amount(limits["memory"], 1, field, i, "limits", "memory")
-    else:
-        memory = 0
+    cpu = _request(requests, limits, "cpu", 1000, field, i)
+    memory = _request(requests, limits, "memory", 1, field, i)
     return gpus, cpu, memory
 
 

@@ -15,8 +15,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from automator.conventions import LAST_RECLAIM_ANNOTATION
-from automator.model import ClusterState, JsonObj, PodKey, PodUsage, UsageWindow
-from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable, PrometheusUnavailable
+from automator.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.ports import (
+    EvictionOutcome,
+    EvictionResult,
+    KubernetesUnavailable,
+    PrometheusUnavailable,
+    Usage,
+    When,
+    Windows,
+)
 from automator.resources import rfc3339
 
 _STATUS = {
@@ -149,13 +157,7 @@ class FakePrometheus:
     clock_skew_seconds: float | None = None
     calls: int = 0
 
-    def usage(
-        self,
-        windows: Mapping[PodKey, UsageWindow],
-        at: datetime | None = None,
-        recent_seconds: int = 300,
-        now: datetime | None = None,
-    ) -> dict[PodKey, PodUsage]:
+    def usage(self, windows: Windows, at: When = None, recent_seconds: int = 300, now: When = None) -> Usage:
         self.calls += 1
         gpu = {w.gpu_seconds for w in windows.values()}
         cpu = {w.cpu_seconds for w in windows.values() if w.cpu_seconds > 0}
