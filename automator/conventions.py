@@ -9,6 +9,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
+
+def _named(prefix: str) -> tuple[str, ...]:
+    """The values of this module's constants named prefix..., in the order they are written (so a new
+    one joins its set where it is declared, and cannot be left out of it)."""
+    return tuple(value for name, value in globals().items() if name.startswith(prefix))
+
+
 # --- annotations -------------------------------------------------------------------------------------
 # On a PriorityClass: its pending pods may reclaim idle GPUs (value "true").
 RECLAIM_ANNOTATION: Final = "gpu-steward.io/reclaim-idle-gpus"
@@ -34,16 +41,8 @@ ANN_GPU_IDLE_SECONDS: Final = PLUGIN_PREFIX + "gpu-idle-seconds"
 ANN_GPU_IDLE_THRESHOLD: Final = PLUGIN_PREFIX + "gpu-idle-usage-threshold"
 ANN_CPU_IDLE_SECONDS: Final = PLUGIN_PREFIX + "cpu-idle-seconds"
 ANN_CPU_IDLE_THRESHOLD: Final = PLUGIN_PREFIX + "cpu-idle-usage-threshold"
-# Every PriorityClass annotation the planner reads, in docs/reclaim.md's table order.
-CLASS_ANNOTATIONS: Final[tuple[str, ...]] = (
-    RECLAIM_ANNOTATION,
-    ANN_MIN_PREEMPTABLE_PRIORITY,
-    ANN_TOLERATION_SECONDS,
-    ANN_GPU_IDLE_SECONDS,
-    ANN_GPU_IDLE_THRESHOLD,
-    ANN_CPU_IDLE_SECONDS,
-    ANN_CPU_IDLE_THRESHOLD,
-)
+# Every PriorityClass annotation the planner reads, in docs/reclaim.md's table order (the order above).
+CLASS_ANNOTATIONS: Final[tuple[str, ...]] = (RECLAIM_ANNOTATION, *_named("ANN_"))
 
 # --- labels ------------------------------------------------------------------------------------------
 # On a pod: "true" keeps it from ever being a victim (reason opted-out).
@@ -61,13 +60,7 @@ REASON_PREEMPTOR: Final = "GpuReclaimPreemptor"
 REASON_EVICTION_FAILED: Final = "GpuReclaimEvictionFailed"
 REASON_INVALID_ANNOTATION: Final = "InvalidReclaimAnnotation"
 REASON_GAVE_UP: Final = "GpuReclaimGaveUp"
-EVENT_REASONS: Final[tuple[str, ...]] = (
-    REASON_VICTIM,
-    REASON_PREEMPTOR,
-    REASON_EVICTION_FAILED,
-    REASON_INVALID_ANNOTATION,
-    REASON_GAVE_UP,
-)
+EVENT_REASONS: Final[tuple[str, ...]] = _named("REASON_")
 
 # --- reason words (what a user sees at the start of a verdict or an unresolved reason) -----------------
 # Victim protections (explain's [rule]):

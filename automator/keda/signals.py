@@ -50,6 +50,8 @@ class Signal:
     help: str
 
 
+# Names the seed scaler (keda-gpu-scaler) used, accepted for easy migration.
+ALIASES: Final[dict[str, str]] = {"power_draw": "power_watts", "temperature": "temperature_celsius"}
 SIGNALS: Final[dict[str, Signal]] = {
     s.name: s
     for s in (
@@ -99,8 +101,6 @@ SIGNALS: Final[dict[str, Signal]] = {
         ),
     )
 }
-# Names the seed scaler (keda-gpu-scaler) used, accepted for easy migration.
-ALIASES: Final[dict[str, str]] = {"power_draw": "power_watts", "temperature": "temperature_celsius"}
 
 
 def signal(name: str) -> Signal | None:

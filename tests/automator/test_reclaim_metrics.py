@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from automator import planner
+from automator import conventions, planner
 from automator.actuator import run_pass
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_COUNT_ANNOTATION, UnresolvedReason
 from automator.metrics import AutomatorMetrics, unresolved_by_reason, unresolved_reason
@@ -156,3 +156,14 @@ def test_the_docs_reason_table_is_the_enum() -> None:
     text = section(SERVICE_DOC.read_text(), "Unresolved preemptors by reason")
     documented = [code_spans(row[0])[0] for row in table_rows(text)[1:]]
     assert documented == [str(r) for r in UnresolvedReason]
+
+
+def test_the_convention_sets_hold_their_constants_in_order() -> None:
+    assert conventions.EVENT_REASONS[0] == conventions.REASON_VICTIM
+    assert conventions.EVENT_REASONS[-1] == conventions.REASON_GAVE_UP and len(conventions.EVENT_REASONS) == 5
+    assert conventions.CLASS_ANNOTATIONS[:2] == (
+        conventions.RECLAIM_ANNOTATION,
+        conventions.ANN_MIN_PREEMPTABLE_PRIORITY,
+    )
+    assert conventions.CLASS_ANNOTATIONS[-1] == conventions.ANN_CPU_IDLE_THRESHOLD
+    assert len(conventions.CLASS_ANNOTATIONS) == 7
