@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from automator import conventions, planner
 from automator.actuator import run_pass
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_COUNT_ANNOTATION, UnresolvedReason
-from automator.metrics import AutomatorMetrics, unresolved_by_reason, unresolved_reason
+from automator.metrics import AutomatorMetrics, MetricSpec, declare, unresolved_by_reason, unresolved_reason
 from automator.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
 from automator.ports import EvictionOutcome
 from tests.automator import k8s
@@ -167,3 +167,14 @@ def test_the_convention_sets_hold_their_constants_in_order() -> None:
     )
     assert conventions.CLASS_ANNOTATIONS[-1] == conventions.ANN_CPU_IDLE_THRESHOLD
     assert len(conventions.CLASS_ANNOTATIONS) == 7
+
+
+class _Declared:
+    passes: Counter
+    forgotten: Gauge
+
+
+def test_a_metric_table_and_its_attributes_cannot_drift() -> None:
+    spec = MetricSpec("passes", Counter, "passes", "help")
+    with pytest.raises(TypeError, match="forgotten"):
+        declare(_Declared(), CollectorRegistry(), "x_", [spec])
