@@ -56,98 +56,78 @@ def _gauge(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSp
     return MetricSpec(PREFIX + name, "gauge", unit, labels, help)
 
 
+def _reading(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+    """A gauge whose value is a reading of the last background collection."""
+    return _gauge(name, unit, labels, help + SNAPSHOT_NOTE)
+
+
 def _counter(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
     return MetricSpec(PREFIX + name, "counter", unit, labels, help)
 
 
+_GPU = DEVICE_LABELS
+_CONTAINER = DEVICE_LABELS + CONTAINER_LABELS
+_BY_REASON = (*DEVICE_LABELS, "reason")
+_DIRECTION = (*DEVICE_LABELS, "direction")
+
 # --- per GPU, allocations, per container, outside Kubernetes: from the snapshot ----------------------
 
-GPU_UTILIZATION = _gauge(
-    "gpu_utilization_ratio",
-    "ratio",
-    DEVICE_LABELS,
-    "Share of time a kernel ran on the GPU, 0-1" + SNAPSHOT_NOTE,
+GPU_UTILIZATION = _reading(
+    "gpu_utilization_ratio", "ratio", _GPU, "Share of time a kernel ran on the GPU, 0-1"
 )
-GPU_MEMORY_UTILIZATION = _gauge(
-    "gpu_memory_utilization_ratio",
-    "ratio",
-    DEVICE_LABELS,
-    "Share of time device memory was read or written, 0-1" + SNAPSHOT_NOTE,
+GPU_MEMORY_UTILIZATION = _reading(
+    "gpu_memory_utilization_ratio", "ratio", _GPU, "Share of time device memory was read or written, 0-1"
 )
-GPU_MEMORY_USED = _gauge(
-    "gpu_memory_used_bytes", "bytes", DEVICE_LABELS, "GPU framebuffer memory in use, bytes" + SNAPSHOT_NOTE
+GPU_MEMORY_USED = _reading("gpu_memory_used_bytes", "bytes", _GPU, "GPU framebuffer memory in use, bytes")
+GPU_MEMORY_TOTAL = _reading("gpu_memory_total_bytes", "bytes", _GPU, "GPU framebuffer memory size, bytes")
+GPU_TEMPERATURE = _reading(
+    "gpu_temperature_celsius", "celsius", _GPU, "GPU core temperature, degrees Celsius"
 )
-GPU_MEMORY_TOTAL = _gauge(
-    "gpu_memory_total_bytes", "bytes", DEVICE_LABELS, "GPU framebuffer memory size, bytes" + SNAPSHOT_NOTE
-)
-GPU_TEMPERATURE = _gauge(
-    "gpu_temperature_celsius",
-    "celsius",
-    DEVICE_LABELS,
-    "GPU core temperature, degrees Celsius" + SNAPSHOT_NOTE,
-)
-GPU_POWER = _gauge("gpu_power_watts", "watts", DEVICE_LABELS, "GPU power draw, watts" + SNAPSHOT_NOTE)
-GPU_ENERGY = MetricSpec(
-    PREFIX + "gpu_energy_joules",
-    "counter",
-    "joules",
-    DEVICE_LABELS,
-    "GPU energy used since the driver loaded, joules" + SNAPSHOT_NOTE,
+GPU_POWER = _reading("gpu_power_watts", "watts", _GPU, "GPU power draw, watts")
+GPU_ENERGY = _counter(
+    "gpu_energy_joules", "joules", _GPU, "GPU energy used since the driver loaded, joules" + SNAPSHOT_NOTE
 )
 GPU_COLLECTION_SUCCESS = _gauge(
-    "gpu_collection_success",
-    "0/1",
-    DEVICE_LABELS,
-    "1 if every field of this GPU read fine in the last collection",
+    "gpu_collection_success", "0/1", _GPU, "1 if every field of this GPU read fine in the last collection"
 )
-GPU_LOST = _gauge("gpu_lost", "0/1", DEVICE_LABELS, "1 if NVML reports this GPU lost or needing a reset")
+GPU_LOST = _gauge("gpu_lost", "0/1", _GPU, "1 if NVML reports this GPU lost or needing a reset")
 GPU_ALLOCATION = _gauge(
-    "gpu_allocation",
-    "1",
-    DEVICE_LABELS + CONTAINER_LABELS,
-    "1 for each container the kubelet allocated this GPU to",
+    "gpu_allocation", "1", _CONTAINER, "1 for each container the kubelet allocated this GPU to"
 )
-CONTAINER_UTILIZATION = _gauge(
-    "container_gpu_utilization_ratio",
-    "ratio",
-    DEVICE_LABELS + CONTAINER_LABELS,
-    "This container's share of the GPU's time, 0-1" + SNAPSHOT_NOTE,
+CONTAINER_UTILIZATION = _reading(
+    "container_gpu_utilization_ratio", "ratio", _CONTAINER, "This container's share of the GPU's time, 0-1"
 )
 CONTAINER_MEMORY_USED = _gauge(
     "container_gpu_memory_used_bytes",
     "bytes",
-    DEVICE_LABELS + CONTAINER_LABELS,
+    _CONTAINER,
     "GPU memory used by this container's processes, bytes",
 )
 CONTAINER_PROCESSES = _gauge(
-    "container_gpu_processes",
-    "processes",
-    DEVICE_LABELS + CONTAINER_LABELS,
-    "Processes of this container on the GPU",
+    "container_gpu_processes", "processes", _CONTAINER, "Processes of this container on the GPU"
 )
 UNATTRIBUTED_UTILIZATION = _gauge(
     "unattributed_gpu_utilization_ratio",
     "ratio",
-    (*DEVICE_LABELS, "reason"),
+    _BY_REASON,
     "SM utilization of GPU processes not in a container, 0-1",
 )
 UNATTRIBUTED_MEMORY_USED = _gauge(
     "unattributed_gpu_memory_used_bytes",
     "bytes",
-    (*DEVICE_LABELS, "reason"),
+    _BY_REASON,
     "GPU memory of processes not in a container, bytes",
 )
 UNATTRIBUTED_PROCESSES = _gauge(
     "unattributed_gpu_processes",
     "processes",
-    (*DEVICE_LABELS, "reason"),
+    _BY_REASON,
     "GPU processes not in a container (reason: host or unresolved)",
 )
-GPU_READ_ERRORS = MetricSpec(
-    PREFIX + "gpu_read_errors",
-    "counter",
+GPU_READ_ERRORS = _counter(
+    "gpu_read_errors",
     "reads",
-    (*DEVICE_LABELS, "field", "error"),
+    (*_GPU, "field", "error"),
     "NVML reads that failed, by GPU, field and NVML error",
 )
 
@@ -156,112 +136,99 @@ GPU_READ_ERRORS = MetricSpec(
 GPU_INFO = _gauge(
     "gpu_info",
     "1",
-    (*DEVICE_LABELS, "pci_bus_id", "driver_version", "cuda_version"),
+    (*_GPU, "pci_bus_id", "driver_version", "cuda_version"),
     "Always 1: the GPU's PCI bus id, the driver and CUDA versions (empty when unknown)",
 )
 MIG_INFO = _gauge(
     "gpu_mig_info",
     "1",
-    (*DEVICE_LABELS, "parent_uuid", "gpu_instance_id", "compute_instance_id", "profile"),
+    (*_GPU, "parent_uuid", "gpu_instance_id", "compute_instance_id", "profile"),
     "Always 1 for a MIG device: its parent GPU, GPU and compute instance ids and profile",
 )
-GPU_SM_CLOCK = _gauge("gpu_sm_clock_hertz", "hertz", DEVICE_LABELS, "SM clock, hertz" + SNAPSHOT_NOTE)
-GPU_MEMORY_CLOCK = _gauge(
-    "gpu_memory_clock_hertz", "hertz", DEVICE_LABELS, "Memory clock, hertz" + SNAPSHOT_NOTE
+GPU_SM_CLOCK = _reading("gpu_sm_clock_hertz", "hertz", _GPU, "SM clock, hertz")
+GPU_MEMORY_CLOCK = _reading("gpu_memory_clock_hertz", "hertz", _GPU, "Memory clock, hertz")
+GPU_MEMORY_TEMPERATURE = _reading(
+    "gpu_memory_temperature_celsius", "celsius", _GPU, "GPU memory (HBM) temperature, degrees Celsius"
 )
-GPU_MEMORY_TEMPERATURE = _gauge(
-    "gpu_memory_temperature_celsius",
-    "celsius",
-    DEVICE_LABELS,
-    "GPU memory (HBM) temperature, degrees Celsius" + SNAPSHOT_NOTE,
+GPU_MEMORY_RESERVED = _reading(
+    "gpu_memory_reserved_bytes", "bytes", _GPU, "GPU memory the driver reserves, bytes"
 )
-GPU_MEMORY_RESERVED = _gauge(
-    "gpu_memory_reserved_bytes",
-    "bytes",
-    DEVICE_LABELS,
-    "GPU memory the driver reserves, bytes" + SNAPSHOT_NOTE,
+GPU_ENCODER_UTILIZATION = _reading(
+    "gpu_encoder_utilization_ratio", "ratio", _GPU, "Video encoder busy share, 0-1"
 )
-GPU_ENCODER_UTILIZATION = _gauge(
-    "gpu_encoder_utilization_ratio", "ratio", DEVICE_LABELS, "Video encoder busy share, 0-1" + SNAPSHOT_NOTE
+GPU_DECODER_UTILIZATION = _reading(
+    "gpu_decoder_utilization_ratio", "ratio", _GPU, "Video decoder busy share, 0-1"
 )
-GPU_DECODER_UTILIZATION = _gauge(
-    "gpu_decoder_utilization_ratio", "ratio", DEVICE_LABELS, "Video decoder busy share, 0-1" + SNAPSHOT_NOTE
-)
-GPU_PCIE_THROUGHPUT = _gauge(
+GPU_PCIE_THROUGHPUT = _reading(
     "gpu_pcie_throughput_bytes_per_second",
     "bytes/s",
-    (*DEVICE_LABELS, "direction"),
-    "PCIe traffic (direction tx or rx), bytes per second over NVML's 20 ms sample" + SNAPSHOT_NOTE,
+    _DIRECTION,
+    "PCIe traffic (direction tx or rx), bytes per second over NVML's 20 ms sample",
 )
 GPU_PCIE_REPLAYS = _counter(
-    "gpu_pcie_replays", "replays", DEVICE_LABELS, "PCIe replays (retries) since the driver loaded"
+    "gpu_pcie_replays", "replays", _GPU, "PCIe replays (retries) since the driver loaded"
 )
 GPU_NVLINK_BYTES = _counter(
     "gpu_nvlink_bytes",
     "bytes",
-    (*DEVICE_LABELS, "direction"),
+    _DIRECTION,
     "NVLink data bytes over all links (direction tx or rx); GPUs without NVLink have none",
 )
 GPU_XID_ERRORS = _counter(
     "gpu_xid_errors",
     "errors",
-    (*DEVICE_LABELS, "xid"),
+    (*_GPU, "xid"),
     "Xid errors NVML reported since the exporter started, by Xid code",
 )
 GPU_ECC_ERRORS = _counter(
     "gpu_ecc_errors",
     "errors",
-    (*DEVICE_LABELS, "type", "scope"),
+    (*_GPU, "type", "scope"),
     "ECC memory errors by type (corrected, uncorrected) and scope (volatile: since the driver "
     "loaded; aggregate: over the GPU's life)",
 )
 GPU_REMAPPED_ROWS = _counter(
     "gpu_remapped_rows",
     "rows",
-    (*DEVICE_LABELS, "type"),
+    (*_GPU, "type"),
     "Memory rows remapped over the GPU's life, by the error that caused it (correctable, uncorrectable)",
 )
-GPU_ROW_REMAP_PENDING = _gauge(
-    "gpu_row_remap_pending", "0/1", DEVICE_LABELS, "1 if a row remap waits for a GPU reset"
-)
+GPU_ROW_REMAP_PENDING = _gauge("gpu_row_remap_pending", "0/1", _GPU, "1 if a row remap waits for a GPU reset")
 GPU_ROW_REMAP_FAILURE = _gauge(
-    "gpu_row_remap_failure", "0/1", DEVICE_LABELS, "1 if a row remap failed (the GPU needs service)"
+    "gpu_row_remap_failure", "0/1", _GPU, "1 if a row remap failed (the GPU needs service)"
 )
 GPU_CLOCK_EVENT = _gauge(
     "gpu_clock_event_reason_active",
     "0/1",
-    (*DEVICE_LABELS, "reason"),
+    _BY_REASON,
     "1 while this reason holds the clocks down (throttling), per NVML clock-event reason",
 )
 
 # --- the exporter itself: computed at scrape time -------------------------------------------------------
 
+_NODE = ("node",)
 EXPORTER_BUILD_INFO = _gauge(
     "exporter_build_info", "1", ("node", "version", "source"), "Exporter version and GPU source; always 1"
 )
-EXPORTER_COLLECTION_ERRORS = MetricSpec(
-    PREFIX + "exporter_collection_errors",
-    "counter",
-    "collections",
-    ("node",),
-    "Collections that failed as a whole",
+EXPORTER_COLLECTION_ERRORS = _counter(
+    "exporter_collection_errors", "collections", _NODE, "Collections that failed as a whole"
 )
 EXPORTER_SNAPSHOT_AGE = _gauge(
     "exporter_snapshot_age_seconds",
     "seconds",
-    ("node",),
+    _NODE,
     "Seconds since the snapshot served by this scrape was collected",
 )
 EXPORTER_LAST_COLLECTION = _gauge(
     "exporter_last_collection_timestamp_seconds",
     "seconds",
-    ("node",),
+    _NODE,
     "Unix time of the collection served by this scrape",
 )
 EXPORTER_COLLECTION_DURATION = _gauge(
     "exporter_collection_duration_seconds",
     "seconds",
-    ("node",),
+    _NODE,
     "How long the collection served by this scrape took",
 )
 EXPORTER_ATTRIBUTION_AVAILABLE = _gauge(
