@@ -16,7 +16,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from exporter.model import ECC_SCOPES, Attribution, ContainerRef, GpuSample, MigInstance, ProcessSample
-from exporter.sources.scenario import GpuSpec, MigSpec, ProcessSpec, Scenario, ScenarioError, load_scenario
+from exporter.sources.scenario import load_scenario
+from exporter.sources.scenario_model import GpuSpec, MigSpec, ProcessSpec, Scenario, ScenarioError
 
 log = logging.getLogger(__name__)
 
