@@ -58,6 +58,8 @@ COVERAGE_STEPS: Final = steps(BAD, (contracts.MIN_COVERAGE, BUSY))
 SNAPSHOT_AGE_STEPS: Final = steps(BUSY, (contracts.FRESHNESS_SECONDS, BAD))
 # Anything above zero is worth a look (errors, idle GPUs, unknown GPUs, unresolved preemptors).
 ZERO_IS_GOOD: Final = steps(BUSY, (1, BAD))
+# Time since a periodic job (a reclaim pass, a DRA check) last succeeded: late from 5 min, stale from 15.
+SINCE_SUCCESS_STEPS: Final = steps(BUSY, (300, IDLE), (900, BAD))
 PLAIN: Final = steps(NEUTRAL)
 
 
@@ -257,6 +259,50 @@ def table(
     )
 
 
+# --- panel shapes several dashboards use ---
+
+
+def series(title: str, description: str, expr: str, legend: str = "", **options: Any) -> Any:
+    """A time series panel of one query (`options` as `timeseries`)."""
+    return timeseries(title, description, [Query(expr, legend)], **options)
+
+
+def counts_by(
+    title: str, description: str, counter: str, label: str, colours: Mapping[str, str] | None = None
+) -> Any:
+    """Bars of a counter's increase per Grafana step, one series per value of `label`."""
+    legend = "{{" + label + "}}"
+    return timeseries(
+        title, description, [Query(increase_by(counter, label), legend)], bars=True, colours=colours
+    )
+
+
+def latency(title: str, description: str, bucket: str) -> Any:
+    """Median and 95th percentile of a duration histogram, in seconds."""
+    quantiles = [Query(quantile(0.5, bucket), "p50"), Query(quantile(0.95, bucket), "p95")]
+    return timeseries(title, description, quantiles, unit=SECONDS)
+
+
+def gpus_stat(title: str, description: str, expr: str, colour: str) -> Any:
+    """A number of GPUs now, in the colour of what they are (allocated, idle...)."""
+    return stat(title, description, expr, unit=GPUS, colour=colour)
+
+
+def problem_stat(title: str, description: str, expr: str, **options: Any) -> Any:
+    """A count where anything above zero is worth a look (`options` as `stat`)."""
+    return stat(title, description, expr, thresholds=ZERO_IS_GOOD, **options)
+
+
+def since_stat(title: str, description: str, expr: str) -> Any:
+    """Seconds since a periodic job last succeeded (SINCE_SUCCESS_STEPS)."""
+    return stat(title, description, expr, unit=SECONDS, thresholds=SINCE_SUCCESS_STEPS)
+
+
+def idle_gpu_hours_stat(description: str, expr: str) -> Any:
+    """The GPU-hours held idle in the trailing 24 hours (fleet and namespace dashboards)."""
+    return stat("Idle GPU-hours, last 24 h", description, expr, unit=GPU_HOURS, colour=IDLE, decimals=1)
+
+
 # --- layout and the dashboard ---
 
 
@@ -277,6 +323,11 @@ class Layout:
         self.panels.append(_placed(panel, g.GridPos(h=h, w=w, x=self._x, y=self._y)))
         self._x += w
         self._line_height = max(self._line_height, h)
+
+    def line(self, w: int, *panels: Any, h: int = 8) -> None:
+        """Panels of one width, left to right (wrapping to a new line when full)."""
+        for panel in panels:
+            self.add(panel, w=w, h=h)
 
     def stats(self, *panels: Any, h: int = 4) -> None:
         """A line of stat panels sharing the full width equally."""
