@@ -9,11 +9,6 @@ from dashboards import contracts as c
 from dashboards import house as h
 
 UID: Final = "gpu-steward-dra"
-TITLE: Final = "GPU Steward / DRA capacity"
-DESCRIPTION: Final = (
-    "What Dynamic Resource Allocation promised on each GPU against what it has and what containers use: "
-    "memory committed per device, findings by kind, and the health of the automator's DRA check."
-)
 
 # One series per device and capacity even when two replicas export the same report.
 _DEVICE = "node, driver, pool, device"
@@ -35,11 +30,13 @@ def _committed(name: str) -> str:
 
 
 def build() -> Any:
-    lay = h.Layout()
-    _summary(lay)
-    _capacity_per_device(lay)
-    _findings_and_the_check(lay)
-    return h.dashboard(UID, TITLE, DESCRIPTION, lay)
+    return h.dashboard(
+        UID,
+        "GPU Steward / DRA capacity",
+        "What Dynamic Resource Allocation promised on each GPU against what it has and what containers use: "
+        "memory committed per device, findings by kind, and the health of the automator's DRA check.",
+        [_summary, _capacity_per_device, _findings_and_the_check],
+    )
 
 
 def _findings(kinds: tuple[str, ...]) -> str:

@@ -8,10 +8,6 @@ from dashboards import contracts as c
 from dashboards import house as h
 
 UID: Final = "gpu-steward-fleet"
-TITLE: Final = "GPU Steward / Fleet overview"
-DESCRIPTION: Final = (
-    "GPUs total, allocated, allocated-but-idle and unknown; idle GPU-hours by namespace; top idle pods."
-)
 
 # GPUs the exporters report, each counted once (lost and unreadable ones included).
 GPUS_TOTAL: Final = f"count(max by (node, uuid) ({c.GPU_COLLECTION_SUCCESS}))"
@@ -35,10 +31,12 @@ def idle_gpu_hours_trend() -> Any:
 
 
 def build() -> Any:
-    lay = h.Layout()
-    _summary(lay)
-    _waste(lay)
-    return h.dashboard(UID, TITLE, DESCRIPTION, lay)
+    return h.dashboard(
+        UID,
+        "GPU Steward / Fleet overview",
+        "GPUs total, allocated, allocated-but-idle and unknown; idle GPU-hours by namespace; top idle pods.",
+        [_summary, _waste],
+    )
 
 
 def _summary(lay: h.Layout) -> None:

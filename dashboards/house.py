@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -352,7 +352,16 @@ def _placed(panel: Any, pos: Any) -> Any:
     return panel
 
 
-def dashboard(uid: str, title: str, description: str, layout: Layout, variables: Iterable[Any] = ()) -> Any:
+Row = Callable[[Layout], None]
+
+
+def dashboard(
+    uid: str, title: str, description: str, rows: Iterable[Row], variables: Iterable[Any] = ()
+) -> Any:
+    """The dashboard of these rows, top to bottom: each row function places its panels on the layout."""
+    layout = Layout()
+    for row in rows:
+        row(layout)
     return g.Dashboard(
         uid=uid,
         title=title,

@@ -8,8 +8,6 @@ from dashboards import contracts as c
 from dashboards import house as h
 
 UID: Final = "gpu-steward-node"
-TITLE: Final = "GPU Steward / Node and GPU detail"
-DESCRIPTION: Final = "Per GPU and per container readings, unattributed usage, and the exporter's health."
 
 NODE: Final = f"{{node=~{h.regex('node')}}}"
 GPU: Final = f"{{node=~{h.regex('node')}, uuid=~{h.regex('gpu')}}}"
@@ -18,17 +16,16 @@ CONTAINER_LEGEND: Final = "{{namespace}}/{{pod}}/{{container}} on gpu {{gpu}}"
 
 
 def build() -> Any:
-    lay = h.Layout()
-    _summary(lay)
-    _per_gpu(lay)
-    _per_container(lay)
-    _unattributed(lay)
-    _exporter_health(lay)
-    variables = [
-        h.label_variable("node", "Node", c.GPU_COLLECTION_SUCCESS, "node"),
-        h.label_variable("gpu", "GPU (uuid)", f"{c.GPU_COLLECTION_SUCCESS}{NODE}", "uuid"),
-    ]
-    return h.dashboard(UID, TITLE, DESCRIPTION, lay, variables)
+    return h.dashboard(
+        UID,
+        "GPU Steward / Node and GPU detail",
+        "Per GPU and per container readings, unattributed usage, and the exporter's health.",
+        [_summary, _per_gpu, _per_container, _unattributed, _exporter_health],
+        [
+            h.label_variable("node", "Node", c.GPU_COLLECTION_SUCCESS, "node"),
+            h.label_variable("gpu", "GPU (uuid)", f"{c.GPU_COLLECTION_SUCCESS}{NODE}", "uuid"),
+        ],
+    )
 
 
 def _held(pods: str = "") -> str:

@@ -10,19 +10,15 @@ from dashboards import fleet
 from dashboards import house as h
 
 UID: Final = "gpu-steward-reclaim"
-TITLE: Final = "GPU Steward / Reclaim activity"
-DESCRIPTION: Final = (
-    "The automator's decisions, evictions by outcome, unresolved preemptors, pass and query time."
-)
 
 
 def build() -> Any:
-    lay = h.Layout()
-    _summary(lay)
-    _decisions_and_evictions(lay)
-    _passes_and_their_cost(lay)
-    _keda_endpoints(lay)
-    return h.dashboard(UID, TITLE, DESCRIPTION, lay)
+    return h.dashboard(
+        UID,
+        "GPU Steward / Reclaim activity",
+        "The automator's decisions, evictions by outcome, unresolved preemptors, pass and query time.",
+        [_summary, _decisions_and_evictions, _passes_and_their_cost, _keda_endpoints],
+    )
 
 
 def _in_range(title: str, description: str, counter: str, colour: str) -> Any:

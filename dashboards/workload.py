@@ -8,8 +8,6 @@ from dashboards import contracts as c
 from dashboards import house as h
 
 UID: Final = "gpu-steward-workload"
-TITLE: Final = "GPU Steward / Namespace and workload"
-DESCRIPTION: Final = "Per pod: GPU activity, memory, idle clock and coverage."
 
 NS: Final = f"namespace=~{h.regex('namespace')}"
 PODS: Final = f"{{{NS}, pod=~{h.regex('pod')}}}"
@@ -17,15 +15,16 @@ POD_LEGEND: Final = "{{namespace}}/{{pod}}"
 
 
 def build() -> Any:
-    lay = h.Layout()
-    _summary(lay)
-    _pods_now(lay)
-    _per_pod_over_time(lay)
-    variables = [
-        h.label_variable("namespace", "Namespace", c.POD_GPUS, "namespace"),
-        h.label_variable("pod", "Pod", f"{c.POD_GPUS}{{{NS}}}", "pod"),
-    ]
-    return h.dashboard(UID, TITLE, DESCRIPTION, lay, variables)
+    return h.dashboard(
+        UID,
+        "GPU Steward / Namespace and workload",
+        "Per pod: GPU activity, memory, idle clock and coverage.",
+        [_summary, _pods_now, _per_pod_over_time],
+        [
+            h.label_variable("namespace", "Namespace", c.POD_GPUS, "namespace"),
+            h.label_variable("pod", "Pod", f"{c.POD_GPUS}{{{NS}}}", "pod"),
+        ],
+    )
 
 
 def _summary(lay: h.Layout) -> None:
