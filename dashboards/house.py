@@ -137,9 +137,15 @@ def _targets(queries: Sequence[Query], table: bool = False) -> list[Any]:
 # --- query shapes several dashboards use ---
 
 
-def increase_by(counter: str, by: str) -> str:
-    """A counter's increase per Grafana step, summed by one label."""
-    return f"sum by ({by}) (increase({counter}[{RATE_INTERVAL}]))"
+def increase_by(counter: str, by: str, selector: str = "") -> str:
+    """A counter's increase per Grafana step, summed by one label (or several: "node, field")."""
+    return f"sum by ({by}) (increase({counter}{selector}[{RATE_INTERVAL}]))"
+
+
+def rate_by(counter: str, by: str = "") -> str:
+    """A counter's per-second rate, summed (by the `by` labels, if any)."""
+    total = f"sum by ({by}) " if by else "sum"
+    return f"{total}(rate({counter}[{RATE_INTERVAL}]))"
 
 
 def quantile(q: float, bucket: str) -> str:

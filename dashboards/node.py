@@ -85,10 +85,6 @@ def _summary(lay: h.Layout) -> None:
 
 def _per_gpu(lay: h.Layout) -> None:
     lay.row("Per GPU")
-    memory = [
-        h.Query(f"{c.GPU_MEMORY_USED}{GPU}", GPU_LEGEND),
-        h.Query(f"{c.GPU_MEMORY_TOTAL}{GPU}", GPU_LEGEND + " size"),
-    ]
     lay.line(
         12,
         _gpu_series(
@@ -99,7 +95,13 @@ def _per_gpu(lay: h.Layout) -> None:
             max_value=1,
         ),
         h.timeseries(
-            "GPU memory used", "Framebuffer memory in use per GPU, and each GPU's size.", memory, unit=h.BYTES
+            "GPU memory used",
+            "Framebuffer memory in use per GPU, and each GPU's size.",
+            [
+                h.Query(f"{c.GPU_MEMORY_USED}{GPU}", GPU_LEGEND),
+                h.Query(f"{c.GPU_MEMORY_TOTAL}{GPU}", GPU_LEGEND + " size"),
+            ],
+            unit=h.BYTES,
         ),
     )
     lay.line(
@@ -186,16 +188,6 @@ def _unattributed(lay: h.Layout) -> None:
 
 def _exporter_health(lay: h.Layout) -> None:
     lay.row("Exporter health")
-    errors = [
-        h.Query(
-            f"sum by (node) (increase({c.EXPORTER_COLLECTION_ERRORS}{NODE}[{h.RATE_INTERVAL}]))",
-            "{{node}} collections",
-        ),
-        h.Query(
-            f"sum by (node, field, error) (increase({c.GPU_READ_ERRORS}{GPU}[{h.RATE_INTERVAL}]))",
-            "{{node}} {{field}}: {{error}}",
-        ),
-    ]
     lay.line(
         8,
         h.series(
@@ -211,7 +203,13 @@ def _exporter_health(lay: h.Layout) -> None:
         h.timeseries(
             "Collection errors",
             "Collections that failed as a whole, and NVML field reads that failed (by field and error).",
-            errors,
+            [
+                h.Query(h.increase_by(c.EXPORTER_COLLECTION_ERRORS, "node", NODE), "{{node}} collections"),
+                h.Query(
+                    h.increase_by(c.GPU_READ_ERRORS, "node, field, error", GPU),
+                    "{{node}} {{field}}: {{error}}",
+                ),
+            ],
             bars=True,
         ),
         h.series(

@@ -145,21 +145,13 @@ def _passes_and_their_cost(lay: h.Layout) -> None:
 
 def _keda_endpoints(lay: h.Layout) -> None:
     lay.row("KEDA endpoints")
-    cache = [
-        h.Query(f"max({c.AUTOMATOR_KEDA_CACHE_AGE})", "age"),
-        h.Query(f"max({c.AUTOMATOR_KEDA_CACHED_QUERIES})", "queries kept"),
-    ]
-    errors = [
-        h.Query(f"sum(rate({c.AUTOMATOR_KEDA_PROMETHEUS_ERRORS}[{h.RATE_INTERVAL}]))", "Prometheus"),
-        h.Query(f"sum(rate({c.AUTOMATOR_KEDA_KUBERNETES_ERRORS}[{h.RATE_INTERVAL}]))", "Kubernetes"),
-    ]
     lay.line(
         6,
         h.series(
             "KEDA answers by status",
             "Requests KEDA made to the metrics-api endpoint (http: HTTP code) and the external scaler (grpc: "
             "gRPC code). 503 / UNAVAILABLE: no fresh value, KEDA's fallback applies (docs/keda.md).",
-            f"sum by (endpoint, status) (rate({c.AUTOMATOR_KEDA_REQUESTS}[{h.RATE_INTERVAL}]))",
+            h.rate_by(c.AUTOMATOR_KEDA_REQUESTS, "endpoint, status"),
             "{{endpoint}} {{status}}",
             colours={"http 200": h.BUSY, "grpc OK": h.BUSY, "http 503": h.BAD, "grpc UNAVAILABLE": h.BAD},
         ),
@@ -167,7 +159,10 @@ def _keda_endpoints(lay: h.Layout) -> None:
             "KEDA cache age",
             "Seconds since the oldest cached KEDA query or pod list was refreshed successfully, and the "
             "queries kept fresh (one per signal and window, whatever the number of workloads).",
-            cache,
+            [
+                h.Query(f"max({c.AUTOMATOR_KEDA_CACHE_AGE})", "age"),
+                h.Query(f"max({c.AUTOMATOR_KEDA_CACHED_QUERIES})", "queries kept"),
+            ],
         ),
         h.latency(
             "KEDA refresh duration",
@@ -177,6 +172,9 @@ def _keda_endpoints(lay: h.Layout) -> None:
         h.timeseries(
             "KEDA upstream errors",
             "Failed Prometheus queries and Kubernetes lists of the KEDA cache, per second.",
-            errors,
+            [
+                h.Query(h.rate_by(c.AUTOMATOR_KEDA_PROMETHEUS_ERRORS), "Prometheus"),
+                h.Query(h.rate_by(c.AUTOMATOR_KEDA_KUBERNETES_ERRORS), "Kubernetes"),
+            ],
         ),
     )
