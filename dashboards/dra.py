@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from dashboards import contracts as c
 from dashboards import house as h
+from dashboards import panels as p
 
 UID: Final = "gpu-steward-dra"
 
@@ -46,14 +47,14 @@ def _findings(kinds: tuple[str, ...]) -> str:
 
 def _summary(lay: h.Layout) -> None:
     lay.stats(
-        h.problem_stat(
+        p.problem_stat(
             "Critical findings",
             "Broken promises now: overcommitted devices, devices shared without allowMultipleAllocations, "
             "containers using more GPU memory than their claim. No data: no fresh DRA check.",
             _findings(c.DRA_CRITICAL_KINDS),
             decimals=0,
         ),
-        h.stat(
+        p.stat(
             "Warnings",
             "Claims held wrongly or unreadable objects: invalid consumption, unknown devices, orphaned "
             "claims, mixed mode, unparsable fields.",
@@ -61,21 +62,21 @@ def _summary(lay: h.Layout) -> None:
             thresholds=h.steps(h.BUSY, (1, h.IDLE)),
             decimals=0,
         ),
-        h.stat(
+        p.stat(
             "DRA devices",
             "Devices the current ResourceSlices publish with a memory capacity.",
             f"count({_capacity(c.DRA_MEMORY)})",
             colour=h.ALLOCATED,
             decimals=0,
         ),
-        h.stat(
+        p.stat(
             "Memory committed",
             "Memory the claims consumed over the memory the DRA devices publish, all devices.",
             f"sum({_consumed(c.DRA_MEMORY)}) / sum({_capacity(c.DRA_MEMORY)})",
             unit=h.RATIO,
             thresholds=_COMMITTED_STEPS,
         ),
-        h.stat(
+        p.stat(
             "Usage compared",
             "1: the last check compared measured GPU memory with the claims; 0: Prometheus could not be "
             "read and usage-over-claim is unknown.",
@@ -83,7 +84,7 @@ def _summary(lay: h.Layout) -> None:
             thresholds=h.steps(h.BAD, (1, h.BUSY)),
             decimals=0,
         ),
-        h.since_stat(
+        p.since_stat(
             "Since last good check",
             "Time since a DRA check last read the cluster. Checks run every --dra-check-interval seconds; "
             "after 3 intervals the report is no longer exported.",
@@ -95,13 +96,13 @@ def _summary(lay: h.Layout) -> None:
 def _capacity_per_device(lay: h.Layout) -> None:
     lay.row("Capacity promised per device")
     columns = [
-        ("capacity", h.Query(_capacity(c.DRA_MEMORY)), h.BYTES),
-        ("consumed", h.Query(_consumed(c.DRA_MEMORY)), h.BYTES),
-        ("committed", h.Query(_committed(c.DRA_MEMORY)), h.RATIO),
+        ("capacity", p.Query(_capacity(c.DRA_MEMORY)), h.BYTES),
+        ("consumed", p.Query(_consumed(c.DRA_MEMORY)), h.BYTES),
+        ("committed", p.Query(_committed(c.DRA_MEMORY)), h.RATIO),
     ]
     lay.line(
         12,
-        h.series(
+        p.series(
             "Memory committed by device",
             "consumedCapacity.memory of the claims allocated each device over its memory capacity, the ten "
             "highest. Above 100 % the device is overcommitted.",
@@ -111,7 +112,7 @@ def _capacity_per_device(lay: h.Layout) -> None:
             thresholds=_COMMITTED_STEPS,
             threshold_line=True,
         ),
-        h.table(
+        p.table(
             "Devices",
             "Every DRA device with a memory capacity: what it publishes and what its claims consumed.",
             columns,
@@ -124,12 +125,12 @@ def _capacity_per_device(lay: h.Layout) -> None:
 def _findings_and_the_check(lay: h.Layout) -> None:
     lay.row("Findings and the check")
     check = [
-        h.Query(h.quantile(0.95, c.DRA_CHECK_DURATION_BUCKET), "check p95 (s)"),
-        h.Query(h.increase_by(c.DRA_EVENTS, "result"), "Events {{result}}"),
+        p.Query(p.quantile(0.95, c.DRA_CHECK_DURATION_BUCKET), "check p95 (s)"),
+        p.Query(p.increase_by(c.DRA_EVENTS, "result"), "Events {{result}}"),
     ]
     lay.line(
         8,
-        h.series(
+        p.series(
             "Findings by kind",
             "Findings of the last check by kind (docs/dra.md says what each means and what to do). Gaps: no "
             "fresh check; usage-over-claim is absent while usage cannot be read.",
@@ -137,7 +138,7 @@ def _findings_and_the_check(lay: h.Layout) -> None:
             "{{kind}}",
             colours=dict.fromkeys(c.DRA_CRITICAL_KINDS, h.BAD),
         ),
-        h.counts_by(
+        p.counts_by(
             "Checks by result",
             "DRA checks by result: ok, dra_unavailable (the cluster does not serve resource.k8s.io/v1), "
             "kubernetes_error, error. A failed check makes no report.",
@@ -145,7 +146,7 @@ def _findings_and_the_check(lay: h.Layout) -> None:
             "result",
             {"ok": h.BUSY, "kubernetes_error": h.BAD, "error": h.BAD},
         ),
-        h.timeseries(
+        p.timeseries(
             "Check duration and Events",
             "95th percentile of a check (lists, usage query, checks, Events), and Events written on claims "
             "and nodes (once per finding, not once per check).",

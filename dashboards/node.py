@@ -6,6 +6,7 @@ from typing import Any, Final
 
 from dashboards import contracts as c
 from dashboards import house as h
+from dashboards import panels as p
 
 UID: Final = "gpu-steward-node"
 
@@ -35,38 +36,38 @@ def _held(pods: str = "") -> str:
 
 def _gpu_series(title: str, description: str, metric: str, legend: str = GPU_LEGEND, **options: Any) -> Any:
     """One series per selected GPU (or per container on it, by `legend`) of an exporter metric."""
-    return h.series(title, description, f"{metric}{GPU}", legend, **options)
+    return p.series(title, description, f"{metric}{GPU}", legend, **options)
 
 
 def _summary(lay: h.Layout) -> None:
     lay.stats(
-        h.stat(
+        p.stat(
             "GPUs",
             "GPUs the selected nodes' exporters report.",
             f"count({c.GPU_COLLECTION_SUCCESS}{GPU})",
             unit=h.GPUS,
             colour=h.NEUTRAL,
         ),
-        h.gpus_stat(
+        p.gpus_stat(
             "Held by pods",
             "GPUs on the selected nodes held by at least one pod (a time-sliced GPU counts once).",
             _held(),
             h.ALLOCATED,
         ),
-        h.gpus_stat(
+        p.gpus_stat(
             "Held idle",
             "GPUs on the selected nodes held by at least one idle pod.",
             _held(f" * on (cluster, namespace, pod, pod_uid) group_left () ({c.POD_IDLE} == 1)"),
             h.IDLE,
         ),
-        h.problem_stat(
+        p.problem_stat(
             "Lost or unreadable",
             "GPUs NVML reports lost, or with a field that failed to read in the last collection. Their "
             "containers have no activity series (unknown, never idle).",
             f"count(({c.GPU_LOST}{GPU} == 1) or ({c.GPU_COLLECTION_SUCCESS}{GPU} == 0)) or vector(0)",
             unit=h.GPUS,
         ),
-        h.stat(
+        p.stat(
             "Oldest snapshot",
             f"Age of the oldest snapshot the selected exporters serve. From {c.FRESHNESS_SECONDS} s on the "
             "rules ignore the node's readings (stuck collector).",
@@ -74,7 +75,7 @@ def _summary(lay: h.Layout) -> None:
             unit=h.SECONDS,
             thresholds=h.SNAPSHOT_AGE_STEPS,
         ),
-        h.problem_stat(
+        p.problem_stat(
             "Attribution sources degraded",
             "Attribution sources (proc, podresources, kubernetes_api) that did not answer in the last "
             "collection: processes become unresolved and containers' series disappear.",
@@ -94,12 +95,12 @@ def _per_gpu(lay: h.Layout) -> None:
             unit=h.RATIO,
             max_value=1,
         ),
-        h.timeseries(
+        p.timeseries(
             "GPU memory used",
             "Framebuffer memory in use per GPU, and each GPU's size.",
             [
-                h.Query(f"{c.GPU_MEMORY_USED}{GPU}", GPU_LEGEND),
-                h.Query(f"{c.GPU_MEMORY_TOTAL}{GPU}", GPU_LEGEND + " size"),
+                p.Query(f"{c.GPU_MEMORY_USED}{GPU}", GPU_LEGEND),
+                p.Query(f"{c.GPU_MEMORY_TOTAL}{GPU}", GPU_LEGEND + " size"),
             ],
             unit=h.BYTES,
         ),
@@ -142,11 +143,11 @@ def _per_container(lay: h.Layout) -> None:
         ),
     )
     allocations = [
-        ("allocated", h.Query(f"{c.GPU_ALLOCATION}{GPU}"), h.COUNT),
-        ("processes", h.Query(f"{c.CONTAINER_PROCESSES}{GPU}"), h.COUNT),
+        ("allocated", p.Query(f"{c.GPU_ALLOCATION}{GPU}"), h.COUNT),
+        ("processes", p.Query(f"{c.CONTAINER_PROCESSES}{GPU}"), h.COUNT),
     ]
     lay.add(
-        h.table(
+        p.table(
             "Allocations now",
             "Which container the kubelet allocated each GPU to, and how many of its processes run there.",
             allocations,
@@ -177,7 +178,7 @@ def _unattributed(lay: h.Layout) -> None:
             by_reason,
             unit=h.BYTES,
         ),
-        h.series(
+        p.series(
             "Unattributed processes",
             "Processes in no container, by reason.",
             f"sum by (node, reason) ({c.UNATTRIBUTED_PROCESSES}{GPU})",
@@ -190,7 +191,7 @@ def _exporter_health(lay: h.Layout) -> None:
     lay.row("Exporter health")
     lay.line(
         8,
-        h.series(
+        p.series(
             "Snapshot age",
             f"Age of the snapshot each exporter serves. At {c.FRESHNESS_SECONDS} s (the line) the rules stop "
             "using the node's readings: its pods become unknown, not idle.",
@@ -200,19 +201,19 @@ def _exporter_health(lay: h.Layout) -> None:
             thresholds=h.SNAPSHOT_AGE_STEPS,
             threshold_line=True,
         ),
-        h.timeseries(
+        p.timeseries(
             "Collection errors",
             "Collections that failed as a whole, and NVML field reads that failed (by field and error).",
             [
-                h.Query(h.increase_by(c.EXPORTER_COLLECTION_ERRORS, "node", NODE), "{{node}} collections"),
-                h.Query(
-                    h.increase_by(c.GPU_READ_ERRORS, "node, field, error", GPU),
+                p.Query(p.increase_by(c.EXPORTER_COLLECTION_ERRORS, "node", NODE), "{{node}} collections"),
+                p.Query(
+                    p.increase_by(c.GPU_READ_ERRORS, "node, field, error", GPU),
                     "{{node}} {{field}}: {{error}}",
                 ),
             ],
             bars=True,
         ),
-        h.series(
+        p.series(
             "Attribution degraded",
             "1 while an attribution source does not answer (proc: /proc cgroups, podresources: the "
             "kubelet socket, kubernetes_api: the pod list). Processes are then unresolved.",
@@ -223,19 +224,19 @@ def _exporter_health(lay: h.Layout) -> None:
         ),
     )
     failing = [
-        h.Query(f"sum by (node) (1 - {c.GPU_COLLECTION_SUCCESS}{GPU})", "{{node}} read failures"),
-        h.Query(f"sum by (node) ({c.GPU_LOST}{GPU})", "{{node}} lost"),
+        p.Query(f"sum by (node) (1 - {c.GPU_COLLECTION_SUCCESS}{GPU})", "{{node}} read failures"),
+        p.Query(f"sum by (node) ({c.GPU_LOST}{GPU})", "{{node}} lost"),
     ]
     lay.line(
         12,
-        h.series(
+        p.series(
             "Collection duration",
             "How long the collection behind each scrape took (NVML, attribution).",
             f"{c.EXPORTER_COLLECTION_DURATION}{NODE}",
             "{{node}}",
             unit=h.SECONDS,
         ),
-        h.timeseries(
+        p.timeseries(
             "GPUs failing collection",
             "Per node: GPUs with a field that failed to read, and GPUs NVML reports lost.",
             failing,

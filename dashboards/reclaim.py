@@ -8,6 +8,7 @@ from typing import Any, Final
 from dashboards import contracts as c
 from dashboards import fleet
 from dashboards import house as h
+from dashboards import panels as p
 
 UID: Final = "gpu-steward-reclaim"
 
@@ -23,12 +24,12 @@ def build() -> Any:
 
 def _in_range(title: str, description: str, counter: str, colour: str) -> Any:
     """A counter's increase over the dashboard's time range."""
-    return h.stat(title, description, f"sum(increase({counter}[{h.RANGE}]))", colour=colour, decimals=0)
+    return p.stat(title, description, f"sum(increase({counter}[{h.RANGE}]))", colour=colour, decimals=0)
 
 
 def _summary(lay: h.Layout) -> None:
     lay.stats(
-        h.stat(
+        p.stat(
             "Mode",
             "dry-run: decisions are only logged; enforce: the automator evicts.",
             f"max by (mode) ({c.AUTOMATOR_BUILD_INFO})",
@@ -36,18 +37,18 @@ def _summary(lay: h.Layout) -> None:
             text_mode="name",
             colour=h.NEUTRAL,
         ),
-        h.stat(
+        p.stat(
             "Leaders",
             "Replicas holding the lease and running passes: 1 is right, 0 means no pass runs.",
             f"sum({c.AUTOMATOR_IS_LEADER})",
             thresholds=h.steps(h.BAD, (1, h.BUSY), (2, h.BAD)),
         ),
-        h.since_stat(
+        p.since_stat(
             "Since last good pass",
             "Time since a pass last finished without error. Passes run every --interval seconds.",
             f"time() - max({c.AUTOMATOR_LAST_SUCCESS})",
         ),
-        h.problem_stat(
+        p.problem_stat(
             "Unresolved preemptors",
             "Pending higher-priority pods the last pass could not make room for.",
             f"sum({c.AUTOMATOR_UNRESOLVED})",
@@ -71,13 +72,13 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
     lay.row("Decisions and evictions")
     lay.line(
         8,
-        h.counts_by(
+        p.counts_by(
             "Decisions",
             "Preemptors for which victims were chosen, by mode (in dry-run they are only logged).",
             c.AUTOMATOR_DECISIONS,
             "mode",
         ),
-        h.counts_by(
+        p.counts_by(
             "Evictions by outcome",
             "Eviction API calls by result: ok, refused_pdb (a PodDisruptionBudget said no, HTTP 429), "
             "not_found, conflict, error. Refusals and errors make the automator re-plan.",
@@ -85,7 +86,7 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
             "result",
             {"ok": h.BUSY, "error": h.BAD, "refused_pdb": h.IDLE},
         ),
-        h.series(
+        p.series(
             "Unresolved preemptors by reason",
             "Preemptors the last pass could not make room for (by reason where the automator labels it).",
             f"sum by (reason) ({c.AUTOMATOR_UNRESOLVED})",
@@ -94,7 +95,7 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
     )
     lay.line(
         12,
-        h.series(
+        p.series(
             "Allocated-but-idle GPUs",
             "The waste the automator works on: after a successful eviction it should fall.",
             c.FLEET_GPUS_IDLE,
@@ -109,12 +110,12 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
 def _passes_and_their_cost(lay: h.Layout) -> None:
     lay.row("Passes and their cost")
     passes = [
-        h.Query(h.increase_by(c.AUTOMATOR_PASSES, "result"), "{{result}}"),
-        h.Query(f"sum(increase({c.AUTOMATOR_REPLANS}[{h.RATE_INTERVAL}]))", "re-plans"),
+        p.Query(p.increase_by(c.AUTOMATOR_PASSES, "result"), "{{result}}"),
+        p.Query(f"sum(increase({c.AUTOMATOR_REPLANS}[{h.RATE_INTERVAL}]))", "re-plans"),
     ]
     lay.line(
         6,
-        h.timeseries(
+        p.timeseries(
             "Passes by result",
             "Reclaim passes by result (ok, prometheus_unavailable, kubernetes_error, error), and re-plans. "
             "A failed pass evicts nothing.",
@@ -122,18 +123,18 @@ def _passes_and_their_cost(lay: h.Layout) -> None:
             bars=True,
             colours={"ok": h.BUSY, "error": h.BAD},
         ),
-        h.latency(
+        p.latency(
             "Pass duration",
             "Median and 95th percentile of a pass (snapshot, queries, plan, actions).",
             c.AUTOMATOR_PASS_DURATION_BUCKET,
         ),
-        h.latency(
+        p.latency(
             "Prometheus query time",
             "Median and 95th percentile of each query the automator makes to Prometheus, failed ones "
             "included.",
             c.AUTOMATOR_QUERY_DURATION_BUCKET,
         ),
-        h.series(
+        p.series(
             "Prometheus queries per pass",
             "Queries the last pass made: one per distinct idle window, whatever the pod count. Growth with "
             "the pod count would be a regression.",
@@ -147,34 +148,34 @@ def _keda_endpoints(lay: h.Layout) -> None:
     lay.row("KEDA endpoints")
     lay.line(
         6,
-        h.series(
+        p.series(
             "KEDA answers by status",
             "Requests KEDA made to the metrics-api endpoint (http: HTTP code) and the external scaler (grpc: "
             "gRPC code). 503 / UNAVAILABLE: no fresh value, KEDA's fallback applies (docs/keda.md).",
-            h.rate_by(c.AUTOMATOR_KEDA_REQUESTS, "endpoint, status"),
+            p.rate_by(c.AUTOMATOR_KEDA_REQUESTS, "endpoint, status"),
             "{{endpoint}} {{status}}",
             colours={"http 200": h.BUSY, "grpc OK": h.BUSY, "http 503": h.BAD, "grpc UNAVAILABLE": h.BAD},
         ),
-        h.timeseries(
+        p.timeseries(
             "KEDA cache age",
             "Seconds since the oldest cached KEDA query or pod list was refreshed successfully, and the "
             "queries kept fresh (one per signal and window, whatever the number of workloads).",
             [
-                h.Query(f"max({c.AUTOMATOR_KEDA_CACHE_AGE})", "age"),
-                h.Query(f"max({c.AUTOMATOR_KEDA_CACHED_QUERIES})", "queries kept"),
+                p.Query(f"max({c.AUTOMATOR_KEDA_CACHE_AGE})", "age"),
+                p.Query(f"max({c.AUTOMATOR_KEDA_CACHED_QUERIES})", "queries kept"),
             ],
         ),
-        h.latency(
+        p.latency(
             "KEDA refresh duration",
             "Median and 95th percentile of a background refresh of the KEDA cache (its queries and lists).",
             c.AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET,
         ),
-        h.timeseries(
+        p.timeseries(
             "KEDA upstream errors",
             "Failed Prometheus queries and Kubernetes lists of the KEDA cache, per second.",
             [
-                h.Query(h.rate_by(c.AUTOMATOR_KEDA_PROMETHEUS_ERRORS), "Prometheus"),
-                h.Query(h.rate_by(c.AUTOMATOR_KEDA_KUBERNETES_ERRORS), "Kubernetes"),
+                p.Query(p.rate_by(c.AUTOMATOR_KEDA_PROMETHEUS_ERRORS), "Prometheus"),
+                p.Query(p.rate_by(c.AUTOMATOR_KEDA_KUBERNETES_ERRORS), "Kubernetes"),
             ],
         ),
     )

@@ -6,6 +6,7 @@ from typing import Any, Final
 
 from dashboards import contracts as c
 from dashboards import house as h
+from dashboards import panels as p
 
 UID: Final = "gpu-steward-workload"
 
@@ -29,24 +30,24 @@ def build() -> Any:
 
 def _summary(lay: h.Layout) -> None:
     lay.stats(
-        h.gpus_stat(
+        p.gpus_stat(
             "GPUs held",
             "GPUs held by the selected namespaces' pods (a GPU shared by n pods counts 1/n to each).",
             f"sum({c.POD_GPUS}{{{NS}}})",
             h.ALLOCATED,
         ),
-        h.gpus_stat(
+        p.gpus_stat(
             "GPUs idle",
             "GPUs held by pods that are idle right now.",
             f"sum({c.POD_GPUS_IDLE}{{{NS}}})",
             h.IDLE,
         ),
-        h.problem_stat(
+        p.problem_stat(
             "Pods with unknown activity",
             "Pods holding GPUs whose activity is unknown (no fresh, complete reading). Never idle.",
             f"count({c.POD_GPUS}{{{NS}}} unless on (namespace, pod) {c.POD_IDLE}) or vector(0)",
         ),
-        h.idle_gpu_hours_stat(
+        p.idle_gpu_hours_stat(
             "GPU-hours the selected namespaces held idle in the trailing 24 hours.",
             f"sum({c.NAMESPACE_IDLE_GPU_HOURS_24H}{{{NS}}})",
         ),
@@ -55,13 +56,13 @@ def _summary(lay: h.Layout) -> None:
 
 def _pods_now(lay: h.Layout) -> None:
     columns = [
-        ("GPUs", h.Query(f"{c.POD_GPUS}{PODS}"), h.GPUS),
-        ("activity", h.Query(f"{c.POD_ACTIVITY}{PODS}"), h.RATIO),
-        ("idle for", h.Query(f"{c.POD_IDLE_SECONDS}{PODS}"), h.SECONDS),
-        ("GPU memory", h.Query(f"{c.POD_MEMORY_RATIO}{PODS}"), h.RATIO),
-        ("coverage 1h", h.Query(f"{c.POD_COVERAGE['1h']}{PODS}"), h.RATIO),
+        ("GPUs", p.Query(f"{c.POD_GPUS}{PODS}"), h.GPUS),
+        ("activity", p.Query(f"{c.POD_ACTIVITY}{PODS}"), h.RATIO),
+        ("idle for", p.Query(f"{c.POD_IDLE_SECONDS}{PODS}"), h.SECONDS),
+        ("GPU memory", p.Query(f"{c.POD_MEMORY_RATIO}{PODS}"), h.RATIO),
+        ("coverage 1h", p.Query(f"{c.POD_COVERAGE['1h']}{PODS}"), h.RATIO),
     ]
-    pods = h.table(
+    pods = p.table(
         "Pods now",
         "One row per pod holding GPUs. Activity: max over the pod's GPUs of its containers' summed "
         f"share; at or below {c.IDLE_THRESHOLD:.0%} is idle. Idle for: continuous idle time (the "
@@ -77,10 +78,10 @@ def _pods_now(lay: h.Layout) -> None:
 
 def _per_pod_over_time(lay: h.Layout) -> None:
     lay.row("Per pod over time")
-    coverage = [h.Query(f"{c.POD_COVERAGE[w]}{PODS}", f"{POD_LEGEND} {w}") for w in c.POD_COVERAGE]
+    coverage = [p.Query(f"{c.POD_COVERAGE[w]}{PODS}", f"{POD_LEGEND} {w}") for w in c.POD_COVERAGE]
     lay.line(
         12,
-        h.series(
+        p.series(
             "GPU activity",
             f"Each pod's GPU activity (0-1). The line is the idle threshold ({c.IDLE_THRESHOLD}): at or "
             "below it the pod is idle. Gaps are unknown readings, not idle time.",
@@ -91,7 +92,7 @@ def _per_pod_over_time(lay: h.Layout) -> None:
             threshold_line=True,
             max_value=1,
         ),
-        h.series(
+        p.series(
             "GPU memory",
             "Each pod's GPU memory as a share of its GPU's memory (max over its GPUs).",
             f"{c.POD_MEMORY_RATIO}{PODS}",
@@ -99,7 +100,7 @@ def _per_pod_over_time(lay: h.Layout) -> None:
             unit=h.RATIO,
             max_value=1,
         ),
-        h.series(
+        p.series(
             "Idle clock",
             "Continuous idle time per pod. It drops to 0 on any busy evaluation and pauses (keeps its value) "
             "while the activity is unknown. A pod class's gpu-idle-seconds is compared with this.",
@@ -107,7 +108,7 @@ def _per_pod_over_time(lay: h.Layout) -> None:
             POD_LEGEND,
             unit=h.SECONDS,
         ),
-        h.timeseries(
+        p.timeseries(
             "Coverage",
             f"Share of the last hour with readings. Below {c.MIN_COVERAGE:.0%} (the line) an "
             "average over that window says little, and the automator leaves the pod alone.",
@@ -118,9 +119,9 @@ def _per_pod_over_time(lay: h.Layout) -> None:
             max_value=1,
         ),
     )
-    held = [h.Query(f"sum({c.POD_GPUS}{PODS})", "held"), h.Query(f"sum({c.POD_GPUS_IDLE}{PODS})", "idle")]
+    held = [p.Query(f"sum({c.POD_GPUS}{PODS})", "held"), p.Query(f"sum({c.POD_GPUS_IDLE}{PODS})", "idle")]
     lay.add(
-        h.timeseries(
+        p.timeseries(
             "GPUs held and idle",
             "GPUs held by the selected pods, and those held while idle.",
             held,
