@@ -19,7 +19,7 @@ _LOST = {pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED}
 
 
 class GpuLost(Exception):
-    pass
+    """The GPU is gone (GPU_IS_LOST, RESET_REQUIRED): stop reading it, report it lost."""
 
 
 def error_name(e: pynvml.NVMLError) -> str:
@@ -60,6 +60,7 @@ def call(sample: GpuSample, field: str, fn: Callable[..., T], *args: Any, **kwar
 
 
 def versions() -> tuple[str | None, str | None]:
+    """The driver's and CUDA's versions, None where NVML does not tell."""
     try:
         driver: str | None = text(pynvml.nvmlSystemGetDriverVersion())
     except pynvml.NVMLError:
