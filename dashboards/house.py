@@ -1,14 +1,14 @@
 """House defaults shared by every dashboard: data source variable, units, thresholds, colours, layout.
 
-The dashboard modules only say what to show; how it looks is decided here, once. Panels take their data
-source from the `$datasource` variable (never a fixed name), so one import works with any Prometheus.
+The dashboard modules only say what to show; how it looks is decided here and in dashboards/panels.py
+(the panel shapes), once. Panels take their data source from the `$datasource` variable (never a fixed
+name), so one import works with any Prometheus.
 """
 
 from __future__ import annotations
 
 import json
-import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -58,6 +58,8 @@ COVERAGE_STEPS: Final = steps(BAD, (contracts.MIN_COVERAGE, BUSY))
 SNAPSHOT_AGE_STEPS: Final = steps(BUSY, (contracts.FRESHNESS_SECONDS, BAD))
 # Anything above zero is worth a look (errors, idle GPUs, unknown GPUs, unresolved preemptors).
 ZERO_IS_GOOD: Final = steps(BUSY, (1, BAD))
+# Time since a periodic job (a reclaim pass, a DRA check) last succeeded: late from 5 min, stale from 15.
+SINCE_SUCCESS_STEPS: Final = steps(BUSY, (300, IDLE), (900, BAD))
 PLAIN: Final = steps(NEUTRAL)
 
 
@@ -108,155 +110,6 @@ def regex(variable: str) -> str:
     return f'"${variable}"'
 
 
-# --- queries ---
-
-
-@dataclass(frozen=True)
-class Query:
-    expr: str
-    legend: str = ""
-    instant: bool = False
-
-
-def _targets(queries: Sequence[Query], table: bool = False) -> list[Any]:
-    return [
-        g.Target(
-            expr=q.expr,
-            legendFormat=q.legend,
-            refId=string.ascii_uppercase[i],
-            instant=q.instant or table,
-            format=g.TABLE_TARGET_FORMAT if table else g.TIME_SERIES_TARGET_FORMAT,
-            datasource=DATASOURCE,
-        )
-        for i, q in enumerate(queries)
-    ]
-
-
-# --- query shapes several dashboards use ---
-
-
-def increase_by(counter: str, by: str) -> str:
-    """A counter's increase per Grafana step, summed by one label."""
-    return f"sum by ({by}) (increase({counter}[{RATE_INTERVAL}]))"
-
-
-def quantile(q: float, bucket: str) -> str:
-    """A histogram's q-quantile per Grafana step, over every replica."""
-    return f"histogram_quantile({q}, sum by (le) (rate({bucket}[{RATE_INTERVAL}])))"
-
-
-# --- panels ---
-
-
-def stat(
-    title: str,
-    description: str,
-    expr: str,
-    *,
-    unit: str = COUNT,
-    thresholds: Steps | None = None,
-    colour: str | None = None,
-    decimals: int | None = None,
-    legend: str = "",
-    text_mode: str | None = None,
-) -> Any:
-    """One number now (instant query). A missing value shows "no data", never 0."""
-    return g.Stat(
-        title=title,
-        description=description,
-        dataSource=DATASOURCE,
-        targets=_targets([Query(expr, legend, instant=True)]),
-        format=unit,
-        decimals=decimals,
-        thresholds=thresholds or PLAIN,
-        color=fixed(colour) if colour else {"mode": "thresholds"},
-        colorMode="value",
-        graphMode="none",
-        reduceCalc="lastNotNull",
-        noValue="no data",
-        textMode=text_mode or ("value_and_name" if legend else "auto"),
-    )
-
-
-def timeseries(
-    title: str,
-    description: str,
-    queries: Sequence[Query],
-    *,
-    unit: str = COUNT,
-    thresholds: Steps | None = None,
-    threshold_line: bool = False,
-    max_value: int | None = None,
-    stacked: bool = False,
-    bars: bool = False,
-    colours: Mapping[str, str] | None = None,
-) -> Any:
-    """Series over the dashboard's time range. Gaps stay gaps (unknown is not drawn as 0)."""
-    return g.TimeSeries(
-        title=title,
-        description=description,
-        dataSource=DATASOURCE,
-        targets=_targets(queries),
-        unit=unit,
-        thresholds=thresholds or PLAIN,
-        thresholdsStyleMode="line" if threshold_line else "off",
-        valueMin=0,
-        valueMax=max_value,
-        stacking={"mode": "normal", "group": "A"} if stacked else {"mode": "none"},
-        drawStyle="bars" if bars else "line",
-        fillOpacity=60 if bars else (20 if stacked else 0),
-        spanNulls=False,
-        showPoints="never",
-        legendDisplayMode="table",
-        legendPlacement="right" if len(queries) == 1 else "bottom",
-        legendCalcs=["lastNotNull", "max"],
-        tooltipMode="multi",
-        tooltipSort="desc",
-        overrides=[colour_override(n, c) for n, c in (colours or {}).items()],
-    )
-
-
-def table(
-    title: str,
-    description: str,
-    columns: Sequence[tuple[str, Query, str]],
-    *,
-    sort_by: str | None = None,
-    thresholds: Mapping[str, Steps] | None = None,
-) -> Any:
-    """Instant queries joined on their labels (Grafana's merge), one value column per query.
-
-    `columns`: (column title, query, unit). Time is hidden; the label columns come first.
-    """
-    queries = [q for _, q, _ in columns]
-    rename = {f"Value #{string.ascii_uppercase[i]}": name for i, (name, _, _) in enumerate(columns)}
-    overrides = [unit_override(name, unit) for name, _, unit in columns]
-    for name, colour_steps in (thresholds or {}).items():
-        overrides.append(
-            {
-                "matcher": {"id": "byName", "options": name},
-                "properties": [
-                    {"id": "thresholds", "value": {"mode": "absolute", "steps": colour_steps}},
-                    {"id": "custom.displayMode", "value": "color-text"},
-                ],
-            }
-        )
-    return g.Table(
-        title=title,
-        description=description,
-        dataSource=DATASOURCE,
-        targets=_targets(queries, table=True),
-        transformations=[
-            {"id": "merge", "options": {}},
-            {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": rename}},
-        ],
-        overrides=overrides,
-        thresholds=PLAIN,
-        filterable=True,
-        sortBy=[g.TableSortByField(displayName=sort_by, desc=True)] if sort_by else [],
-    )
-
-
 # --- layout and the dashboard ---
 
 
@@ -277,6 +130,11 @@ class Layout:
         self.panels.append(_placed(panel, g.GridPos(h=h, w=w, x=self._x, y=self._y)))
         self._x += w
         self._line_height = max(self._line_height, h)
+
+    def line(self, w: int, *panels: Any, h: int = 8) -> None:
+        """Panels of one width, left to right (wrapping to a new line when full)."""
+        for panel in panels:
+            self.add(panel, w=w, h=h)
 
     def stats(self, *panels: Any, h: int = 4) -> None:
         """A line of stat panels sharing the full width equally."""
@@ -301,7 +159,16 @@ def _placed(panel: Any, pos: Any) -> Any:
     return panel
 
 
-def dashboard(uid: str, title: str, description: str, layout: Layout, variables: Iterable[Any] = ()) -> Any:
+Row = Callable[[Layout], None]
+
+
+def dashboard(
+    uid: str, title: str, description: str, rows: Iterable[Row], variables: Iterable[Any] = ()
+) -> Any:
+    """The dashboard of these rows, top to bottom: each row function places its panels on the layout."""
+    layout = Layout()
+    for row in rows:
+        row(layout)
     return g.Dashboard(
         uid=uid,
         title=title,

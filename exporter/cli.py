@@ -73,6 +73,24 @@ def extensions(config: Config) -> list[FamilyExtension]:
     return out
 
 
+def _http_server(config: Config, exposition: Exposition, loop: CollectionLoop, web: WebConfig) -> HttpServer:
+    """The server with the configured bounds (raises OSError when it cannot listen)."""
+    limits = Limits(
+        workers=config.http_workers,
+        max_connections=config.http_max_connections,
+        timeout=config.http_timeout,
+        idle_timeout=config.http_idle_timeout,
+    )
+    return HttpServer(
+        make_handler(exposition, loop, web),
+        config.listen_address,
+        config.port,
+        limits,
+        ssl_context=web.ssl_context,
+        extra_headers=web.headers,
+    )
+
+
 def run(config: Config, stop: threading.Event) -> int:
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
@@ -92,21 +110,8 @@ def run(config: Config, stop: threading.Event) -> int:
     )
     exposition = Exposition(loop, source.name)
     loop.on_snapshot = exposition.prepare  # render once per collection, in the collection thread
-    limits = Limits(
-        workers=config.http_workers,
-        max_connections=config.http_max_connections,
-        timeout=config.http_timeout,
-        idle_timeout=config.http_idle_timeout,
-    )
     try:
-        server = HttpServer(
-            make_handler(exposition, loop, web),
-            config.listen_address,
-            config.port,
-            limits,
-            ssl_context=web.ssl_context,
-            extra_headers=web.headers,
-        )
+        server = _http_server(config, exposition, loop, web)
     except OSError as e:
         print(
             f"gpu-exporter: error: cannot listen on {config.listen_address}:{config.port}: {e}",

@@ -52,103 +52,79 @@ class MetricSpec:
         return self.name + "_total" if self.kind == "counter" and self.total_suffix else self.name
 
 
-def _gauge(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+def _gauge(name: str, unit: str, help: str, labels: tuple[str, ...] = DEVICE_LABELS) -> MetricSpec:
     return MetricSpec(PREFIX + name, "gauge", unit, labels, help)
 
 
-def _counter(name: str, unit: str, labels: tuple[str, ...], help: str) -> MetricSpec:
+def _reading(name: str, unit: str, help: str, labels: tuple[str, ...] = DEVICE_LABELS) -> MetricSpec:
+    """A gauge whose value is a reading of the last background collection."""
+    return _gauge(name, unit, help + SNAPSHOT_NOTE, labels)
+
+
+def _counter(name: str, unit: str, help: str, labels: tuple[str, ...] = DEVICE_LABELS) -> MetricSpec:
     return MetricSpec(PREFIX + name, "counter", unit, labels, help)
 
 
+_GPU = DEVICE_LABELS
+_CONTAINER = DEVICE_LABELS + CONTAINER_LABELS
+_BY_REASON = (*DEVICE_LABELS, "reason")
+_DIRECTION = (*DEVICE_LABELS, "direction")
+
 # --- per GPU, allocations, per container, outside Kubernetes: from the snapshot ----------------------
 
-GPU_UTILIZATION = _gauge(
-    "gpu_utilization_ratio",
-    "ratio",
-    DEVICE_LABELS,
-    "Share of time a kernel ran on the GPU, 0-1" + SNAPSHOT_NOTE,
+GPU_UTILIZATION = _reading("gpu_utilization_ratio", "ratio", "Share of time a kernel ran on the GPU, 0-1")
+GPU_MEMORY_UTILIZATION = _reading(
+    "gpu_memory_utilization_ratio", "ratio", "Share of time device memory was read or written, 0-1"
 )
-GPU_MEMORY_UTILIZATION = _gauge(
-    "gpu_memory_utilization_ratio",
-    "ratio",
-    DEVICE_LABELS,
-    "Share of time device memory was read or written, 0-1" + SNAPSHOT_NOTE,
-)
-GPU_MEMORY_USED = _gauge(
-    "gpu_memory_used_bytes", "bytes", DEVICE_LABELS, "GPU framebuffer memory in use, bytes" + SNAPSHOT_NOTE
-)
-GPU_MEMORY_TOTAL = _gauge(
-    "gpu_memory_total_bytes", "bytes", DEVICE_LABELS, "GPU framebuffer memory size, bytes" + SNAPSHOT_NOTE
-)
-GPU_TEMPERATURE = _gauge(
-    "gpu_temperature_celsius",
-    "celsius",
-    DEVICE_LABELS,
-    "GPU core temperature, degrees Celsius" + SNAPSHOT_NOTE,
-)
-GPU_POWER = _gauge("gpu_power_watts", "watts", DEVICE_LABELS, "GPU power draw, watts" + SNAPSHOT_NOTE)
-GPU_ENERGY = MetricSpec(
-    PREFIX + "gpu_energy_joules",
-    "counter",
-    "joules",
-    DEVICE_LABELS,
-    "GPU energy used since the driver loaded, joules" + SNAPSHOT_NOTE,
+GPU_MEMORY_USED = _reading("gpu_memory_used_bytes", "bytes", "GPU framebuffer memory in use, bytes")
+GPU_MEMORY_TOTAL = _reading("gpu_memory_total_bytes", "bytes", "GPU framebuffer memory size, bytes")
+GPU_TEMPERATURE = _reading("gpu_temperature_celsius", "celsius", "GPU core temperature, degrees Celsius")
+GPU_POWER = _reading("gpu_power_watts", "watts", "GPU power draw, watts")
+GPU_ENERGY = _counter(
+    "gpu_energy_joules", "joules", "GPU energy used since the driver loaded, joules" + SNAPSHOT_NOTE
 )
 GPU_COLLECTION_SUCCESS = _gauge(
-    "gpu_collection_success",
-    "0/1",
-    DEVICE_LABELS,
-    "1 if every field of this GPU read fine in the last collection",
+    "gpu_collection_success", "0/1", "1 if every field of this GPU read fine in the last collection"
 )
-GPU_LOST = _gauge("gpu_lost", "0/1", DEVICE_LABELS, "1 if NVML reports this GPU lost or needing a reset")
+GPU_LOST = _gauge("gpu_lost", "0/1", "1 if NVML reports this GPU lost or needing a reset")
 GPU_ALLOCATION = _gauge(
-    "gpu_allocation",
-    "1",
-    DEVICE_LABELS + CONTAINER_LABELS,
-    "1 for each container the kubelet allocated this GPU to",
+    "gpu_allocation", "1", "1 for each container the kubelet allocated this GPU to", _CONTAINER
 )
-CONTAINER_UTILIZATION = _gauge(
-    "container_gpu_utilization_ratio",
-    "ratio",
-    DEVICE_LABELS + CONTAINER_LABELS,
-    "This container's share of the GPU's time, 0-1" + SNAPSHOT_NOTE,
+CONTAINER_UTILIZATION = _reading(
+    "container_gpu_utilization_ratio", "ratio", "This container's share of the GPU's time, 0-1", _CONTAINER
 )
 CONTAINER_MEMORY_USED = _gauge(
     "container_gpu_memory_used_bytes",
     "bytes",
-    DEVICE_LABELS + CONTAINER_LABELS,
     "GPU memory used by this container's processes, bytes",
+    _CONTAINER,
 )
 CONTAINER_PROCESSES = _gauge(
-    "container_gpu_processes",
-    "processes",
-    DEVICE_LABELS + CONTAINER_LABELS,
-    "Processes of this container on the GPU",
+    "container_gpu_processes", "processes", "Processes of this container on the GPU", _CONTAINER
 )
 UNATTRIBUTED_UTILIZATION = _gauge(
     "unattributed_gpu_utilization_ratio",
     "ratio",
-    (*DEVICE_LABELS, "reason"),
     "SM utilization of GPU processes not in a container, 0-1",
+    _BY_REASON,
 )
 UNATTRIBUTED_MEMORY_USED = _gauge(
     "unattributed_gpu_memory_used_bytes",
     "bytes",
-    (*DEVICE_LABELS, "reason"),
     "GPU memory of processes not in a container, bytes",
+    _BY_REASON,
 )
 UNATTRIBUTED_PROCESSES = _gauge(
     "unattributed_gpu_processes",
     "processes",
-    (*DEVICE_LABELS, "reason"),
     "GPU processes not in a container (reason: host or unresolved)",
+    _BY_REASON,
 )
-GPU_READ_ERRORS = MetricSpec(
-    PREFIX + "gpu_read_errors",
-    "counter",
+GPU_READ_ERRORS = _counter(
+    "gpu_read_errors",
     "reads",
-    (*DEVICE_LABELS, "field", "error"),
     "NVML reads that failed, by GPU, field and NVML error",
+    (*_GPU, "field", "error"),
 )
 
 # --- per GPU: identity, health signals, MIG -------------------------------------------------------------
@@ -156,119 +132,98 @@ GPU_READ_ERRORS = MetricSpec(
 GPU_INFO = _gauge(
     "gpu_info",
     "1",
-    (*DEVICE_LABELS, "pci_bus_id", "driver_version", "cuda_version"),
     "Always 1: the GPU's PCI bus id, the driver and CUDA versions (empty when unknown)",
+    (*_GPU, "pci_bus_id", "driver_version", "cuda_version"),
 )
 MIG_INFO = _gauge(
     "gpu_mig_info",
     "1",
-    (*DEVICE_LABELS, "parent_uuid", "gpu_instance_id", "compute_instance_id", "profile"),
     "Always 1 for a MIG device: its parent GPU, GPU and compute instance ids and profile",
+    (*_GPU, "parent_uuid", "gpu_instance_id", "compute_instance_id", "profile"),
 )
-GPU_SM_CLOCK = _gauge("gpu_sm_clock_hertz", "hertz", DEVICE_LABELS, "SM clock, hertz" + SNAPSHOT_NOTE)
-GPU_MEMORY_CLOCK = _gauge(
-    "gpu_memory_clock_hertz", "hertz", DEVICE_LABELS, "Memory clock, hertz" + SNAPSHOT_NOTE
+GPU_SM_CLOCK = _reading("gpu_sm_clock_hertz", "hertz", "SM clock, hertz")
+GPU_MEMORY_CLOCK = _reading("gpu_memory_clock_hertz", "hertz", "Memory clock, hertz")
+GPU_MEMORY_TEMPERATURE = _reading(
+    "gpu_memory_temperature_celsius", "celsius", "GPU memory (HBM) temperature, degrees Celsius"
 )
-GPU_MEMORY_TEMPERATURE = _gauge(
-    "gpu_memory_temperature_celsius",
-    "celsius",
-    DEVICE_LABELS,
-    "GPU memory (HBM) temperature, degrees Celsius" + SNAPSHOT_NOTE,
-)
-GPU_MEMORY_RESERVED = _gauge(
-    "gpu_memory_reserved_bytes",
-    "bytes",
-    DEVICE_LABELS,
-    "GPU memory the driver reserves, bytes" + SNAPSHOT_NOTE,
-)
-GPU_ENCODER_UTILIZATION = _gauge(
-    "gpu_encoder_utilization_ratio", "ratio", DEVICE_LABELS, "Video encoder busy share, 0-1" + SNAPSHOT_NOTE
-)
-GPU_DECODER_UTILIZATION = _gauge(
-    "gpu_decoder_utilization_ratio", "ratio", DEVICE_LABELS, "Video decoder busy share, 0-1" + SNAPSHOT_NOTE
-)
-GPU_PCIE_THROUGHPUT = _gauge(
+GPU_MEMORY_RESERVED = _reading("gpu_memory_reserved_bytes", "bytes", "GPU memory the driver reserves, bytes")
+GPU_ENCODER_UTILIZATION = _reading("gpu_encoder_utilization_ratio", "ratio", "Video encoder busy share, 0-1")
+GPU_DECODER_UTILIZATION = _reading("gpu_decoder_utilization_ratio", "ratio", "Video decoder busy share, 0-1")
+GPU_PCIE_THROUGHPUT = _reading(
     "gpu_pcie_throughput_bytes_per_second",
     "bytes/s",
-    (*DEVICE_LABELS, "direction"),
-    "PCIe traffic (direction tx or rx), bytes per second over NVML's 20 ms sample" + SNAPSHOT_NOTE,
+    "PCIe traffic (direction tx or rx), bytes per second over NVML's 20 ms sample",
+    _DIRECTION,
 )
-GPU_PCIE_REPLAYS = _counter(
-    "gpu_pcie_replays", "replays", DEVICE_LABELS, "PCIe replays (retries) since the driver loaded"
-)
+GPU_PCIE_REPLAYS = _counter("gpu_pcie_replays", "replays", "PCIe replays (retries) since the driver loaded")
 GPU_NVLINK_BYTES = _counter(
     "gpu_nvlink_bytes",
     "bytes",
-    (*DEVICE_LABELS, "direction"),
     "NVLink data bytes over all links (direction tx or rx); GPUs without NVLink have none",
+    _DIRECTION,
 )
 GPU_XID_ERRORS = _counter(
     "gpu_xid_errors",
     "errors",
-    (*DEVICE_LABELS, "xid"),
     "Xid errors NVML reported since the exporter started, by Xid code",
+    (*_GPU, "xid"),
 )
 GPU_ECC_ERRORS = _counter(
     "gpu_ecc_errors",
     "errors",
-    (*DEVICE_LABELS, "type", "scope"),
     "ECC memory errors by type (corrected, uncorrected) and scope (volatile: since the driver "
     "loaded; aggregate: over the GPU's life)",
+    (*_GPU, "type", "scope"),
 )
 GPU_REMAPPED_ROWS = _counter(
     "gpu_remapped_rows",
     "rows",
-    (*DEVICE_LABELS, "type"),
     "Memory rows remapped over the GPU's life, by the error that caused it (correctable, uncorrectable)",
+    (*_GPU, "type"),
 )
-GPU_ROW_REMAP_PENDING = _gauge(
-    "gpu_row_remap_pending", "0/1", DEVICE_LABELS, "1 if a row remap waits for a GPU reset"
-)
+GPU_ROW_REMAP_PENDING = _gauge("gpu_row_remap_pending", "0/1", "1 if a row remap waits for a GPU reset")
 GPU_ROW_REMAP_FAILURE = _gauge(
-    "gpu_row_remap_failure", "0/1", DEVICE_LABELS, "1 if a row remap failed (the GPU needs service)"
+    "gpu_row_remap_failure", "0/1", "1 if a row remap failed (the GPU needs service)"
 )
 GPU_CLOCK_EVENT = _gauge(
     "gpu_clock_event_reason_active",
     "0/1",
-    (*DEVICE_LABELS, "reason"),
     "1 while this reason holds the clocks down (throttling), per NVML clock-event reason",
+    _BY_REASON,
 )
 
 # --- the exporter itself: computed at scrape time -------------------------------------------------------
 
+_NODE = ("node",)
 EXPORTER_BUILD_INFO = _gauge(
-    "exporter_build_info", "1", ("node", "version", "source"), "Exporter version and GPU source; always 1"
+    "exporter_build_info", "1", "Exporter version and GPU source; always 1", ("node", "version", "source")
 )
-EXPORTER_COLLECTION_ERRORS = MetricSpec(
-    PREFIX + "exporter_collection_errors",
-    "counter",
-    "collections",
-    ("node",),
-    "Collections that failed as a whole",
+EXPORTER_COLLECTION_ERRORS = _counter(
+    "exporter_collection_errors", "collections", "Collections that failed as a whole", _NODE
 )
 EXPORTER_SNAPSHOT_AGE = _gauge(
     "exporter_snapshot_age_seconds",
     "seconds",
-    ("node",),
     "Seconds since the snapshot served by this scrape was collected",
+    _NODE,
 )
 EXPORTER_LAST_COLLECTION = _gauge(
     "exporter_last_collection_timestamp_seconds",
     "seconds",
-    ("node",),
     "Unix time of the collection served by this scrape",
+    _NODE,
 )
 EXPORTER_COLLECTION_DURATION = _gauge(
     "exporter_collection_duration_seconds",
     "seconds",
-    ("node",),
     "How long the collection served by this scrape took",
+    _NODE,
 )
 EXPORTER_ATTRIBUTION_AVAILABLE = _gauge(
     "exporter_attribution_available",
     "0/1",
-    ("node", "source"),
     "1 if the attribution source answered in the last collection; 0 = degraded (series unattributed)",
+    ("node", "source"),
 )
 
 # Families of a snapshot, in the order a scrape serves them.
@@ -321,64 +276,56 @@ EXPORTER_METRICS: tuple[MetricSpec, ...] = (
 # Upstream's etc/default-counters.csv, field by field: what NVML can give is emitted with upstream's type
 # and help; what it cannot is listed in DCGM_NOT_AVAILABLE with the reason (docs/exporter.md shows both).
 
-
-def _dcgm(name: str, kind: Kind, unit: str, help: str) -> MetricSpec:
-    return MetricSpec(name, kind, unit, DCGM_DEVICE_LABELS + DCGM_CONTAINER_LABELS, help, total_suffix=False)
+_DCGM_LABELS = DCGM_DEVICE_LABELS + DCGM_CONTAINER_LABELS
 
 
-DCGM_SM_CLOCK = _dcgm("DCGM_FI_DEV_SM_CLOCK", "gauge", "MHz", "SM clock frequency (in MHz).")
-DCGM_MEM_CLOCK = _dcgm("DCGM_FI_DEV_MEM_CLOCK", "gauge", "MHz", "Memory clock frequency (in MHz).")
-DCGM_MEMORY_TEMP = _dcgm("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "celsius", "Memory temperature (in C).")
-DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", "gauge", "celsius", "GPU temperature (in C).")
-DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", "gauge", "watts", "Power draw (in W).")
-DCGM_TOTAL_ENERGY = _dcgm(
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "counter",
-    "millijoules",
-    "Total energy consumption since boot (in mJ).",
+def _dcgm_gauge(name: str, unit: str, help: str) -> MetricSpec:
+    return MetricSpec(name, "gauge", unit, _DCGM_LABELS, help, total_suffix=False)
+
+
+def _dcgm_counter(name: str, unit: str, help: str) -> MetricSpec:
+    return MetricSpec(name, "counter", unit, _DCGM_LABELS, help, total_suffix=False)
+
+
+DCGM_SM_CLOCK = _dcgm_gauge("DCGM_FI_DEV_SM_CLOCK", "MHz", "SM clock frequency (in MHz).")
+DCGM_MEM_CLOCK = _dcgm_gauge("DCGM_FI_DEV_MEM_CLOCK", "MHz", "Memory clock frequency (in MHz).")
+DCGM_MEMORY_TEMP = _dcgm_gauge("DCGM_FI_DEV_MEMORY_TEMP", "celsius", "Memory temperature (in C).")
+DCGM_GPU_TEMP = _dcgm_gauge("DCGM_FI_DEV_GPU_TEMP", "celsius", "GPU temperature (in C).")
+DCGM_POWER_USAGE = _dcgm_gauge("DCGM_FI_DEV_POWER_USAGE", "watts", "Power draw (in W).")
+DCGM_TOTAL_ENERGY = _dcgm_counter(
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "millijoules", "Total energy consumption since boot (in mJ)."
 )
-DCGM_PCIE_REPLAY = _dcgm(
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "retries", "Total number of PCIe retries."
+DCGM_PCIE_REPLAY = _dcgm_counter(
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "retries", "Total number of PCIe retries."
 )
-DCGM_GPU_UTIL = _dcgm("DCGM_FI_DEV_GPU_UTIL", "gauge", "%", "GPU utilization (in %).")
-DCGM_MEM_COPY_UTIL = _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "%", "Memory utilization (in %).")
-DCGM_ENC_UTIL = _dcgm("DCGM_FI_DEV_ENC_UTIL", "gauge", "%", "Encoder utilization (in %).")
-DCGM_DEC_UTIL = _dcgm("DCGM_FI_DEV_DEC_UTIL", "gauge", "%", "Decoder utilization (in %).")
-DCGM_XID_ERRORS = _dcgm("DCGM_FI_DEV_XID_ERRORS", "gauge", "xid", "Value of the last XID error encountered.")
-DCGM_FB_FREE = _dcgm("DCGM_FI_DEV_FB_FREE", "gauge", "MiB", "Framebuffer memory free (in MiB).")
-DCGM_FB_USED = _dcgm("DCGM_FI_DEV_FB_USED", "gauge", "MiB", "Framebuffer memory used (in MiB).")
-DCGM_FB_RESERVED = _dcgm("DCGM_FI_DEV_FB_RESERVED", "gauge", "MiB", "Framebuffer memory reserved (in MiB).")
-DCGM_NVLINK_BANDWIDTH = _dcgm(
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "counter",
-    "KiB",
-    "Total number of NVLink bandwidth counters for all lanes.",
+DCGM_GPU_UTIL = _dcgm_gauge("DCGM_FI_DEV_GPU_UTIL", "%", "GPU utilization (in %).")
+DCGM_MEM_COPY_UTIL = _dcgm_gauge("DCGM_FI_DEV_MEM_COPY_UTIL", "%", "Memory utilization (in %).")
+DCGM_ENC_UTIL = _dcgm_gauge("DCGM_FI_DEV_ENC_UTIL", "%", "Encoder utilization (in %).")
+DCGM_DEC_UTIL = _dcgm_gauge("DCGM_FI_DEV_DEC_UTIL", "%", "Decoder utilization (in %).")
+DCGM_XID_ERRORS = _dcgm_gauge("DCGM_FI_DEV_XID_ERRORS", "xid", "Value of the last XID error encountered.")
+DCGM_FB_FREE = _dcgm_gauge("DCGM_FI_DEV_FB_FREE", "MiB", "Framebuffer memory free (in MiB).")
+DCGM_FB_USED = _dcgm_gauge("DCGM_FI_DEV_FB_USED", "MiB", "Framebuffer memory used (in MiB).")
+DCGM_FB_RESERVED = _dcgm_gauge("DCGM_FI_DEV_FB_RESERVED", "MiB", "Framebuffer memory reserved (in MiB).")
+DCGM_NVLINK_BANDWIDTH = _dcgm_counter(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "KiB", "Total number of NVLink bandwidth counters for all lanes."
 )
-DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm(
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "counter",
-    "rows",
-    "Number of remapped rows for uncorrectable errors",
+DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm_counter(
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows", "Number of remapped rows for uncorrectable errors"
 )
-DCGM_CORRECTABLE_REMAPPED_ROWS = _dcgm(
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-    "counter",
-    "rows",
-    "Number of remapped rows for correctable errors",
+DCGM_CORRECTABLE_REMAPPED_ROWS = _dcgm_counter(
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "rows", "Number of remapped rows for correctable errors"
 )
-DCGM_ROW_REMAP_FAILURE = _dcgm(
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "0/1", "Whether remapping of rows has failed"
+DCGM_ROW_REMAP_FAILURE = _dcgm_gauge(
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "0/1", "Whether remapping of rows has failed"
 )
-DCGM_PCIE_TX_BYTES = _dcgm(
+DCGM_PCIE_TX_BYTES = _dcgm_gauge(
     "DCGM_FI_PROF_PCIE_TX_BYTES",
-    "gauge",
     "bytes/s",
     "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
     "payloads - in bytes per second.",
 )
-DCGM_PCIE_RX_BYTES = _dcgm(
+DCGM_PCIE_RX_BYTES = _dcgm_gauge(
     "DCGM_FI_PROF_PCIE_RX_BYTES",
-    "gauge",
     "bytes/s",
     "The rate of data received over the PCIe bus - including both protocol headers and data "
     "payloads - in bytes per second.",

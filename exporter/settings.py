@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import exporter
+from automator import settingspec
 from automator.settingspec import (
-    ENV_PREFIX,
     Setting,
     SettingError,
-    add_arguments,
     boolean,
     choice,
     csv,
@@ -28,7 +27,6 @@ from automator.settingspec import (
     non_empty,
     number,
     port,
-    resolve,
 )
 from exporter.ports import DEFAULT_PODRESOURCES_SOCKET
 
@@ -167,13 +165,14 @@ class Config:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    env = settingspec.ENV_PREFIX
     parser = argparse.ArgumentParser(
         prog="gpu-exporter",
         description="Prometheus exporter of GPU usage per Kubernetes container (GPU Steward).",
-        epilog=f"Each flag also reads the environment variable {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT).",
+        epilog=f"Each flag also reads the environment variable {env}<FLAG> (e.g. {env}PORT).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {exporter.__version__}")
-    add_arguments(parser, SETTINGS)
+    settingspec.add_arguments(parser, SETTINGS)
     return parser
 
 
@@ -186,7 +185,7 @@ def _given(args: argparse.Namespace, flag: str) -> str:
 def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Config:
     """Flags over environment over defaults; SettingError names the flag or variable at fault."""
     args = build_parser().parse_args(argv)
-    values = resolve(args, SETTINGS, environ)
+    values = settingspec.resolve(args, SETTINGS, environ)
     if args.compat is not None and not values["compat"]:  # an empty variable means "none"; a flag, a slip
         raise SettingError(f"--compat: expected one of {', '.join(COMPAT_MODES)}, got ''")
     source = cast(Literal["nvml", "mock"], values["source"])

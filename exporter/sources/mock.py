@@ -16,7 +16,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from exporter.model import ECC_SCOPES, Attribution, ContainerRef, GpuSample, MigInstance, ProcessSample
-from exporter.sources.scenario import GpuSpec, MigSpec, ProcessSpec, Scenario, ScenarioError, load_scenario
+from exporter.sources.scenario import load_scenario
+from exporter.sources.scenario_model import GpuSpec, MigSpec, ProcessSpec, Scenario, ScenarioError
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +131,7 @@ def sample_mig(parent: GpuSpec, mig: MigSpec, t: float, scenario: Scenario, reso
 
 
 def sample_gpu(
-    spec: GpuSpec,
-    t: float,
-    energy_joules: float,
-    resolve_owners: bool = True,
-    scenario: Scenario | None = None,
-    busy_seconds: float = 0.0,
+    spec: GpuSpec, t: float, scenario: Scenario, energy_joules: float, busy_seconds: float, resolve: bool
 ) -> GpuSample:
     """What NVML would report for this GPU at scenario time t (pure). `busy_seconds`: utilization
     integrated over time so far (for the traffic counters)."""
@@ -165,10 +161,10 @@ def sample_gpu(
         temperature_celsius=None if "temperature" in unsupported else round(temperature, 1),
         power_watts=None if "power" in unsupported else round(device_power(spec, utilization), 3),
         energy_joules=None if "energy" in unsupported else energy_joules,
-        processes=[] if spec.mig else _processes(running, spec, resolve_owners),
+        processes=[] if spec.mig else _processes(running, spec, resolve),
         pci_bus_id=spec.pci_bus_id,
-        driver_version=scenario.driver_version if scenario else None,
-        cuda_version=scenario.cuda_version if scenario else None,
+        driver_version=scenario.driver_version,
+        cuda_version=scenario.cuda_version,
         mig_enabled=bool(spec.mig),
     )
     _health(spec, sample, t, utilization, busy_seconds)
@@ -246,14 +242,7 @@ class MockSource:
                 self._energy[spec.uuid] += power_at(spec, t) * dt
                 self._busy[spec.uuid] += min(1.0, sum(r[2] for r in _all_running(spec, t))) * dt
             samples.append(
-                sample_gpu(
-                    spec,
-                    t,
-                    self._energy[spec.uuid],
-                    resolve_owners=resolve,
-                    scenario=self.scenario,
-                    busy_seconds=self._busy[spec.uuid],
-                )
+                sample_gpu(spec, t, self.scenario, self._energy[spec.uuid], self._busy[spec.uuid], resolve)
             )
             if not spec.lost_at(t):
                 samples += [sample_mig(spec, mig, t, self.scenario, resolve) for mig in spec.mig]

@@ -4,35 +4,35 @@ Errors are isolated per GPU and per field: NOT_SUPPORTED leaves the field out (t
 counts as read fine), GPU_IS_LOST / RESET_REQUIRED marks the GPU lost under its last known
 uuid/model, any other error leaves the field out, marks the GPU not ok and records the error.
 
-Per-process SM utilization comes from nvmlDeviceGetProcessUtilization, asked for the samples newer
-than the last one seen on that GPU. NVML only keeps samples for processes that used the GPU, so a
-listed process without a newer sample (or NOT_FOUND: no samples at all) gets 0 -- but only from the
-second query of that GPU on: the first one has no known window (the driver's sample buffer may have
-just started), so there a missing sample is unknown (None), not idle. When the call itself fails or
-is not supported, every process's utilization stays unknown (None), never 0. A compute process list
-that cannot be read (even NOT_SUPPORTED) marks the GPU's processes unknown, so no container on it
-reads idle.
+The per-process reads (who runs on a GPU, each process's SM share) are in sources/nvml_processes.py,
+the classified single read in sources/nvml_reads.py.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pynvml
 
-from exporter.model import CLOCK_EVENT_REASONS, ECC_SCOPES, ECC_TYPES, GpuSample, MigInstance, ProcessSample
+from exporter.model import CLOCK_EVENT_REASONS, ECC_SCOPES, ECC_TYPES, GpuSample, MigInstance
 from exporter.ports import SourceError
+from exporter.sources.nvml_processes import ProcessReader
+from exporter.sources.nvml_reads import (
+    GpuLost,
+    call,
+    code_of,
+    error_name,
+    field_values,
+    ratio,
+    record,
+    text,
+    versions,
+)
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-_LOST = {pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED}
-# nvmlDeviceGetProcessUtilization answers "no samples" as NOT_FOUND, or as SUCCESS on its sizing call.
-_NO_SAMPLES = {pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS}
 # Drivers without nvmlDeviceGetMemoryInfo_v2 (or with another struct version).
 _NO_MEMORY_V2 = {pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
 
@@ -48,47 +48,6 @@ _ECC_TYPE = dict(
 )
 _ECC_SCOPE = dict(zip(ECC_SCOPES, (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC), strict=True))
 _XID_EVENT = getattr(pynvml, "nvmlEventTypeXidCriticalError", 8)
-
-
-class _GpuLost(Exception):
-    pass
-
-
-def error_name(e: pynvml.NVMLError) -> str:
-    """A short stable name for an NVML error, used as a label value (e.g. `NoPermission`)."""
-    name = type(e).__name__
-    if name.startswith("NVMLError_"):
-        return name.removeprefix("NVMLError_")
-    return f"code_{getattr(e, 'value', 'unknown')}"
-
-
-def _code(e: pynvml.NVMLError) -> int | None:
-    value = getattr(e, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _record(sample: GpuSample, field: str, e: pynvml.NVMLError) -> None:
-    """Classify a failed read: _GpuLost when the GPU is gone, nothing for NOT_SUPPORTED (the field is
-    just absent), else the GPU is not ok and the error is kept under `field`."""
-    code = _code(e)
-    if code in _LOST:
-        raise _GpuLost(error_name(e)) from e
-    if code != pynvml.NVML_ERROR_NOT_SUPPORTED:
-        sample.ok = False
-        sample.errors[field] = error_name(e)
-
-
-def _call(sample: GpuSample, field: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-    """One NVML read; None when it failed (see `_record`)."""
-    try:
-        return fn(*args, **kwargs)
-    except pynvml.NVMLError as e:
-        _record(sample, field, e)
-        return None
 
 
 @dataclass
@@ -110,9 +69,9 @@ class NvmlSource:
             raise SourceError(f"NVML initialisation failed: {e} (is the NVIDIA driver installed?)") from e
         self._known: dict[str, _Identity] = {}  # uuid -> identity, to name GPUs that get lost
         self._by_index: dict[int, _Identity] = {}
-        self._last_seen_us: dict[str, int] = {}  # uuid -> newest process-utilization sample seen
+        self._processes = ProcessReader()
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
-        self._driver_version, self._cuda_version = _versions()
+        self._driver_version, self._cuda_version = versions()
         # Xid errors arrive as NVML events; one event set for every GPU, drained at each collection.
         self._events: Any = None
         self._watched: dict[str, bool] = {}  # uuid -> registered for Xid events
@@ -169,19 +128,19 @@ class NvmlSource:
         )
         sample = GpuSample(ident.index, ident.uuid, ident.model)
         try:
-            handle = _call(sample, "device", pynvml.nvmlDeviceGetHandleByIndex, index)
-            uuid = _call(sample, "device", pynvml.nvmlDeviceGetUUID, handle) if handle is not None else None
-            name = _call(sample, "device", pynvml.nvmlDeviceGetName, handle) if handle is not None else None
+            handle = call(sample, "device", pynvml.nvmlDeviceGetHandleByIndex, index)
+            uuid = call(sample, "device", pynvml.nvmlDeviceGetUUID, handle) if handle is not None else None
+            name = call(sample, "device", pynvml.nvmlDeviceGetName, handle) if handle is not None else None
             if handle is None or uuid is None:
                 return [sample]  # not ok, error recorded under "device"
-            ident = _Identity(index, _text(uuid), _text(name) if name is not None else ident.model)
+            ident = _Identity(index, text(uuid), text(name) if name is not None else ident.model)
             self._known[ident.uuid] = self._by_index[index] = ident
             sample.uuid, sample.model = ident.uuid, ident.model
             self._read_fields(sample, handle)
             self._read_health(sample, handle)
             self._watch_xid(sample, handle)
             return [sample, *self._read_mig(sample, handle)]
-        except _GpuLost as lost:
+        except GpuLost as lost:
             return [
                 GpuSample(
                     ident.index, ident.uuid, ident.model, ok=False, lost=True, errors={"device": str(lost)}
@@ -189,56 +148,56 @@ class NvmlSource:
             ]
 
     def _read_fields(self, sample: GpuSample, handle: object) -> None:
-        rates = _call(sample, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
+        rates = call(sample, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
         if rates is not None:
-            sample.utilization = _ratio(rates.gpu)
-            sample.memory_utilization = _ratio(rates.memory)
+            sample.utilization = ratio(rates.gpu)
+            sample.memory_utilization = ratio(rates.memory)
         memory = self._memory(sample, handle)
         if memory is not None:
             sample.memory_used_bytes = int(memory.used)
             sample.memory_total_bytes = int(memory.total)
             reserved = getattr(memory, "reserved", None)
             sample.memory_reserved_bytes = int(reserved) if reserved is not None else None
-        temperature = _call(
+        temperature = call(
             sample, "temperature", pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU
         )
         if temperature is not None:
             sample.temperature_celsius = float(temperature)
-        power = _call(sample, "power", pynvml.nvmlDeviceGetPowerUsage, handle)
+        power = call(sample, "power", pynvml.nvmlDeviceGetPowerUsage, handle)
         if power is not None:
             sample.power_watts = power / 1000.0  # mW
-        energy = _call(sample, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        energy = call(sample, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
         if energy is not None:
             sample.energy_joules = energy / 1000.0  # mJ
-        sample.processes = self._processes(sample, handle)
+        sample.processes = self._processes.read(sample, handle)
 
     def _read_health(self, sample: GpuSample, handle: object) -> None:
         """Identity and health signals; each read on its own (NOT_SUPPORTED leaves the field out)."""
         sample.driver_version, sample.cuda_version = self._driver_version, self._cuda_version
-        pci = _call(sample, "pci", pynvml.nvmlDeviceGetPciInfo, handle)
+        pci = call(sample, "pci", pynvml.nvmlDeviceGetPciInfo, handle)
         if pci is not None:
-            sample.pci_bus_id = _text(pci.busId)
-        sm = _call(sample, "clocks", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
-        mem = _call(sample, "clocks", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+            sample.pci_bus_id = text(pci.busId)
+        sm = call(sample, "clocks", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+        mem = call(sample, "clocks", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
         sample.sm_clock_hertz = None if sm is None else float(sm) * 1e6
         sample.memory_clock_hertz = None if mem is None else float(mem) * 1e6
-        enc = _call(sample, "encoder", pynvml.nvmlDeviceGetEncoderUtilization, handle)
-        dec = _call(sample, "decoder", pynvml.nvmlDeviceGetDecoderUtilization, handle)
-        sample.encoder_utilization = None if enc is None else _ratio(enc[0])
-        sample.decoder_utilization = None if dec is None else _ratio(dec[0])
-        tx = _call(sample, "pcie", pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = _call(sample, "pcie", pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        enc = call(sample, "encoder", pynvml.nvmlDeviceGetEncoderUtilization, handle)
+        dec = call(sample, "decoder", pynvml.nvmlDeviceGetDecoderUtilization, handle)
+        sample.encoder_utilization = None if enc is None else ratio(enc[0])
+        sample.decoder_utilization = None if dec is None else ratio(dec[0])
+        tx = call(sample, "pcie", pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = call(sample, "pcie", pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
         sample.pcie_tx_bytes_per_second = None if tx is None else float(tx) * 1024  # KB/s
         sample.pcie_rx_bytes_per_second = None if rx is None else float(rx) * 1024
-        replays = _call(sample, "pcie", pynvml.nvmlDeviceGetPcieReplayCounter, handle)
+        replays = call(sample, "pcie", pynvml.nvmlDeviceGetPcieReplayCounter, handle)
         sample.pcie_replays = None if replays is None else int(replays)
         self._read_fields_api(sample, handle)
         for kind, error_type in _ECC_TYPE.items():
             for scope, counter in _ECC_SCOPE.items():
-                count = _call(sample, "ecc", pynvml.nvmlDeviceGetTotalEccErrors, handle, error_type, counter)
+                count = call(sample, "ecc", pynvml.nvmlDeviceGetTotalEccErrors, handle, error_type, counter)
                 if count is not None:
                     sample.ecc_errors[(kind, scope)] = int(count)
-        rows = _call(sample, "remapped_rows", pynvml.nvmlDeviceGetRemappedRows, handle)
+        rows = call(sample, "remapped_rows", pynvml.nvmlDeviceGetRemappedRows, handle)
         if rows is not None:
             correctable, uncorrectable, pending, failure = rows
             sample.remapped_rows = {"correctable": int(correctable), "uncorrectable": int(uncorrectable)}
@@ -246,7 +205,7 @@ class NvmlSource:
         reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
             pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         )
-        mask = _call(sample, "clock_events", reasons_fn, handle)
+        mask = call(sample, "clock_events", reasons_fn, handle)
         if mask is not None:
             sample.clock_event_reasons = frozenset(name for bit, name in _REASON_BITS if int(mask) & bit)
         if self._events is not None:
@@ -257,7 +216,7 @@ class NvmlSource:
 
     def _read_fields_api(self, sample: GpuSample, handle: object) -> None:
         """Memory temperature and NVLink throughput: NVML field values (one call, per-field status)."""
-        links = _field_values(
+        links = field_values(
             sample, handle, [(pynvml.NVML_FI_DEV_MEMORY_TEMP, 0), (pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0)]
         )
         if links is None:
@@ -275,7 +234,7 @@ class NvmlSource:
                 pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
             )
         ]
-        values = _field_values(sample, handle, ids)
+        values = field_values(sample, handle, ids)
         known = [v for v in values or [] if v is not None]
         if values is None or len(known) != len(values):
             return
@@ -305,7 +264,7 @@ class NvmlSource:
             except pynvml.NVMLError:  # TIMEOUT: none left (or the wait failed; next collection retries)
                 return
             try:
-                uuid = _text(pynvml.nvmlDeviceGetUUID(event.device))
+                uuid = text(pynvml.nvmlDeviceGetUUID(event.device))
             except pynvml.NVMLError:
                 continue
             code = int(event.eventData)
@@ -315,30 +274,30 @@ class NvmlSource:
 
     def _read_mig(self, parent: GpuSample, handle: object) -> list[GpuSample]:
         """A GPU in MIG mode: each MIG device as a device of its own (memory, processes)."""
-        mode = _call(parent, "mig", pynvml.nvmlDeviceGetMigMode, handle)
+        mode = call(parent, "mig", pynvml.nvmlDeviceGetMigMode, handle)
         if mode is None or int(mode[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
             return []
         parent.mig_enabled = True
-        count = _call(parent, "mig", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        count = call(parent, "mig", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
         out = []
         for i in range(int(count)):
             try:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
             except pynvml.NVMLError as e:
-                if _code(e) != pynvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
-                    _record(parent, "mig", e)
+                if code_of(e) != pynvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
+                    record(parent, "mig", e)
                 continue
             sample = GpuSample(parent.index, "unknown", parent.model)
-            uuid = _call(sample, "device", pynvml.nvmlDeviceGetUUID, mig)
+            uuid = call(sample, "device", pynvml.nvmlDeviceGetUUID, mig)
             if uuid is None:
                 parent.ok = False
                 parent.errors.update(sample.errors)
                 continue
-            name = _call(sample, "device", pynvml.nvmlDeviceGetName, mig)
-            sample.uuid = _text(uuid)
-            sample.model = _text(name) if name is not None else parent.model
-            gi = _call(sample, "mig", pynvml.nvmlDeviceGetGpuInstanceId, mig)
-            ci = _call(sample, "mig", pynvml.nvmlDeviceGetComputeInstanceId, mig)
+            name = call(sample, "device", pynvml.nvmlDeviceGetName, mig)
+            sample.uuid = text(uuid)
+            sample.model = text(name) if name is not None else parent.model
+            gi = call(sample, "mig", pynvml.nvmlDeviceGetGpuInstanceId, mig)
+            ci = call(sample, "mig", pynvml.nvmlDeviceGetComputeInstanceId, mig)
             profile = sample.model.rsplit(" ", 1)[-1] if " MIG " in sample.model else ""
             sample.mig = MigInstance(parent.uuid, int(gi or 0), int(ci or 0), profile)
             sample.pci_bus_id, sample.driver_version = parent.pci_bus_id, parent.driver_version
@@ -346,7 +305,7 @@ class NvmlSource:
             memory = self._memory(sample, mig)
             if memory is not None:
                 sample.memory_used_bytes, sample.memory_total_bytes = int(memory.used), int(memory.total)
-            sample.processes = self._processes(sample, mig)
+            sample.processes = self._processes.read(sample, mig)
             out.append(sample)
         return out
 
@@ -356,97 +315,9 @@ class NvmlSource:
             try:
                 return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
             except pynvml.NVMLError as e:
-                if _code(e) not in _NO_MEMORY_V2:
-                    _record(sample, "memory", e)
+                if code_of(e) not in _NO_MEMORY_V2:
+                    record(sample, "memory", e)
                     return None
                 log.info("nvmlDeviceGetMemoryInfo_v2 unavailable (%s); using v1", error_name(e))
                 self._memory_v2 = False
-        return _call(sample, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)
-
-    def _processes(self, sample: GpuSample, handle: object) -> list[ProcessSample]:
-        memory: dict[int, int | None] = {}
-        for field, fn in (
-            ("processes", pynvml.nvmlDeviceGetComputeRunningProcesses),
-            ("graphics_processes", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
-        ):
-            procs = _call(sample, field, fn, handle)
-            if procs is None and field == "processes":
-                sample.processes_known = False  # unsupported or failed: who runs here is unknown
-            for proc in procs or []:
-                used = proc.usedGpuMemory
-                if memory.get(proc.pid) is None:  # dedupe by pid, keep a known value
-                    memory[int(proc.pid)] = int(used) if used is not None else None
-        if not memory:
-            return []
-        utilization, without_sample = self._process_utilization(sample, handle)
-        return [
-            ProcessSample(
-                pid=pid,
-                sm_utilization=None if utilization is None else utilization.get(pid, without_sample),
-                memory_used_bytes=used,
-            )
-            for pid, used in sorted(memory.items())
-        ]
-
-    def _process_utilization(
-        self, sample: GpuSample, handle: object
-    ) -> tuple[dict[int, float] | None, float | None]:
-        """pid -> SM utilization of its newest sample since the last call (None: the call failed),
-        and the value of a listed pid without a sample: 0 (idle) once a previous query of this GPU
-        bounds the window, None (unknown) on the first query."""
-        first = sample.uuid not in self._last_seen_us
-        without_sample = None if first else 0.0
-        last_seen = self._last_seen_us.get(sample.uuid, 0)
-        try:
-            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, last_seen)
-        except pynvml.NVMLError as e:
-            if _code(e) in _NO_SAMPLES:
-                self._last_seen_us[sample.uuid] = last_seen
-                return {}, without_sample
-            _record(sample, "process_utilization", e)
-            return None, None
-        newest: dict[int, tuple[int, float]] = {}
-        for s in samples:
-            ts = int(s.timeStamp)
-            if s.pid not in newest or ts > newest[s.pid][0]:
-                newest[int(s.pid)] = (ts, _ratio(s.smUtil))
-            last_seen = max(last_seen, ts)
-        self._last_seen_us[sample.uuid] = last_seen
-        return {pid: util for pid, (_, util) in newest.items()}, without_sample
-
-
-def _versions() -> tuple[str | None, str | None]:
-    try:
-        driver: str | None = _text(pynvml.nvmlSystemGetDriverVersion())
-    except pynvml.NVMLError:
-        driver = None
-    try:
-        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040
-        cuda_text: str | None = f"{cuda // 1000}.{cuda % 1000 // 10}"
-    except pynvml.NVMLError:
-        cuda_text = None
-    return driver, cuda_text
-
-
-# nvmlValueType_t -> the member of the value union holding it
-_FIELD_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
-
-
-def _field_values(sample: GpuSample, handle: object, ids: list[tuple[int, int]]) -> list[float | None] | None:
-    """nvmlDeviceGetFieldValues: per field its value, None when that field failed (not recorded: a
-    board without the sensor answers per field); None when the call itself failed."""
-    values = _call(sample, "field_values", pynvml.nvmlDeviceGetFieldValues, handle, ids)
-    if values is None:
-        return None
-    out: list[float | None] = []
-    for v in values:
-        if int(getattr(v, "nvmlReturn", 1)) != pynvml.NVML_SUCCESS:
-            out.append(None)
-            continue
-        member = _FIELD_VALUE_MEMBERS.get(int(v.valueType), "ullVal")
-        out.append(float(getattr(v.value, member)))
-    return out
-
-
-def _ratio(percent: float) -> float:
-    return min(1.0, max(0.0, float(percent) / 100.0))
+        return call(sample, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle)

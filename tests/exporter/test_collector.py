@@ -16,6 +16,7 @@ from exporter.exposition import ExporterCollector
 from exporter.loop import CollectionLoop
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
 from exporter.view import GpuView, gpu_view
+from tests.fakeclock import FakeClock
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 A = ContainerRef("ns", "a", "main")
@@ -121,14 +122,6 @@ def test_no_container_series_when_the_gpu_read_failed(broken: dict[str, Any]) ->
 # --- the loop and the scrape ---
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class FakeSource:
     name = "fake"
 
@@ -179,7 +172,7 @@ class FakeAttributor:
 def setup(
     samples: list[GpuSample], compat: bool = False
 ) -> tuple[CollectionLoop, CollectorRegistry, FakeClock]:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     loop = CollectionLoop(
         FakeSource(samples),
         FakeAttributor(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -82,19 +83,15 @@ SCENARIO = {
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     tmp = tmp_path_factory.mktemp("dashboard")
-    scenario = tmp / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump(SCENARIO))
+    (tmp / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
     port = free_port()
-    exporter = start_mock_exporter(scenario, port, tmp / "exporter.log", "--compat", "dcgm")
-    server = None
-    try:
+    with ExitStack() as cleanup:
+        exporter = start_mock_exporter(tmp / "scenario.yaml", port, tmp / "exporter.log", "--compat", "dcgm")
+        cleanup.callback(stop, exporter)
         server = start_prometheus(tmp / "prom", {JOB: [f"127.0.0.1:{port}"]})
+        cleanup.callback(server.stop)
         server.wait_for('gpu_steward_gpu_mig_info{job="dcgm"}')
         yield server
-    finally:
-        if server is not None:
-            server.stop()
-        stop(exporter)
 
 
 def panel_expr(expr: str) -> str:

@@ -19,6 +19,7 @@ from exporter.attribution.allocations import (
 from exporter.attribution.kubelet import KubeletAttributor
 from exporter.model import Attribution, ContainerRef
 from exporter.ports import Attributor, PodResourcesError
+from tests.fakeclock import FakeClock
 
 NODE = "gpu-node-3"
 UID = "0b3f5c2e-8d1a-4f6b-9c7e-1a2b3c4d5e6f"
@@ -29,14 +30,6 @@ CID_SIDE = "c" * 64
 CID_OTHER = "d" * 64
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
 GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class RawResponse:

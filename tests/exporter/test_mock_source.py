@@ -12,14 +12,7 @@ import yaml
 from exporter.model import Attribution, ContainerRef, GpuSample
 from exporter.sources.mock import MockAttributor, MockSource, ScenarioFile
 from exporter.sources.scenario import load_scenario, parse_scenario
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakeclock import FakeClock
 
 
 def _by_index(samples: list[GpuSample]) -> dict[int, GpuSample]:

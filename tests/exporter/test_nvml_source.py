@@ -350,22 +350,20 @@ def test_count_failure_marks_known_gpus_failed(monkeypatch: pytest.MonkeyPatch) 
     ]
 
 
-def test_process_utilization_failure_is_unknown_not_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("code", "errors"),
+    [(pynvml.NVML_ERROR_UNKNOWN, {"process_utilization": "Unknown"}), (pynvml.NVML_ERROR_NOT_SUPPORTED, {})],
+)
+def test_unreadable_process_utilization_is_unknown_not_idle(
+    monkeypatch: pytest.MonkeyPatch, code: int, errors: dict[str, str]
+) -> None:
+    """A failed call is an error of the GPU, NOT_SUPPORTED is not; either way no process reads idle."""
     gpus = two_gpus()
-    gpus[0].errors = {"nvmlDeviceGetProcessUtilization": pynvml.NVML_ERROR_UNKNOWN}
+    gpus[0].errors = {"nvmlDeviceGetProcessUtilization": code}
     FakeNvml(monkeypatch, gpus)
     gpu = NvmlSource().collect()[0]
     assert [p.sm_utilization for p in gpu.processes] == [None, None]
-    assert gpu.errors == {"process_utilization": "Unknown"} and not gpu.ok
-
-
-def test_process_utilization_not_supported_is_unknown_without_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    gpus = two_gpus()
-    gpus[0].errors = {"nvmlDeviceGetProcessUtilization": pynvml.NVML_ERROR_NOT_SUPPORTED}
-    FakeNvml(monkeypatch, gpus)
-    gpu = NvmlSource().collect()[0]
-    assert [p.sm_utilization for p in gpu.processes] == [None, None]
-    assert gpu.ok
+    assert gpu.errors == errors and gpu.ok == (not errors)
 
 
 def test_process_list_failure_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,18 +21,11 @@ import pytest
 import yaml
 
 from exporter.sources.scenario import load_scenario
+from tests.fakeclock import FakeClock
 from tools.fakekube import FakeApiServer
 from tools.fakesim import MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GpuDevices
 
 GPU = "nvidia.com/gpu"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def node(name: str = "node-1", gpus: int = 4) -> dict[str, Any]:
@@ -60,12 +53,12 @@ def pod(name: str, gpus: int = 1, node_name: str | None = "node-1", **meta: Any)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(1_800_000_000.0)
 
 
 @pytest.fixture
-def make(clock: Clock) -> Iterator[Any]:
+def make(clock: FakeClock) -> Iterator[Any]:
     servers: list[FakeApiServer] = []
 
     def start(*objects: dict[str, Any], devices: GpuDevices | None = None) -> FakeApiServer:
@@ -137,7 +130,7 @@ def test_disruption_budget_is_spent_then_refuses(make: Any) -> None:
     assert call(server, "POST", EVICT.format("a"), eviction("a"))[0] == 201  # already terminating: accepted
 
 
-def test_terminating_pod_holds_its_gpus_until_its_grace_period_ends(make: Any, clock: Clock) -> None:
+def test_terminating_pod_holds_its_gpus_until_its_grace_period_ends(make: Any, clock: FakeClock) -> None:
     server = make(node(gpus=2), pod("old", gpus=2), pod("new", gpus=2, node_name=None))
     server.step()
     assert not (server.pod("ml", "new") or {})["spec"].get("nodeName")
@@ -240,7 +233,7 @@ def test_oversized_bodies_are_refused_before_they_are_read(make: Any) -> None:
     assert answer.startswith(b"HTTP/1.1 413") and b"RequestEntityTooLarge" in answer
 
 
-def test_gpus_follow_the_pods(make: Any, clock: Clock, tmp_path: Path) -> None:
+def test_gpus_follow_the_pods(make: Any, clock: FakeClock, tmp_path: Path) -> None:
     owner = {"namespace": "ml", "pod": "old", "container": "main"}
     scenario = {"node": "node-1", "gpus": [
         {"index": i, "uuid": f"GPU-{i}", "model": "M", "memory_total": "80Gi", "allocations": [owner],
