@@ -11,6 +11,8 @@ from dashboards import house as h
 from dashboards import panels as p
 
 UID: Final = "gpu-steward-reclaim"
+# A replica that loses the lease keeps its last gauge values: count the leader's only.
+_LEADER_ONLY: Final = f"{c.AUTOMATOR_UNRESOLVED} and on (job, instance) ({c.AUTOMATOR_IS_LEADER} == 1)"
 
 
 def build() -> Any:
@@ -51,7 +53,7 @@ def _summary(lay: h.Layout) -> None:
         p.problem_stat(
             "Unresolved preemptors",
             "Pending higher-priority pods the last pass could not make room for.",
-            f"sum({c.AUTOMATOR_UNRESOLVED})",
+            f"sum({_LEADER_ONLY})",
         ),
         _in_range(
             "Decisions in range",
@@ -64,6 +66,14 @@ def _summary(lay: h.Layout) -> None:
             "Eviction API calls, all outcomes, over the dashboard's time range.",
             c.AUTOMATOR_EVICTIONS,
             h.IDLE,
+        ),
+        _in_range(
+            "GPUs freed by accepted evictions",
+            "GPUs of the victims whose eviction the API accepted (enforce mode), over the dashboard's time "
+            "range. A count of GPUs handed back, not GPU-hours: how long the preemptor then uses them is not "
+            "observed (docs/automator.md, Reclaimed GPUs).",
+            c.AUTOMATOR_RECLAIMED_GPUS,
+            h.BUSY,
         ),
     )
 
@@ -88,9 +98,10 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
         ),
         p.series(
             "Unresolved preemptors by reason",
-            "Preemptors the last pass could not make room for (by reason where the automator labels it).",
-            f"sum by (reason) ({c.AUTOMATOR_UNRESOLVED})",
-            "unresolved {{reason}}",
+            "Preemptors the leader's last pass could not make room for, by reason (docs/automator.md, "
+            "Unresolved preemptors by reason).",
+            f"sum by (reason) ({_LEADER_ONLY})",
+            "{{reason}}",
         ),
     )
     lay.line(

@@ -113,6 +113,8 @@ def _automator_activity(
         metrics.decisions.labels(mode="enforce").inc()
         metrics.evictions.labels(result="ok").inc()
         metrics.unresolved.labels(reason="no-fit").set(1)
+        metrics.is_leader.set(1)
+        metrics.reclaimed_gpus.inc(2)
         metrics.last_success.set(time.time())
 
 
