@@ -16,9 +16,12 @@ The API's vocabulary (resources, Status errors, selectors, patches, paths) is to
 
 `FakeApiServer.step()` is the cluster's kubelet and scheduler (tools/fakesim.py): terminating pods disappear
 after their grace period and pending pods are bound to a node where they fit. `simulate=True` runs it in
-a background thread; tests call it themselves. Every request is recorded (`calls`, `writes()`), and
-`answer()`/`fail()` script an answer. Not verified against a real kube-apiserver: docs/demo.md says
-what differs.
+a background thread; tests call it themselves. Every request is recorded (`calls`, `requests()`,
+`writes()`: method, path, query, content type and body, what the least-privilege RBAC test reads), and
+`answer()`/`fail()` script an answer (any code, Status details and headers such as `Retry-After`, late by
+a delay, for requests whose body contains a text: 409s, 429s, timeouts, hanging Lease renewals). Every
+test suite that talks to the Kubernetes API uses this server. Not verified against a real kube-apiserver:
+docs/demo.md says what differs.
 
 Bounded: at most `max_connections` requests in flight (others get 503), a listen backlog, a socket
 timeout per connection and a maximum body size.
@@ -100,6 +103,8 @@ class _Scripted:
     body: JsonObj
     headers: dict[str, str]
     times: int
+    delay: float = 0.0  # seconds to wait before answering (a slow or hanging server)
+    body_contains: str | None = None  # only requests whose raw body contains this text
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -295,18 +300,44 @@ class FakeApiServer:
         body: JsonObj,
         times: int = 1,
         headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        body_contains: str | None = None,
     ) -> None:
-        """Answer the next `times` requests matching method and path (a regex) with this body and code."""
+        """Answer the next `times` requests matching method and path (a regex), and whose raw body contains
+        `body_contains` when given, with this body, code and headers, `delay` seconds late (the request is
+        recorded in `calls` on arrival). Nothing in the store changes."""
         with self.lock:
             self._scripted_answers.append(
-                _Scripted(method, re.compile(path), code, body, dict(headers or {}), times)
+                _Scripted(
+                    method, re.compile(path), code, body, dict(headers or {}), times, delay, body_contains
+                )
             )
 
     def fail(
-        self, method: str, path: str, code: int, reason: str, message: str, times: int = 1, **headers: str
+        self,
+        method: str,
+        path: str,
+        code: int,
+        reason: str,
+        message: str,
+        times: int = 1,
+        *,
+        details: JsonObj | None = None,
+        delay: float = 0.0,
+        body_contains: str | None = None,
+        **headers: str,
     ) -> None:
-        """Answer the next `times` matching requests with a v1 Status of this code, reason and message."""
-        self.answer(method, path, code, ApiError(code, reason, message).status(), times, headers)
+        """Answer the next `times` matching requests with a v1 Status of this code, reason, message and
+        details (409 conflicts, 429 throttling with `Retry-After`, 5xx...); see answer()."""
+        status = ApiError(code, reason, message, details).status()
+        self.answer(method, path, code, status, times, headers, delay, body_contains)
+
+    def requests(self, method: str | None = None, path: str | None = None) -> list[Call]:
+        """The requests recorded so far (all, or those of this method and/or exact path), oldest first."""
+        with self.lock:
+            return [
+                c for c in self.calls if method in (None, c.method) and path in (None, c.path)
+            ]  # fmt: skip
 
     # --- request handling ---
 
@@ -316,16 +347,17 @@ class FakeApiServer:
         parts = urlsplit(target)
         query = parse_qs(parts.query)
         body: Any = None
-        code, headers = 500, {}
+        code, headers, delay = 500, {}, 0.0
         try:
             try:
                 body = json.loads(raw) if raw else None
             except ValueError as e:
                 raise ApiError(400, "BadRequest", f"body is not JSON: {e}") from e
             with self.lock:
-                scripted = self._scripted(method, parts.path)
+                scripted = self._scripted(method, parts.path, raw)
                 if scripted is not None:
                     code, answer, headers = scripted.code, copy.deepcopy(scripted.body), scripted.headers
+                    delay = scripted.delay
                 else:
                     code, answer = self._route(method, parts.path, query, content_type, body)
         except ApiError as e:
@@ -335,11 +367,15 @@ class FakeApiServer:
             code, answer = 400, ApiError(400, "BadRequest", f"{type(e).__name__}: {e}").status()
         with self.lock:
             self.calls.append(Call(method, parts.path, query, content_type, body, code))
+        if delay:
+            self._stopped.wait(delay)
         return code, answer, headers
 
-    def _scripted(self, method: str, path: str) -> _Scripted | None:
+    def _scripted(self, method: str, path: str, raw: bytes) -> _Scripted | None:
         for s in self._scripted_answers:
             if s.times > 0 and s.method == method and s.path.fullmatch(path):
+                if s.body_contains is not None and s.body_contains.encode() not in raw:
+                    continue
                 s.times -= 1
                 return s
         return None
