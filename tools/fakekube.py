@@ -100,7 +100,7 @@ class _Scripted:
     method: str
     path: re.Pattern[str]
     code: int
-    body: JsonObj
+    body: JsonObj | str
     headers: dict[str, str]
     times: int
     delay: float = 0.0  # seconds to wait before answering (a slow or hanging server)
@@ -297,15 +297,15 @@ class FakeApiServer:
         method: str,
         path: str,
         code: int,
-        body: JsonObj,
+        body: JsonObj | str,
         times: int = 1,
         headers: Mapping[str, str] | None = None,
         delay: float = 0.0,
         body_contains: str | None = None,
     ) -> None:
         """Answer the next `times` requests matching method and path (a regex), and whose raw body contains
-        `body_contains` when given, with this body, code and headers, `delay` seconds late (the request is
-        recorded in `calls` on arrival). Nothing in the store changes."""
+        `body_contains` when given, with this body (a str is sent as it is: not JSON), code and headers,
+        `delay` seconds late (the request is recorded in `calls` on arrival). Nothing in the store changes."""
         with self.lock:
             self._scripted_answers.append(
                 _Scripted(
@@ -343,7 +343,7 @@ class FakeApiServer:
 
     def handle(
         self, method: str, target: str, content_type: str, raw: bytes
-    ) -> tuple[int, JsonObj, dict[str, str]]:
+    ) -> tuple[int, JsonObj | str, dict[str, str]]:
         parts = urlsplit(target)
         query = parse_qs(parts.query)
         body: Any = None
@@ -620,12 +620,14 @@ def _handler(kube: FakeApiServer, timeout: float) -> type[BaseHTTPRequestHandler
             )
             self._send(code, body, headers)
 
-        def _send(self, code: int, body: JsonObj, headers: Mapping[str, str]) -> None:
-            data = json.dumps(body).encode()
+        def _send(self, code: int, body: JsonObj | str, headers: Mapping[str, str]) -> None:
+            # A scripted text body goes as it is (a proxy's HTML page, say), with its own Content-Type.
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            extra = dict(headers)
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", extra.pop("Content-Type", "application/json"))
             self.send_header("Content-Length", str(len(data)))
-            for k, v in headers.items():
+            for k, v in extra.items():
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
