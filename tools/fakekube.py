@@ -19,9 +19,9 @@ after their grace period and pending pods are bound to a node where they fit. `s
 a background thread; tests call it themselves. Every request is recorded (`calls`, `requests()`,
 `writes()`: method, path, query, content type and body, what the least-privilege RBAC test reads), and
 `answer()`/`fail()` script an answer (any code, Status details and headers such as `Retry-After`, late by
-a delay, for requests whose body contains a text: 409s, 429s, timeouts, hanging Lease renewals). Every
-test suite that talks to the Kubernetes API uses this server. Not verified against a real kube-apiserver:
-docs/demo.md says what differs.
+a delay, a non-JSON body, for requests whose body contains a text: 409s, 429s, timeouts, hanging Lease
+renewals). The demo and the automator's Kubernetes suites use it (docs/demo.md lists them). Not verified
+against a real kube-apiserver: docs/demo.md says what differs.
 
 Bounded: at most `max_connections` requests in flight (others get 503), a listen backlog, a socket
 timeout per connection and a maximum body size.
@@ -193,6 +193,20 @@ class Store:
         )
 
 
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """Write a kubeconfig for an API server at `url` (plain HTTP, no credentials)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
+        "current-context": "fake",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 class FakeApiServer:
     """The fake API server. `with FakeApiServer(objects).start() as kube: kube.url ...`"""
 
@@ -264,16 +278,7 @@ class FakeApiServer:
 
     def kubeconfig(self, path: Path) -> Path:
         """Write a kubeconfig for this server (plain HTTP, no credentials)."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "nobody", "user": {}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
-            "current-context": "fake",
-        }
-        path.write_text(yaml.safe_dump(config))
-        return path
+        return write_kubeconfig(path, self.url)
 
     def writes(self) -> list[Call]:
         with self.lock:

@@ -321,7 +321,14 @@ def test_metrics_table_is_the_registry() -> None:
 
 def test_service_doc_says_what_is_real_and_what_is_fake() -> None:
     text = section(SERVICE_DOC.read_text(), "What is verified, and how")
-    for needed in ("real Prometheus", "pytest-httpserver", "Against fakes", "Against real parts"):
+    needed_words = (
+        "real Prometheus",
+        "pytest-httpserver",
+        "tools/fakekube.py",
+        "Against fakes",
+        "Against real parts",
+    )
+    for needed in needed_words:
         assert needed in text, needed
     assert "Not verified" in text
 

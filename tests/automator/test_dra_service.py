@@ -38,7 +38,7 @@ from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter, dra_memory_query
 from automator.series import CONTAINER_MEMORY
 from exporter.metrics import CONTAINER_MEMORY_USED
-from tests.automator.test_end_to_end import kubeconfig  # noqa: F401 (the fixture)
+from tools.fakekube import write_kubeconfig
 from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +132,12 @@ def api(httpserver: HTTPServer) -> FakeApiServer:
     fake = FakeApiServer(demo_objects())
     httpserver.expect_request(re.compile(".*")).respond_with_handler(fake)
     return fake
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path, httpserver: HTTPServer) -> Path:
+    """A kubeconfig for the plain-HTTP fake server, without credentials."""
+    return write_kubeconfig(tmp_path / "kubeconfig", httpserver.url_for("").rstrip("/"))
 
 
 @pytest.fixture
@@ -447,7 +453,7 @@ def test_dra_interval_default_env_and_off(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.usefixtures("clean_env")
-def test_wiring_registers_the_route_and_the_metrics(kubeconfig: Path, api: FakeApiServer) -> None:  # noqa: F811
+def test_wiring_registers_the_route_and_the_metrics(kubeconfig: Path, api: FakeApiServer) -> None:
     argv = ["--kubeconfig", str(kubeconfig), "--no-leader-election"]
     argv += ["--prometheus-url", f"http://127.0.0.1:{free_port()}", "--prometheus-timeout", "2"]
     wiring = service.build(settings.service_settings(parse(argv)), CollectorRegistry())
