@@ -297,6 +297,11 @@ class FakeApiServer:
         with self.lock:
             self.store.add(obj)
 
+    def remove(self, plural: str, namespace: str, name: str) -> None:
+        """Drop an object at once (no grace period, no Event), as if it had never been there."""
+        with self.lock:
+            self.store.remove(plural, {"metadata": {"namespace": namespace, "name": name}})
+
     def answer(
         self,
         method: str,
@@ -390,7 +395,7 @@ class FakeApiServer:
     ) -> tuple[int, JsonObj]:
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube"}
-        if method == "GET" and (found := discovery(path)) is not None:
+        if method == "GET" and (found := discovery(path.rstrip("/") or "/")) is not None:
             return 200, found
         res, namespace, name, sub = parse_path(path)
         if "watch" in query and query["watch"] != ["false"]:
