@@ -95,3 +95,16 @@ def test_one_pod_decodes_to_its_record() -> None:
     assert decode_pod(json.dumps(odd).encode()) == slow([odd])[0]
     with pytest.raises(ValueError, match="not an object"):
         decode_pod(b"[]")
+
+
+def test_a_well_formed_page_never_takes_the_slow_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed decoder handles what an API server sends; json.loads is only the fallback."""
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("json.loads called")
+
+    items = [realistic_pod(1, "gpu-00000"), realistic_pod(2, None), WITH_INIT]
+    expected = slow(items)
+    monkeypatch.setattr("automator.records.json.loads", refuse)
+    assert decode_pods(page(items))[0] == expected
+    assert decode_pod(json.dumps(items[0]).encode()) == expected[0]
