@@ -418,6 +418,9 @@ def main() -> str:
     sample = len(json.dumps(realistic_pod(1, "gpu-00000")))
     return (
         "## Automator memory and pass time (`KubernetesAdapter.snapshot`, issue 7)\n\n"
+        "Command: `.venv/bin/python -m tests.bench.run_all bench_automator_memory` "
+        "(also run by `make bench`); times are CPU time (`time.process_time`), best of 3, on a 2-core "
+        "machine shared with other jobs.\n\n"
         "tests/bench/bench_automator_memory.py: realistic pods as an API server lists them (managedFields, "
         f"env, volumes, container statuses: {sample:,} bytes of JSON each), in pages of 500, through the "
         "real adapter code (an in-process stand-in answers the list calls). Retained = what tracemalloc "
