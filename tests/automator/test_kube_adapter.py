@@ -269,6 +269,8 @@ def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
     state = kube.snapshot()
     assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
     assert "managedFields" not in state.pods[0]["metadata"]
+    (listed,) = fake_kube.requests("GET", "/api/v1/pods")
+    assert listed.query == {"fieldSelector": [ACTIVE_PODS], "limit": ["500"]}  # pages of 500, active pods
 
 
 def test_annotate_preemptor_is_a_json_merge_patch(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
