@@ -1,5 +1,5 @@
 """The ports: what the actuator and the service need from the cluster and from Prometheus, and the errors
-the adapters raise. Implemented by automator/kube.py, automator/prom.py, the snapshot file (service.py)
+the adapters raise. Implemented by automator/kube/, automator/prom.py, the snapshot file (service.py)
 and the test fakes; the layers above depend on this module, never on an adapter. Pure: no client library.
 """
 

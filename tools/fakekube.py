@@ -16,9 +16,12 @@ The API's vocabulary (resources, Status errors, selectors, patches, paths) is to
 
 `FakeApiServer.step()` is the cluster's kubelet and scheduler (tools/fakesim.py): terminating pods disappear
 after their grace period and pending pods are bound to a node where they fit. `simulate=True` runs it in
-a background thread; tests call it themselves. Every request is recorded (`calls`, `writes()`), and
-`answer()`/`fail()` script an answer. Not verified against a real kube-apiserver: docs/demo.md says
-what differs.
+a background thread; tests call it themselves. Every request is recorded (`calls`, `requests()`,
+`writes()`: method, path, query, content type and body, what the least-privilege RBAC test reads), and
+`answer()`/`fail()` script an answer (any code, Status details and headers such as `Retry-After`, late by
+a delay, a non-JSON body, for requests whose body contains a text: 409s, 429s, timeouts, hanging Lease
+renewals). The demo and the automator's Kubernetes suites use it (docs/demo.md lists them). Not verified
+against a real kube-apiserver: docs/demo.md says what differs.
 
 Bounded: at most `max_connections` requests in flight (others get 503), a listen backlog, a socket
 timeout per connection and a maximum body size.
@@ -97,9 +100,11 @@ class _Scripted:
     method: str
     path: re.Pattern[str]
     code: int
-    body: JsonObj
+    body: JsonObj | str
     headers: dict[str, str]
     times: int
+    delay: float = 0.0  # seconds to wait before answering (a slow or hanging server)
+    body_contains: str | None = None  # only requests whose raw body contains this text
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -188,6 +193,20 @@ class Store:
         )
 
 
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """Write a kubeconfig for an API server at `url` (plain HTTP, no credentials)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
+        "current-context": "fake",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 class FakeApiServer:
     """The fake API server. `with FakeApiServer(objects).start() as kube: kube.url ...`"""
 
@@ -259,16 +278,7 @@ class FakeApiServer:
 
     def kubeconfig(self, path: Path) -> Path:
         """Write a kubeconfig for this server (plain HTTP, no credentials)."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "nobody", "user": {}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
-            "current-context": "fake",
-        }
-        path.write_text(yaml.safe_dump(config))
-        return path
+        return write_kubeconfig(path, self.url)
 
     def writes(self) -> list[Call]:
         with self.lock:
@@ -287,45 +297,77 @@ class FakeApiServer:
         with self.lock:
             self.store.add(obj)
 
+    def remove(self, plural: str, namespace: str, name: str) -> None:
+        """Drop an object at once (no grace period, no Event), as if it had never been there."""
+        with self.lock:
+            self.store.remove(plural, {"metadata": {"namespace": namespace, "name": name}})
+
     def answer(
         self,
         method: str,
         path: str,
         code: int,
-        body: JsonObj,
+        body: JsonObj | str,
         times: int = 1,
         headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        body_contains: str | None = None,
     ) -> None:
-        """Answer the next `times` requests matching method and path (a regex) with this body and code."""
+        """Answer the next `times` requests matching method and path (a regex), and whose raw body contains
+        `body_contains` when given, with this body (a str is sent as it is: not JSON), code and headers,
+        `delay` seconds late (the request is recorded in `calls` on arrival). Nothing in the store changes."""
         with self.lock:
             self._scripted_answers.append(
-                _Scripted(method, re.compile(path), code, body, dict(headers or {}), times)
+                _Scripted(
+                    method, re.compile(path), code, body, dict(headers or {}), times, delay, body_contains
+                )
             )
 
     def fail(
-        self, method: str, path: str, code: int, reason: str, message: str, times: int = 1, **headers: str
+        self,
+        method: str,
+        path: str,
+        code: int,
+        reason: str,
+        message: str,
+        times: int = 1,
+        *,
+        details: JsonObj | None = None,
+        delay: float = 0.0,
+        body_contains: str | None = None,
+        **headers: str,
     ) -> None:
-        """Answer the next `times` matching requests with a v1 Status of this code, reason and message."""
-        self.answer(method, path, code, ApiError(code, reason, message).status(), times, headers)
+        """Answer the next `times` matching requests with a v1 Status of this code, reason, message and
+        details (409 conflicts, 429 throttling with `Retry-After`, 5xx...); see answer()."""
+        status = ApiError(code, reason, message, details).status()
+        self.answer(method, path, code, status, times, headers, delay, body_contains)
+
+    def requests(self, method: str | None = None, path: str | None = None) -> list[Call]:
+        """The requests recorded so far (all, or those of this method and/or exact path), oldest first."""
+        with self.lock:
+            return [
+                c for c in self.calls if method in (None, c.method) and path in (None, c.path)
+            ]  # fmt: skip
 
     # --- request handling ---
 
     def handle(
         self, method: str, target: str, content_type: str, raw: bytes
-    ) -> tuple[int, JsonObj, dict[str, str]]:
+    ) -> tuple[int, JsonObj | str, dict[str, str]]:
         parts = urlsplit(target)
         query = parse_qs(parts.query)
         body: Any = None
-        code, headers = 500, {}
+        code, headers, delay = 500, {}, 0.0
         try:
             try:
                 body = json.loads(raw) if raw else None
             except ValueError as e:
                 raise ApiError(400, "BadRequest", f"body is not JSON: {e}") from e
             with self.lock:
-                scripted = self._scripted(method, parts.path)
+                scripted = self._scripted(method, parts.path, raw)
                 if scripted is not None:
                     code, answer, headers = scripted.code, copy.deepcopy(scripted.body), scripted.headers
+                    delay = scripted.delay
                 else:
                     code, answer = self._route(method, parts.path, query, content_type, body)
         except ApiError as e:
@@ -335,11 +377,15 @@ class FakeApiServer:
             code, answer = 400, ApiError(400, "BadRequest", f"{type(e).__name__}: {e}").status()
         with self.lock:
             self.calls.append(Call(method, parts.path, query, content_type, body, code))
+        if delay:
+            self._stopped.wait(delay)
         return code, answer, headers
 
-    def _scripted(self, method: str, path: str) -> _Scripted | None:
+    def _scripted(self, method: str, path: str, raw: bytes) -> _Scripted | None:
         for s in self._scripted_answers:
             if s.times > 0 and s.method == method and s.path.fullmatch(path):
+                if s.body_contains is not None and s.body_contains.encode() not in raw:
+                    continue
                 s.times -= 1
                 return s
         return None
@@ -349,7 +395,7 @@ class FakeApiServer:
     ) -> tuple[int, JsonObj]:
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube"}
-        if method == "GET" and (found := discovery(path)) is not None:
+        if method == "GET" and (found := discovery(path.rstrip("/") or "/")) is not None:
             return 200, found
         res, namespace, name, sub = parse_path(path)
         if "watch" in query and query["watch"] != ["false"]:
@@ -584,12 +630,14 @@ def _handler(kube: FakeApiServer, timeout: float) -> type[BaseHTTPRequestHandler
             )
             self._send(code, body, headers)
 
-        def _send(self, code: int, body: JsonObj, headers: Mapping[str, str]) -> None:
-            data = json.dumps(body).encode()
+        def _send(self, code: int, body: JsonObj | str, headers: Mapping[str, str]) -> None:
+            # A scripted text body goes as it is (a proxy's HTML page, say), with its own Content-Type.
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            extra = dict(headers)
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", extra.pop("Content-Type", "application/json"))
             self.send_header("Content-Length", str(len(data)))
-            for k, v in headers.items():
+            for k, v in extra.items():
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)

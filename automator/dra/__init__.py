@@ -3,5 +3,5 @@ of `resource.k8s.io/v1`, and measured per-container GPU memory, checked for brok
 
 model: the records and findings; load: objects and files -> records; checks: records -> Report;
 report: JSON, text, metric samples, Event bodies; metrics: the Prometheus collectors; cli: `dra-check`;
-job: the periodic check of `gpu-automator run` over two ports (adapters in automator/kube.py, prom.py).
+job: the periodic check of `gpu-automator run` over two ports (adapters in automator/kube/dra.py, prom.py).
 """

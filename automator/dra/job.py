@@ -3,7 +3,7 @@
 Each check lists ResourceSlices, ResourceClaims, DeviceClasses, Pods and Nodes through the Kubernetes
 adapter, reads measured per-container GPU memory through the Prometheus adapter, runs the pure checks, keeps
 the report for /metrics and the JSON endpoint, and writes an Event per finding once (not once per check).
-Pure orchestration over two small ports; the adapters are automator/kube.py (DraKubernetesAdapter) and
+Pure orchestration over two small ports; the adapters are automator/kube/dra.py (DraKubernetesAdapter) and
 automator/prom.py (DraMemoryReader); service.py only registers the job and the route.
 
 What is missing is said, never guessed: no report is exported before the first check, nor once the last
@@ -53,7 +53,7 @@ EVENT_REPEAT_SECONDS = 3600.0
 
 
 class DraCluster(Protocol):
-    """What the check needs from the cluster (automator/kube.py DraKubernetesAdapter, SnapshotDraCluster)."""
+    """What the check needs from the cluster (kube/dra.py DraKubernetesAdapter, SnapshotDraCluster)."""
 
     def dra_available(self) -> bool: ...
 

@@ -1,6 +1,7 @@
 """Kubernetes adapter of the KEDA cache: one namespace's pods, ReplicaSets, Deployments and StatefulSets.
 
 Four list calls per namespace per refresh, whatever the number of workloads in it; each has a timeout.
+The calls are KubernetesAdapter's public list methods (automator/kube/adapter.py).
 """
 
 from __future__ import annotations
@@ -9,40 +10,23 @@ from kubernetes import client
 
 from automator.keda.workloads import Namespace
 from automator.kube import KubernetesAdapter
+from automator.model import JsonObj
 
 
-class NamespaceLister(KubernetesAdapter):
+def _names(objects: list[JsonObj]) -> frozenset[str]:
+    return frozenset(str((o.get("metadata") or {}).get("name")) for o in objects)
+
+
+class NamespaceLister:
     def __init__(self, api: client.ApiClient, request_timeout: float = 10.0) -> None:
-        super().__init__(api, request_timeout=request_timeout)
-        self.apps = client.AppsV1Api(api)
+        self.kube = KubernetesAdapter(api, request_timeout=request_timeout)
 
     def namespace(self, name: str) -> Namespace:
         """Raises KubernetesUnavailable on any failure."""
-        pods = self._list(f"pods in {name}", self.core.list_namespaced_pod, "Pod", "v1", namespace=name)
-        sets = self._list(
-            f"replicasets in {name}",
-            self.apps.list_namespaced_replica_set,
-            "ReplicaSet",
-            "apps/v1",
-            namespace=name,
-        )
-        deployments = self._list(
-            f"deployments in {name}",
-            self.apps.list_namespaced_deployment,
-            "Deployment",
-            "apps/v1",
-            namespace=name,
-        )
-        statefulsets = self._list(
-            f"statefulsets in {name}",
-            self.apps.list_namespaced_stateful_set,
-            "StatefulSet",
-            "apps/v1",
-            namespace=name,
-        )
+        kube = self.kube
         return Namespace(
-            pods=pods,
-            replicasets=sets,
-            deployments=frozenset(str((d.get("metadata") or {}).get("name")) for d in deployments),
-            statefulsets=frozenset(str((s.get("metadata") or {}).get("name")) for s in statefulsets),
+            pods=kube.pods_in(name),
+            replicasets=kube.apps_objects(name, "ReplicaSet"),
+            deployments=_names(kube.apps_objects(name, "Deployment")),
+            statefulsets=_names(kube.apps_objects(name, "StatefulSet")),
         )

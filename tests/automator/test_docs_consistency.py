@@ -12,9 +12,7 @@ import argparse
 import json
 import re
 import shlex
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,6 @@ import yaml
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 from prometheus_client import CollectorRegistry
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from automator import cli, conventions, service, settings
 from automator.conventions import (
@@ -42,9 +38,11 @@ from automator.keda.kube import NamespaceLister
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
 from automator.model import Mode, PlannerConfig, PodKey
+from automator.ports import EvictionOutcome
 from automator.settingspec import Setting
 from automator.snapshot import load_cluster, load_usage
 from tests.automator.fakes import FakeKube, FakePrometheus
+from tools.fakekube import FakeApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -323,7 +321,14 @@ def test_metrics_table_is_the_registry() -> None:
 
 def test_service_doc_says_what_is_real_and_what_is_fake() -> None:
     text = section(SERVICE_DOC.read_text(), "What is verified, and how")
-    for needed in ("real Prometheus", "pytest-httpserver", "Against fakes", "Against real parts"):
+    needed_words = (
+        "real Prometheus",
+        "pytest-httpserver",
+        "tools/fakekube.py",
+        "Against fakes",
+        "Against real parts",
+    )
+    for needed in needed_words:
         assert needed in text, needed
     assert "Not verified" in text
 
@@ -477,51 +482,26 @@ def rbac_request(method: str, path: str) -> tuple[str, str, str, str | None]:
     return group, resource, verb, namespace
 
 
-class Recorder:
-    """Answers any API request plausibly (empty lists, echoed writes, no Lease yet) and records it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-        self.lease: bytes | None = None
-
-    def __call__(self, request: Request) -> Response:
-        with self.lock:
-            self.calls.append((request.method, request.path))
-            if "/leases" in request.path:
-                if request.method == "GET" and self.lease is None:
-                    return Response(
-                        json.dumps({"kind": "Status", "code": 404}), 404, content_type="application/json"
-                    )
-                if request.method in ("POST", "PUT"):
-                    self.lease = request.get_data()
-                return Response(self.lease, 200, content_type="application/json")
-            if request.method == "GET":
-                return Response(
-                    json.dumps({"metadata": {}, "items": []}), 200, content_type="application/json"
-                )
-            return Response(request.get_data() or b"{}", 201, content_type="application/json")
+Request = tuple[str, str, str, str | None]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def recorded_api_calls(httpserver: HTTPServer, lease_namespace: str) -> set[tuple[str, str, str, str | None]]:
-    recorder = Recorder()
-    httpserver.expect_request(re.compile(".*")).respond_with_handler(recorder)
-    api = client.ApiClient(client.Configuration(host=httpserver.url_for("").rstrip("/")))
+def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Request]:
+    """Every call the adapters make, against the fake API server (tools/fakekube.py), which records them."""
+    fake_kube.put(
+        {
+            "kind": "Pod",
+            "metadata": {"name": "train-a", "namespace": "ml", "uid": "u-1"},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "main"}]},
+            "status": {"phase": "Running"},
+        }
+    )
+    api = client.ApiClient(client.Configuration(host=fake_kube.url))
     kube = KubernetesAdapter(api, identity="replica-0")
     kube.snapshot()
     pod = PodKey("ml", "train-a")
-    kube.get_pod(pod)
-    kube.evict(pod, uid="u-1", dry_run=True)
-    kube.evict(pod, uid="u-1")
+    assert kube.get_pod(pod) is not None
+    assert kube.evict(pod, uid="u-1", dry_run=True).outcome is EvictionOutcome.OK
+    assert kube.evict(pod, uid="u-1").outcome is EvictionOutcome.OK
     kube.annotate_preemptor(pod, {conventions.LAST_RECLAIM_ANNOTATION: EXAMPLE_NOW.isoformat()}, uid="u-1")
     kube.event(pod, "Normal", "GpuIdleReclaimed", "test", uid="u-1")
     NamespaceLister(api).namespace("ml")  # the KEDA cache's reads (docs/keda.md)
@@ -529,8 +509,10 @@ def recorded_api_calls(httpserver: HTTPServer, lease_namespace: str) -> set[tupl
     elector = LeaderElector(api, "gpu-steward-automator", lease_namespace, "replica-0", 4, 3, 1)
     # take the free Lease (read, create), then renew it once (read, update): every call the election makes
     assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()
-    assert [m for m, p in recorder.calls if "/leases" in p] == ["GET", "POST", "GET", "PUT"]
-    return {rbac_request(m, p) for m, p in recorder.calls}
+    calls = fake_kube.requests()
+    assert [c.method for c in calls if "/leases" in c.path] == ["GET", "POST", "GET", "PUT"]
+    assert all(c.code < 400 or c.path.endswith("/leases/gpu-steward-automator") for c in calls), calls
+    return {rbac_request(c.method, c.path) for c in calls}
 
 
 def allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -540,7 +522,7 @@ def allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) ->
     )
 
 
-def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer) -> None:
+def test_rbac_allows_exactly_the_writes_the_adapter_makes(fake_kube: FakeApiServer) -> None:
     docs = manifests()
     deployment, _ = container(docs)
     namespace = deployment["metadata"]["namespace"]
@@ -555,7 +537,7 @@ def test_rbac_allows_exactly_the_writes_the_adapter_makes(httpserver: HTTPServer
     assert subject in cluster_binding["subjects"] and subject in binding["subjects"]
     assert role["metadata"]["namespace"] == namespace  # the Lease lives in $POD_NAMESPACE
 
-    calls = recorded_api_calls(httpserver, namespace)
+    calls = recorded_api_calls(fake_kube, namespace)
     resources = {(g, r) for g, r, _, _ in calls}
     expected = {
         ("", "nodes"), ("", "pods"), ("scheduling.k8s.io", "priorityclasses"),

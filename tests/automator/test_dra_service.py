@@ -1,14 +1,13 @@
-"""The DRA check in `gpu-automator run`: the Kubernetes adapter's DRA reads and Events against an HTTP server
-speaking the Kubernetes API, measured memory from a real Prometheus (the demo's DRA scenario played by the
-mock exporter, the recording rules loaded), metrics, Events written once, the /dra endpoint, settings."""
+"""The DRA check in `gpu-automator run`: the Kubernetes adapter's DRA reads and Events against the fake API
+server (tools/fakekube.py, a real HTTP server speaking the Kubernetes API), measured memory from a real
+Prometheus (the demo's DRA scenario played by the mock exporter, the recording rules loaded), metrics,
+Events written once, the /dra endpoint, settings."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -19,7 +18,6 @@ import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from automator import cli, service, settings
 from automator.dra.job import STALE_INTERVALS, DraCheckJob, SnapshotDraCluster
@@ -38,7 +36,7 @@ from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter, dra_memory_query
 from automator.series import CONTAINER_MEMORY
 from exporter.metrics import CONTAINER_MEMORY_USED
-from tests.automator.test_end_to_end import kubeconfig  # noqa: F401 (the fixture)
+from tools.fakekube import FakeApiServer
 from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,61 +64,23 @@ def demo_usage() -> list[ContainerUsage]:
     return load_usage_file(DEMO_USAGE)
 
 
-@dataclass
-class FakeApiServer:
-    """Lists (in pages of one object, to follow continue tokens), discovery, and Event creation with 409 on
-    a name that exists. `dra=False`: a cluster without resource.k8s.io/v1 (discovery answers 404)."""
-
-    objects: list[dict[str, Any]]
-    dra: bool = True
-    fail: dict[str, int] = field(default_factory=dict)  # path -> status to answer
-    events: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    event_posts: int = 0
-    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-
-    def __call__(self, request: Request) -> Response:
-        self.requests.append((request.method, request.path, dict(request.args)))
-        if request.path in self.fail:
-            code = self.fail[request.path]
-            return _json({"kind": "Status", "code": code, "message": f"scripted {code}"}, code)
-        if request.path.rstrip("/") == V1 and request.method == "GET":
-            if not self.dra:
-                return _json({"kind": "Status", "code": 404, "message": "the server could not find it"}, 404)
-            resources = [{"name": n, "namespaced": n == "resourceclaims"} for n in LIST_PATHS_NAMES]
-            return _json(
-                {"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1", "resources": resources}
-            )
-        if request.path in LIST_PATHS and request.method == "GET":
-            kind = LIST_PATHS[request.path]
-            if kind != "Pod" and kind != "Node" and not self.dra:
-                return _json({"kind": "Status", "code": 404}, 404)
-            items = [
-                {k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
-                for o in self.objects
-                if o["kind"] == kind
-            ]
-            start = int(request.args.get("continue") or 0)
-            token = str(start + 1) if start + 1 < len(items) else ""
-            return _json(
-                {"kind": f"{kind}List", "metadata": {"continue": token}, "items": items[start : start + 1]}
-            )
-        match = re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", request.path)
-        if match and request.method == "POST":
-            self.event_posts += 1
-            body = json.loads(request.get_data())
-            key = (match.group(1), body["metadata"]["name"])
-            if key in self.events:
-                return _json({"kind": "Status", "code": 409, "reason": "AlreadyExists"}, 409)
-            self.events[key] = body
-            return _json(body, 201)
-        return _json({"kind": "Status", "code": 404, "message": f"no {request.path}"}, 404)
+def no_dra(api: FakeApiServer) -> None:
+    """A cluster without resource.k8s.io/v1 (before Kubernetes 1.34): its discovery and lists answer 404."""
+    api.fail("GET", f"{V1}/?(resource.*)?", 404, "NotFound", "the server could not find it", times=1000)
 
 
-LIST_PATHS_NAMES = ("resourceslices", "resourceclaims", "deviceclasses", "resourceclaimtemplates")
+def fail_from_now(api: FakeApiServer, method: str, path: str, code: int) -> None:
+    api.fail(
+        method, path, code, "Forbidden" if code == 403 else "InternalError", f"scripted {code}", times=1000
+    )
 
 
-def _json(body: dict[str, Any], status: int = 200) -> Response:
-    return Response(json.dumps(body), status=status, content_type="application/json")
+def events(api: FakeApiServer) -> list[dict[str, Any]]:
+    return api.objects_of("events")
+
+
+def event_posts(api: FakeApiServer) -> int:
+    return sum(c.path.endswith("/events") for c in api.requests("POST"))
 
 
 def api_for(url: str) -> client.ApiClient:
@@ -128,15 +88,21 @@ def api_for(url: str) -> client.ApiClient:
 
 
 @pytest.fixture
-def api(httpserver: HTTPServer) -> FakeApiServer:
-    fake = FakeApiServer(demo_objects())
-    httpserver.expect_request(re.compile(".*")).respond_with_handler(fake)
-    return fake
+def api(fake_kube: FakeApiServer) -> FakeApiServer:
+    """The fake API server (tools/fakekube.py) holding the demo's DRA cluster."""
+    for obj in demo_objects():
+        fake_kube.put(obj)
+    return fake_kube
 
 
 @pytest.fixture
-def adapter(httpserver: HTTPServer, api: FakeApiServer) -> DraKubernetesAdapter:
-    return DraKubernetesAdapter(KubernetesAdapter(api_for(httpserver.url_for("")), identity="automator-0"))
+def kubeconfig(tmp_path: Path, api: FakeApiServer) -> Path:
+    return api.kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def adapter(api: FakeApiServer) -> DraKubernetesAdapter:
+    return DraKubernetesAdapter(KubernetesAdapter(api_for(api.url), identity="automator-0"))
 
 
 class StaticUsage:
@@ -176,31 +142,38 @@ def dra_check_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
 
 
 def test_adapter_lists_the_five_kinds_in_pages_with_kind_and_api_version(
-    adapter: DraKubernetesAdapter, api: FakeApiServer
+    adapter: DraKubernetesAdapter, api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert adapter.dra_available() is True
+    adapter.dra_objects()
+    assert all(c.query["limit"] == ["500"] for c in api.requests("GET") if "limit" in c.query)
+    api.calls.clear()
+    monkeypatch.setattr("automator.kube.client.PAGE_SIZE", 1)  # one page per object: continue tokens
     objects = adapter.dra_objects()
     assert sorted(o["kind"] for o in objects) == sorted(o["kind"] for o in demo_objects())
-    claim = next(o for o in objects if o["kind"] == "ResourceClaim")
+    first = next(o for o in demo_objects() if o["kind"] == "ResourceClaim")["metadata"]
+    claim = next(
+        o for o in objects if o["kind"] == "ResourceClaim" and o["metadata"] == {**o["metadata"], **first}
+    )
     assert claim["apiVersion"] == "resource.k8s.io/v1"
     assert claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["cores"] == "40"
-    pods = [args for method, path, args in api.requests if path == "/api/v1/pods"]
-    assert len(pods) == 3 and all(a["fieldSelector"] == ACTIVE_PODS for a in pods)  # one page per pod
-    assert {"limit": "500", "continue": "1"}.items() <= pods[1].items()
+    pods = [c.query for c in api.requests("GET", "/api/v1/pods")]
+    assert len(pods) == 3 and all(a["fieldSelector"] == [ACTIVE_PODS] for a in pods)  # one page per pod
+    assert pods[1]["limit"] == ["1"] and pods[1]["continue"] != [""]
 
 
 def test_adapter_without_resource_api_says_unavailable(
     adapter: DraKubernetesAdapter, api: FakeApiServer
 ) -> None:
-    api.dra = False
+    no_dra(api)
     assert adapter.dra_available() is False
 
 
 def test_adapter_errors_name_the_call(adapter: DraKubernetesAdapter, api: FakeApiServer) -> None:
-    api.fail[f"{V1}/"] = 403
+    fail_from_now(api, "GET", f"{V1}/", 403)
     with pytest.raises(KubernetesUnavailable, match=r"discover resource.k8s.io/v1: 403"):
         adapter.dra_available()
-    api.fail = {f"{V1}/resourceclaims": 500}
+    fail_from_now(api, "GET", f"{V1}/resourceclaims", 500)
     with pytest.raises(KubernetesUnavailable, match=r"list resourceclaims: 500 scripted 500"):
         adapter.dra_objects()
 
@@ -217,7 +190,7 @@ def test_adapter_event_created_then_exists(adapter: DraKubernetesAdapter, api: F
     }
     assert adapter.dra_event(body) is True
     assert adapter.dra_event(body) is False  # 409: written before
-    api.fail["/api/v1/namespaces/demo-dra/events"] = 403
+    fail_from_now(api, "POST", "/api/v1/namespaces/demo-dra/events", 403)
     with pytest.raises(
         KubernetesUnavailable, match=r"event DraUsageOverClaim demo-dra/llm-chat-gpu.abc: 403"
     ):
@@ -250,8 +223,9 @@ def test_check_over_the_api_is_the_cli_report_and_events_are_written_once(
     assert (body["result"], body["usage_checked"], body["timestamp"]) == ("ok", True, "2026-03-01T12:00:00Z")
 
     # one Event, on the claim, for the one finding
-    ((namespace, name), event), *rest = api.events.items()
+    event, *rest = events(api)
     assert rest == []
+    namespace, name = event["metadata"]["namespace"], event["metadata"]["name"]
     assert namespace == "demo-dra" and name.startswith("llm-chat-gpu.")
     assert event["involvedObject"]["kind"] == "ResourceClaim" and event["reason"] == "DraUsageOverClaim"
     assert event["reportingInstance"] == "automator-0"
@@ -262,11 +236,11 @@ def test_check_over_the_api_is_the_cli_report_and_events_are_written_once(
     )
     clock.now += timedelta(seconds=60)
     job.run_once()
-    assert api.event_posts == 1 and len(api.events) == 1
+    assert event_posts(api) == 1 and len(events(api)) == 1
     # after the repeat period it is written again; the Event still exists: 409, counted as exists
     clock.now += timedelta(hours=1)
     job.run_once()
-    assert api.event_posts == 2 and len(api.events) == 1
+    assert event_posts(api) == 2 and len(events(api)) == 1
     registry = job.registry
     assert registry.get_sample_value(EVENTS_METRIC + "_total", {"result": "created"}) == 1
     assert registry.get_sample_value(EVENTS_METRIC + "_total", {"result": "exists"}) == 1
@@ -278,14 +252,15 @@ def test_a_new_process_or_replica_does_not_duplicate_events(
 ) -> None:
     make_job(adapter, StaticUsage(demo_usage())).run_once()
     make_job(adapter, StaticUsage(demo_usage())).run_once()  # e.g. after a failover: 409, nothing new
-    assert api.event_posts == 2 and len(api.events) == 1
+    assert event_posts(api) == 2 and len(events(api)) == 1
 
 
 def test_events_per_check_are_bounded_and_the_rest_follow(
     adapter: DraKubernetesAdapter, api: FakeApiServer
 ) -> None:
     # every claim orphaned: three findings, at most two Events per check
-    api.objects = [o for o in demo_objects() if o["kind"] != "Pod"]
+    for pod in api.objects_of("pods"):
+        api.remove("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
     clock = Clock()
     job = make_job(adapter, StaticUsage(), clock, max_events_per_check=2)
     status = job.run_once()
@@ -293,7 +268,7 @@ def test_events_per_check_are_bounded_and_the_rest_follow(
     clock.now += timedelta(seconds=60)
     status = job.run_once()
     assert status is not None and (status.events_written, status.events_deferred) == (1, 0)
-    assert len(api.events) == 3 and api.event_posts == 3
+    assert len(events(api)) == 3 and event_posts(api) == 3
 
 
 def test_a_replica_that_loses_the_lease_during_a_check_writes_no_event(
@@ -305,7 +280,7 @@ def test_a_replica_that_loses_the_lease_during_a_check_writes_no_event(
     status = job.run_once()
     assert status is not None and status.report is not None and len(status.report.findings) == 1
     assert (status.events_written, status.events_deferred) == (0, 1)
-    assert api.event_posts == 0
+    assert event_posts(api) == 0
 
 
 def test_metrics_carry_the_report_and_the_check(adapter: DraKubernetesAdapter) -> None:
@@ -367,7 +342,7 @@ def test_api_failure_keeps_the_last_report_until_stale_and_writes_nothing(
     clock = Clock()
     job = make_job(adapter, StaticUsage(demo_usage()), clock)
     job.run_once()
-    api.fail[f"{V1}/resourceslices"] = 500
+    fail_from_now(api, "GET", f"{V1}/resourceslices", 500)
     clock.now += timedelta(seconds=60)
     status = job.run_once()
     assert status is not None and status.result is CheckOutcome.KUBERNETES_ERROR
@@ -381,11 +356,11 @@ def test_api_failure_keeps_the_last_report_until_stale_and_writes_nothing(
 
 
 def test_no_dra_api_means_no_check(adapter: DraKubernetesAdapter, api: FakeApiServer) -> None:
-    api.dra = False
+    no_dra(api)
     job = make_job(adapter, StaticUsage(demo_usage()))
     status = job.run_once()
     assert status is not None and status.result is CheckOutcome.DRA_UNAVAILABLE
-    assert not any(path.startswith(f"{V1}/resource") or path == "/api/v1/pods" for _, path, _ in api.requests)
+    assert not any(c.path.startswith(f"{V1}/resource") or c.path == "/api/v1/pods" for c in api.requests())
     code, body = job.report_json()
     assert code == 503 and body["result"] == "dra_unavailable" and body["findings"] is None
     assert job.registry.get_sample_value(FINDINGS_METRIC, {"kind": "overcommitted"}) is None
@@ -394,7 +369,7 @@ def test_no_dra_api_means_no_check(adapter: DraKubernetesAdapter, api: FakeApiSe
 def test_a_standby_reads_and_writes_nothing(adapter: DraKubernetesAdapter, api: FakeApiServer) -> None:
     job = make_job(adapter, StaticUsage(demo_usage()), leader=False)
     assert job.run_once() is None
-    assert api.requests == []
+    assert api.requests() == []
     code, body = job.report_json()
     assert code == 503 and body["result"] == "standby" and body["leader"] is False
 
@@ -447,7 +422,7 @@ def test_dra_interval_default_env_and_off(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.usefixtures("clean_env")
-def test_wiring_registers_the_route_and_the_metrics(kubeconfig: Path, api: FakeApiServer) -> None:  # noqa: F811
+def test_wiring_registers_the_route_and_the_metrics(kubeconfig: Path, api: FakeApiServer) -> None:
     argv = ["--kubeconfig", str(kubeconfig), "--no-leader-election"]
     argv += ["--prometheus-url", f"http://127.0.0.1:{free_port()}", "--prometheus-timeout", "2"]
     wiring = service.build(settings.service_settings(parse(argv)), CollectorRegistry())
@@ -485,9 +460,7 @@ def test_rbac_grants_the_dra_lists_and_nothing_more_for_resource_k8s_io(
     adapter.dra_available()
     adapter.dra_objects()
     listed = {
-        path.rsplit("/", 1)[1]
-        for _, path, _ in api.requests
-        if path.startswith(f"{V1}/") and path != f"{V1}/"
+        c.path.rsplit("/", 1)[1] for c in api.requests() if c.path.startswith(f"{V1}/") and c.path != f"{V1}/"
     }
     (role,) = [d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole"]
     granted = {
@@ -548,7 +521,7 @@ def test_service_check_with_real_prometheus_reports_the_demo_finding(
     code, body = job.report_json()
     assert code == 200
     assert {k: body[k] for k in ("findings", "devices")} == dra_check_json(capsys)
-    assert [e["reason"] for e in api.events.values()] == ["DraUsageOverClaim"]
+    assert [e["reason"] for e in events(api)] == ["DraUsageOverClaim"]
 
 
 def test_unreachable_prometheus_is_unavailable_for_the_reader() -> None:

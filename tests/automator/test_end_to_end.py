@@ -1,8 +1,9 @@
 """End to end: the real `python -m automator run` process against a fake API server and a real Prometheus.
 
-The API server is an in-memory HTTP server speaking enough of the Kubernetes API (list nodes, pods,
-PriorityClasses, PDBs; Evictions; merge patches; Events), reached through a kubeconfig file as a cluster
-would be. Prometheus is Debian's, holding backfilled recorded series for the last 40 minutes.
+The API server is tools/fakekube.py, the project's one Kubernetes API fake: a real HTTP server holding the
+cluster in memory (lists, Evictions with dry runs and uid preconditions, merge patches, Events), reached
+through a kubeconfig file as a cluster would be; it records every request. Prometheus is Debian's, holding
+backfilled recorded series for the last 40 minutes.
 """
 
 from __future__ import annotations
@@ -13,24 +14,21 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
+from tools.fakekube import FakeApiServer
 from tools.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus, stop
 
 pytestmark = pytest.mark.integration
@@ -127,133 +125,19 @@ def cluster_objects() -> dict[str, list[dict[str, Any]]]:
     }
 
 
-@dataclass
-class Call:
-    method: str
-    path: str
-    content_type: str
-    body: Any
-
-
-@dataclass
-class FakeApiServer:
-    """Lists the cluster, records every request, and applies writes as the API server would."""
-
-    objects: dict[str, list[dict[str, Any]]] = field(default_factory=cluster_objects)
-    calls: list[Call] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    LISTS: ClassVar[dict[str, str]] = {
-        "/api/v1/nodes": "nodes",
-        "/api/v1/pods": "pods",
-        "/apis/scheduling.k8s.io/v1/priorityclasses": "priorityclasses",
-        "/apis/policy/v1/poddisruptionbudgets": "poddisruptionbudgets",
-    }
-
-    def writes(self) -> list[Call]:
-        with self.lock:
-            return [c for c in self.calls if c.method != "GET"]
-
-    def _pod(self, ns: str, name: str) -> dict[str, Any] | None:
-        return next(
-            (
-                p
-                for p in self.objects["pods"]
-                if p["metadata"]["namespace"] == ns and p["metadata"]["name"] == name
-            ),
-            None,
-        )
-
-    def __call__(self, request: Request) -> Response:
-        raw = request.get_data()
-        body = json.loads(raw) if raw else None
-        with self.lock:
-            self.calls.append(
-                Call(request.method, request.path, request.headers.get("Content-Type", ""), body)
-            )
-            return self._answer(request.method, request.path, body)
-
-    def _answer(self, method: str, path: str, body: Any) -> Response:
-        if method == "GET" and path in self.LISTS:
-            # Items as the API lists them: without kind/apiVersion.
-            items = [
-                {k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
-                for o in self.objects[self.LISTS[path]]
-            ]
-            return json_response({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
-        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path):
-            pod = self._pod(*m.groups())
-            if method != "POST" or pod is None:
-                return status(404, "NotFound", f"pods {m.group(2)!r} not found")
-            options = (body or {}).get("deleteOptions") or {}
-            uid = (options.get("preconditions") or {}).get("uid")
-            if uid and uid != pod["metadata"].get("uid"):
-                return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
-            if "All" in (options.get("dryRun") or []):
-                return json_response(
-                    {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, 201
-                )
-            # Accepted: the pod terminates gracefully and still holds its GPUs meanwhile.
-            pod["metadata"]["deletionTimestamp"] = ts(datetime.now(UTC))
-            return json_response(
-                {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, 201
-            )
-        if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path):
-            pod = self._pod(*m.groups())
-            if pod is None or method not in ("GET", "PATCH"):
-                return status(404, "NotFound", f"pods {m.group(2)!r} not found")
-            if method == "GET":
-                return json_response({"kind": "Pod", "apiVersion": "v1", **pod})
-            annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}
-            pod["metadata"].setdefault("annotations", {}).update(annotations)
-            return json_response(pod)
-        if re.fullmatch(r"/api/v1/namespaces/[^/]+/events", path) and method == "POST":
-            return json_response(body, 201)
-        return status(404, "NotFound", f"{method} {path}: not served by this fake")
-
-
-def json_response(body: Any, code: int = 200) -> Response:
-    return Response(json.dumps(body), status=code, content_type="application/json")
-
-
-def status(code: int, reason: str, message: str) -> Response:
-    return json_response(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Failure",
-            "reason": reason,
-            "message": message,
-            "code": code,
-        },
-        code,
-    )
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    """The fake API server (tools/fakekube.py) holding the cluster; nothing runs its kubelet or scheduler, so
+    an evicted pod stays terminating (holding its GPUs) and the preemptor stays pending."""
+    objects = [obj for kind in cluster_objects().values() for obj in kind]
+    with FakeApiServer(objects).start() as fake:
+        yield fake
 
 
 @pytest.fixture
-def api(httpserver: HTTPServer) -> FakeApiServer:
-    fake = FakeApiServer()
-    httpserver.expect_request(re.compile(".*")).respond_with_handler(fake)
-    return fake
-
-
-@pytest.fixture
-def kubeconfig(tmp_path: Path, httpserver: HTTPServer) -> Path:
+def kubeconfig(tmp_path: Path, api: FakeApiServer) -> Path:
     """A kubeconfig for the plain-HTTP fake server, without credentials."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": httpserver.url_for("").rstrip("/")}}],
-                "users": [{"name": "nobody", "user": {}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
-                "current-context": "fake",
-            }
-        )
-    )
-    return path
+    return api.kubeconfig(tmp_path / "kubeconfig")
 
 
 def _openmetrics(end: int) -> str:
@@ -391,7 +275,7 @@ def test_enforce_evicts_the_idle_pod_only(
     }
     assert evictions[1].body == {**eviction, "deleteOptions": {"preconditions": {"uid": "uid-idle"}}}
     # The preemptor was read again just before.
-    assert any(c.method == "GET" and c.path == "/api/v1/namespaces/team/pods/urgent" for c in api.calls)
+    assert any(c.method == "GET" and c.path == "/api/v1/namespaces/team/pods/urgent" for c in api.requests())
     assert not any("busy" in c.path for c in writes)
 
     patches = [c for c in writes if c.method == "PATCH"]
@@ -400,6 +284,11 @@ def test_enforce_evicts_the_idle_pod_only(
     stamp = patches[0].body["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION]
     assert RFC3339.match(stamp), stamp
     assert abs(datetime.fromisoformat(stamp) - datetime.now(UTC)) < timedelta(minutes=5)
+    # The fake applied the writes as an API server would: the idle pod terminates, the preemptor is annotated.
+    idle, busy, urgent = api.pod("ml", "idle"), api.pod("ml", "busy"), api.pod("team", "urgent")
+    assert idle is not None and idle["metadata"].get("deletionTimestamp")
+    assert busy is not None and "deletionTimestamp" not in busy["metadata"]
+    assert urgent is not None and urgent["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] == stamp
 
     events = {c.body["involvedObject"]["name"]: c.body for c in writes if c.path.endswith("/events")}
     assert set(events) == {"idle", "urgent"}, [c.path for c in writes]
@@ -459,7 +348,7 @@ def test_prometheus_down_evicts_nothing(
     automator.wait("two failed passes", lambda: automator.passes("prometheus_unavailable") >= 2)
 
     assert api.writes() == []
-    assert any(c.path == "/api/v1/pods" for c in api.calls)  # it did read the cluster
+    assert any(c.path == "/api/v1/pods" for c in api.requests())  # it did read the cluster
     assert automator.passes("ok") == 0
     assert automator.metric("gpu_steward_automator_evictions_total", result="ok") == 0
     last = automator.decisions()

@@ -1,10 +1,11 @@
-"""The Kubernetes adapter against an HTTP server speaking the Kubernetes API (pytest-httpserver)."""
+"""The Kubernetes adapter against a real HTTP server speaking the Kubernetes API (tools/fakekube.py, the
+`fake_kube` fixture of tests/conftest.py): its objects answer the reads, its Evictions, patches, Events and
+Leases the writes, and `answer()`/`fail()` script the errors a real API server gives."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import threading
+import copy
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -12,13 +13,12 @@ from typing import Any
 import pytest
 import urllib3
 from kubernetes import client
-from pytest_httpserver import HTTPServer
-from werkzeug import Request, Response
 
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATION
 from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
 from automator.model import PodKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
+from tools.fakekube import FakeApiServer
 from tools.promserver import free_port
 
 
@@ -27,8 +27,8 @@ def api_for(url: str) -> client.ApiClient:
 
 
 @pytest.fixture
-def kube(httpserver: HTTPServer) -> KubernetesAdapter:
-    return KubernetesAdapter(api_for(httpserver.url_for("")), identity="automator-0")
+def kube(fake_kube: FakeApiServer) -> KubernetesAdapter:
+    return KubernetesAdapter(api_for(fake_kube.url), identity="automator-0")
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -43,43 +43,40 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-def a_list(kind: str, items: list[dict[str, Any]], cont: str = "") -> dict[str, Any]:
-    return {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {"continue": cont}, "items": items}
-
-
 POD_A = {
+    "kind": "Pod",
     "metadata": {"name": "a", "namespace": "ml", "uid": "u-a"},
     "spec": {"nodeName": "node-1", "priorityClassName": "batch", "containers": [{"name": "main"}]},
     "status": {"phase": "Running"},
 }
 POD_B = {
+    "kind": "Pod",
     "metadata": {"name": "b", "namespace": "ml"},
     "spec": {"containers": []},
     "status": {"phase": "Pending"},
 }
+GPU_NODE = {
+    "kind": "Node",
+    "metadata": {"name": "node-1"},
+    "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+}
 
 
 def test_snapshot_lists_every_kind_as_camel_case_json(
-    httpserver: HTTPServer, kube: KubernetesAdapter
+    fake_kube: FakeApiServer, kube: KubernetesAdapter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
-    pc = {"metadata": {"name": "batch"}, "value": 100, "preemptionPolicy": "Never"}
-    pdb = {"metadata": {"name": "guard", "namespace": "ml"}, "status": {"disruptionsAllowed": 0}}
-    httpserver.expect_request("/api/v1/nodes").respond_with_json(a_list("Node", [node]))
-    # Two pages: the adapter must follow the continue token with the same field selector.
-    first = {"fieldSelector": ACTIVE_PODS, "limit": "500"}
-    httpserver.expect_request("/api/v1/pods", query_string=first).respond_with_json(
-        a_list("Pod", [POD_A], "tok")
-    )
-    httpserver.expect_request("/api/v1/pods", query_string={**first, "continue": "tok"}).respond_with_json(
-        a_list("Pod", [POD_B])
-    )
-    httpserver.expect_request("/apis/scheduling.k8s.io/v1/priorityclasses").respond_with_json(
-        a_list("PriorityClass", [pc])
-    )
-    httpserver.expect_request("/apis/policy/v1/poddisruptionbudgets").respond_with_json(
-        a_list("PodDisruptionBudget", [pdb])
-    )
+    pc = {"kind": "PriorityClass", "metadata": {"name": "batch"}, "value": 100, "preemptionPolicy": "Never"}
+    pdb = {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard", "namespace": "ml"},
+        "status": {"disruptionsAllowed": 0},
+    }
+    finished = {**copy.deepcopy(POD_B), "metadata": {"name": "done", "namespace": "ml"}}
+    finished["status"] = {"phase": "Succeeded"}
+    for obj in (GPU_NODE, POD_A, POD_B, finished, pc, pdb):
+        fake_kube.put(obj)
+    # Pages of one: the adapter must follow the continue token with the same field selector.
+    monkeypatch.setattr("automator.kube.client.PAGE_SIZE", 1)
 
     state = kube.snapshot()
 
@@ -92,11 +89,15 @@ def test_snapshot_lists_every_kind_as_camel_case_json(
     assert state.priority_classes[0]["apiVersion"] == "scheduling.k8s.io/v1"
     assert state.pdbs[0]["status"]["disruptionsAllowed"] == 0
     assert (state.pdbs[0]["kind"], state.pdbs[0]["apiVersion"]) == ("PodDisruptionBudget", "policy/v1")
+    pages = fake_kube.requests("GET", "/api/v1/pods")
+    assert len(pages) == 2
+    assert all(p.query["fieldSelector"] == [ACTIVE_PODS] and p.query["limit"] == ["1"] for p in pages)
+    assert "continue" not in pages[0].query and pages[1].query["continue"] != [""]
 
 
-def test_snapshot_error_names_the_call(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    httpserver.expect_request("/api/v1/nodes").respond_with_json(
-        status(403, "Forbidden", 'nodes is forbidden: User "x" cannot list resource "nodes"'), status=403
+def test_snapshot_error_names_the_call(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
+    fake_kube.fail(
+        "GET", "/api/v1/nodes", 403, "Forbidden", 'nodes is forbidden: User "x" cannot list resource "nodes"'
     )
     with pytest.raises(KubernetesUnavailable, match=r"list nodes: 403 nodes is forbidden"):
         kube.snapshot()
@@ -134,19 +135,23 @@ EVICTION = "/api/v1/namespaces/ml/pods/a/eviction"
     ],
 )
 def test_evict(
-    httpserver: HTTPServer, kube: KubernetesAdapter, code: int, body: dict[str, Any], outcome: EvictionOutcome
+    fake_kube: FakeApiServer,
+    kube: KubernetesAdapter,
+    code: int,
+    body: dict[str, Any],
+    outcome: EvictionOutcome,
 ) -> None:
-    httpserver.expect_request(EVICTION, method="POST").respond_with_json(body, status=code)
+    fake_kube.answer("POST", EVICTION, code, body)
 
     result = kube.evict(PodKey("ml", "a"))
 
     assert result.outcome is outcome
     if code >= 400:
         assert result.status == code and result.message == body["message"]
-    (request, _), *rest = httpserver.log
+    request, *rest = fake_kube.calls
     assert rest == []
-    assert request.headers["Content-Type"] == "application/json"
-    assert json.loads(request.get_data()) == {
+    assert request.content_type == "application/json"
+    assert request.body == {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": "a", "namespace": "ml"},
@@ -159,72 +164,89 @@ def test_evict_unreachable_is_an_unknown_outcome() -> None:
 
 
 def test_eviction_carries_the_uid_precondition_and_dry_run(
-    httpserver: HTTPServer, kube: KubernetesAdapter
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
 ) -> None:
-    ok = {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
-    httpserver.expect_request(EVICTION, method="POST").respond_with_json(ok, status=201)
-    kube.evict(PodKey("ml", "a"), uid="u-a", dry_run=True)
-    kube.evict(PodKey("ml", "a"), uid="u-a")
-    (dry, _), (real, _) = httpserver.log
-    assert json.loads(dry.get_data())["deleteOptions"] == {"preconditions": {"uid": "u-a"}, "dryRun": ["All"]}
-    assert json.loads(real.get_data())["deleteOptions"] == {"preconditions": {"uid": "u-a"}}
+    fake_kube.put(POD_A)
+    assert kube.evict(PodKey("ml", "a"), uid="u-a", dry_run=True).outcome is EvictionOutcome.OK
+    pod = fake_kube.pod("ml", "a")
+    assert pod is not None and "deletionTimestamp" not in pod["metadata"]  # a dry run changes nothing
+    assert kube.evict(PodKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.OK
+    dry, real = fake_kube.calls
+    assert dry.body["deleteOptions"] == {"preconditions": {"uid": "u-a"}, "dryRun": ["All"]}
+    assert real.body["deleteOptions"] == {"preconditions": {"uid": "u-a"}}
+    pod = fake_kube.pod("ml", "a")
+    assert pod is not None and pod["metadata"]["deletionTimestamp"]  # accepted: terminating
 
 
 def test_statefulset_pod_recreated_under_the_same_name_is_not_evicted(
-    httpserver: HTTPServer, kube: KubernetesAdapter
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
 ) -> None:
     """The API server answers 409 when the uid precondition names the pod that was judged, not this one."""
-    message = "Precondition failed: UID in precondition: u-old, UID in object meta: u-new"
-    httpserver.expect_request(EVICTION, method="POST").respond_with_json(
-        status(409, "Conflict", message), status=409
-    )
+    fake_kube.put({**POD_A, "metadata": {**POD_A["metadata"], "uid": "u-new"}})  # type: ignore[dict-item]
     result = kube.evict(PodKey("ml", "a"), uid="u-old")
     assert result.outcome is EvictionOutcome.CONFLICT and "u-new" in result.message
+    pod = fake_kube.pod("ml", "a")
+    assert pod is not None and "deletionTimestamp" not in pod["metadata"]
 
 
-def test_api_throttling_429_is_not_a_budget_refusal(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    httpserver.expect_request(EVICTION, method="POST").respond_with_json(
-        status(429, "TooManyRequests", "Too many requests, please try again later."),
-        status=429,
-        headers={"Retry-After": "7"},
+def test_api_throttling_429_is_not_a_budget_refusal(
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
+) -> None:
+    fake_kube.fail(
+        "POST",
+        EVICTION,
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        **{"Retry-After": "7"},
     )
     result = kube.evict(PodKey("ml", "a"), uid="u-a")
     assert result.outcome is EvictionOutcome.THROTTLED and result.retry_after == 7
 
 
-def test_budget_429_is_read_from_its_cause(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    body = status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
-    body["details"] = {
-        "causes": [{"reason": "DisruptionBudget", "message": "The disruption budget g needs 2"}]
-    }
-    httpserver.expect_request(EVICTION, method="POST").respond_with_json(
-        body, status=429, headers={"Retry-After": "10"}
+def test_budget_429_is_read_from_its_cause(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
+    fake_kube.fail(
+        "POST",
+        EVICTION,
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        details={"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget g needs 2"}]},
+        **{"Retry-After": "10"},
     )
     assert kube.evict(PodKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.REFUSED_PDB
 
 
-def test_timeout_after_the_server_accepted_is_unknown_not_refused(httpserver: HTTPServer) -> None:
-    accepted = threading.Event()
-
-    def slow(request: Request) -> Response:
-        accepted.set()  # the server has taken the eviction; its answer comes too late
-        time.sleep(1.5)
-        return Response(json.dumps({"kind": "Status", "code": 201}), 201, content_type="application/json")
-
-    httpserver.expect_request(EVICTION, method="POST").respond_with_handler(slow)
-    adapter = KubernetesAdapter(api_for(httpserver.url_for("")), request_timeout=0.3)
-    result = adapter.evict(PodKey("ml", "a"), uid="u-a")
-    assert accepted.is_set() and result.outcome is EvictionOutcome.UNKNOWN
-
-
-def test_get_pod_reads_a_plain_record_or_none(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    full = json.loads(json.dumps(POD_A))
-    full["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
-    full["spec"]["volumes"] = [{"name": "data"}]
-    httpserver.expect_request("/api/v1/namespaces/ml/pods/a", method="GET").respond_with_json(full)
-    httpserver.expect_request("/api/v1/namespaces/ml/pods/gone", method="GET").respond_with_json(
-        status(404, "NotFound", 'pods "gone" not found'), status=404
+def test_the_fakes_own_budget_refusal_is_read_as_one(
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
+) -> None:
+    """The fake answers a budget that allows no disruption as the API server does (cause DisruptionBudget)."""
+    fake_kube.put({**POD_A, "metadata": {**POD_A["metadata"], "labels": {"app": "x"}}})  # type: ignore[dict-item]
+    fake_kube.put(
+        {
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "g", "namespace": "ml"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "minAvailable": 1},
+            "status": {"disruptionsAllowed": 0},
+        }
     )
+    assert kube.evict(PodKey("ml", "a"), uid="u-a", dry_run=True).outcome is EvictionOutcome.REFUSED_PDB
+
+
+def test_timeout_after_the_server_accepted_is_unknown_not_refused(fake_kube: FakeApiServer) -> None:
+    # The server takes the eviction; its answer comes too late.
+    fake_kube.answer("POST", EVICTION, 201, {"kind": "Status", "code": 201}, delay=1.5)
+    adapter = KubernetesAdapter(api_for(fake_kube.url), request_timeout=0.3)
+    result = adapter.evict(PodKey("ml", "a"), uid="u-a")
+    accepted = fake_kube.requests("POST", EVICTION)
+    assert len(accepted) == 1 and result.outcome is EvictionOutcome.UNKNOWN
+
+
+def test_get_pod_reads_a_plain_record_or_none(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
+    full = copy.deepcopy(POD_A)
+    full["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]  # type: ignore[index]
+    full["spec"]["volumes"] = [{"name": "data"}]  # type: ignore[index]
+    fake_kube.put(full)
     pod = kube.get_pod(PodKey("ml", "a"))
     assert pod is not None and pod["metadata"]["uid"] == "u-a" and pod["spec"]["nodeName"] == "node-1"
     assert "managedFields" not in pod["metadata"] and "volumes" not in pod["spec"]
@@ -232,45 +254,54 @@ def test_get_pod_reads_a_plain_record_or_none(httpserver: HTTPServer, kube: Kube
 
 
 def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
-    httpserver: HTTPServer, kube: KubernetesAdapter
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
 ) -> None:
-    gpu = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
-    cpu = {"metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "8"}}}
-    on_cpu = {"metadata": {"name": "web", "namespace": "ml"}, "spec": {"nodeName": "cpu-1", "containers": []}}
-    managed = json.loads(json.dumps(POD_A))
-    managed["metadata"]["managedFields"] = [{"manager": "x"}]
-    httpserver.expect_request("/api/v1/nodes").respond_with_json(a_list("Node", [gpu, cpu]))
-    httpserver.expect_request("/api/v1/pods").respond_with_json(a_list("Pod", [managed, POD_B, on_cpu]))
-    for path in ("/apis/scheduling.k8s.io/v1/priorityclasses", "/apis/policy/v1/poddisruptionbudgets"):
-        httpserver.expect_request(path).respond_with_json(a_list("X", []))
+    cpu = {"kind": "Node", "metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "8"}}}
+    on_cpu = {
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "ml"},
+        "spec": {"nodeName": "cpu-1", "containers": []},
+    }
+    managed = copy.deepcopy(POD_A)
+    managed["metadata"]["managedFields"] = [{"manager": "x"}]  # type: ignore[index]
+    for obj in (GPU_NODE, cpu, managed, POD_B, on_cpu):
+        fake_kube.put(obj)
     state = kube.snapshot()
     assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
     assert "managedFields" not in state.pods[0]["metadata"]
+    (listed,) = fake_kube.requests("GET", "/api/v1/pods")
+    assert listed.query == {"fieldSelector": [ACTIVE_PODS], "limit": ["500"]}  # pages of 500, active pods
 
 
-def test_annotate_preemptor_is_a_json_merge_patch(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    httpserver.expect_request("/api/v1/namespaces/team/pods/p", method="PATCH").respond_with_json(POD_B)
+def test_annotate_preemptor_is_a_json_merge_patch(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
+    fake_kube.put({"kind": "Pod", "metadata": {"name": "p", "namespace": "team", "uid": "u-p"}})
     written = {LAST_RECLAIM_ANNOTATION: "2024-06-01T14:00:05Z", RECLAIM_NODE_ANNOTATION: "node-1"}
     kube.annotate_preemptor(PodKey("team", "p"), written, uid="u-p")
-    (request, _), *_ = httpserver.log
-    assert request.headers["Content-Type"] == "application/merge-patch+json"
-    assert json.loads(request.get_data()) == {"metadata": {"annotations": written, "uid": "u-p"}}
+    request, *_ = fake_kube.calls
+    assert request.content_type == "application/merge-patch+json"
+    assert request.body == {"metadata": {"annotations": written, "uid": "u-p"}}
+    pod = fake_kube.pod("team", "p")
+    assert pod is not None and pod["metadata"]["annotations"] == written
 
 
-def test_annotate_failure_raises(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    httpserver.expect_request("/api/v1/namespaces/team/pods/p", method="PATCH").respond_with_json(
-        status(404, "NotFound", 'pods "p" not found'), status=404
-    )
+def test_annotating_a_replaced_preemptor_conflicts(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
+    """The uid in the patch is a precondition: a pod recreated under the same name is not annotated."""
+    fake_kube.put({"kind": "Pod", "metadata": {"name": "p", "namespace": "team", "uid": "u-new"}})
+    with pytest.raises(KubernetesUnavailable, match="patch pod team/p: 409"):
+        kube.annotate_preemptor(PodKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "x"}, uid="u-old")
+
+
+def test_annotate_failure_raises(kube: KubernetesAdapter) -> None:
     with pytest.raises(KubernetesUnavailable, match="patch pod team/p: 404"):
         kube.annotate_preemptor(PodKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "2024-06-01T00:00:00Z"})
 
 
-def test_event_is_a_core_v1_event_on_the_pod(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    httpserver.expect_request("/api/v1/namespaces/ml/events", method="POST").respond_with_json({}, status=201)
+def test_event_is_a_core_v1_event_on_the_pod(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
     kube.event(PodKey("ml", "a"), "Normal", "GpuIdleReclaimed", "x" * 2000, uid="u-a")
     kube.event(PodKey("ml", "a"), "Warning", "InvalidReclaimAnnotation", "bad")
-    (first, _), (second, _) = httpserver.log
-    body = json.loads(first.get_data())
+    first, second = fake_kube.calls
+    assert (first.method, first.path) == ("POST", "/api/v1/namespaces/ml/events")
+    body = first.body
     assert body["involvedObject"] == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -283,42 +314,28 @@ def test_event_is_a_core_v1_event_on_the_pod(httpserver: HTTPServer, kube: Kuber
     assert body["source"] == {"component": "gpu-steward-automator"}
     assert body["reportingInstance"] == "automator-0" and body["count"] == 1
     assert body["firstTimestamp"] == body["lastTimestamp"]
-    other = json.loads(second.get_data())
+    other = second.body
     assert "uid" not in other["involvedObject"] and other["metadata"]["name"] != body["metadata"]["name"]
+    assert len(fake_kube.objects_of("events")) == 2  # both were created
 
 
-def test_event_failure_raises(httpserver: HTTPServer, kube: KubernetesAdapter) -> None:
-    httpserver.expect_request("/api/v1/namespaces/ml/events", method="POST").respond_with_json(
-        status(403, "Forbidden", "cannot create events"), status=403
-    )
+def test_event_failure_raises(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
+    fake_kube.fail("POST", "/api/v1/namespaces/ml/events", 403, "Forbidden", "cannot create events")
     with pytest.raises(KubernetesUnavailable, match="event R on ml/a: 403 cannot create events"):
         kube.event(PodKey("ml", "a"), "Normal", "R", "m")
 
 
-class LeaseServer:
-    """coordination.k8s.io/v1 Leases in memory: enough of the API for the client's LeaseLock."""
-
-    def __init__(self, lease: dict[str, Any] | None = None) -> None:
-        self.lease = lease
-        self.lock = threading.Lock()
-        self.requests: list[str] = []
-
-    def __call__(self, request: Request) -> Response:
-        with self.lock:
-            self.requests.append(request.method)
-            if request.method == "GET":
-                if self.lease is None:
-                    return Response(
-                        json.dumps(status(404, "NotFound", "not found")), 404, content_type="application/json"
-                    )
-            elif request.method in ("POST", "PUT"):
-                body = json.loads(request.get_data())
-                body.setdefault("metadata", {})["namespace"] = "gpu-steward"
-                self.lease = body
-            return Response(json.dumps(self.lease), 200, content_type="application/json")
-
-
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/gpu-steward/leases"
+LEASE = LEASES + "/automator"
+
+
+def lease_methods(fake_kube: FakeApiServer) -> list[str]:
+    return [c.method for c in fake_kube.calls if c.path.startswith(LEASES)]
+
+
+def holder(fake_kube: FakeApiServer) -> str | None:
+    leases = fake_kube.objects_of("leases")
+    return leases[0]["spec"]["holderIdentity"] if leases else None
 
 
 def wait_until(predicate: Any, timeout: float = 20.0) -> bool:
@@ -330,52 +347,48 @@ def wait_until(predicate: Any, timeout: float = 20.0) -> bool:
     return False
 
 
-def test_leader_election_takes_a_free_lease(httpserver: HTTPServer) -> None:
-    server = LeaseServer()
-    httpserver.expect_request(LEASES).respond_with_handler(server)
-    httpserver.expect_request(LEASES + "/automator").respond_with_handler(server)
+def test_leader_election_takes_a_free_lease(fake_kube: FakeApiServer) -> None:
     changes: list[bool] = []
     elector = LeaderElector(
-        api_for(httpserver.url_for("")), "automator", "gpu-steward", "replica-1",
+        api_for(fake_kube.url), "automator", "gpu-steward", "replica-1",
         lease_duration=4, renew_deadline=3, retry_period=1, on_change=changes.append,
     )  # fmt: skip
     elector.start()
     try:
         assert wait_until(lambda: elector.is_leader)
         assert changes == [True]
-        assert server.lease is not None and server.lease["spec"]["holderIdentity"] == "replica-1"
-        assert "POST" in server.requests
+        assert holder(fake_kube) == "replica-1"
+        assert "POST" in lease_methods(fake_kube)
     finally:
         elector.stop(timeout=10)
     assert not elector.is_leader and changes == [True, False]
 
 
-def test_leader_election_respects_a_held_lease(httpserver: HTTPServer) -> None:
+def test_leader_election_respects_a_held_lease(fake_kube: FakeApiServer) -> None:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    held = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": "automator", "namespace": "gpu-steward", "resourceVersion": "1"},
-        "spec": {
-            "holderIdentity": "replica-0",
-            "leaseDurationSeconds": 600,
-            "acquireTime": now,
-            "renewTime": now,
-        },
-    }
-    server = LeaseServer(held)
-    httpserver.expect_request(LEASES + "/automator").respond_with_handler(server)
+    fake_kube.put(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "automator", "namespace": "gpu-steward"},
+            "spec": {
+                "holderIdentity": "replica-0",
+                "leaseDurationSeconds": 600,
+                "acquireTime": now,
+                "renewTime": now,
+            },
+        }
+    )
     elector = LeaderElector(
-        api_for(httpserver.url_for("")), "automator", "gpu-steward", "replica-1",
+        api_for(fake_kube.url), "automator", "gpu-steward", "replica-1",
         lease_duration=60, renew_deadline=3, retry_period=1,
     )  # fmt: skip
     elector.start()
     try:
         # Our own lease_duration (60 s) has not passed since we saw the holder: we must keep off.
-        assert wait_until(lambda: server.requests.count("GET") >= 2)
+        assert wait_until(lambda: lease_methods(fake_kube).count("GET") >= 2)
         assert not elector.is_leader
-        assert "PUT" not in server.requests and server.lease is not None
-        assert server.lease["spec"]["holderIdentity"] == "replica-0"
+        assert "PUT" not in lease_methods(fake_kube) and holder(fake_kube) == "replica-0"
     finally:
         elector.stop(timeout=10)
 
@@ -388,25 +401,10 @@ class Clock:
         return self.t
 
 
-def test_hanging_lease_renewal_never_leaves_two_leaders(httpserver: HTTPServer) -> None:
+def test_hanging_lease_renewal_never_leaves_two_leaders(fake_kube: FakeApiServer) -> None:
     """Replica 1 leads; its renewals then hang. It must stop leading (renew deadline, call timeouts) before
     replica 2 may take the lease (lease duration, by replica 2's own clock)."""
-    server = LeaseServer()
-    hang = threading.Event()
-    idle = threading.Event()
-    idle.set()
-
-    def handler(request: Request) -> Response:
-        if hang.is_set() and "replica-1" in request.get_data(as_text=True):
-            idle.clear()
-            time.sleep(0.5)  # longer than the request timeout below; the renewal never lands
-            idle.set()
-            return Response(json.dumps(status(504, "Timeout", "etcd")), 504, content_type="application/json")
-        return server(request)
-
-    httpserver.expect_request(LEASES).respond_with_handler(handler)
-    httpserver.expect_request(LEASES + "/automator").respond_with_handler(handler)
-    cfg = client.Configuration(host=httpserver.url_for("").rstrip("/"))
+    cfg = client.Configuration(host=fake_kube.url)
     cfg.retries = False  # as api_client() builds it
     api = client.ApiClient(cfg)
     c1, c2 = Clock(), Clock()
@@ -415,16 +413,18 @@ def test_hanging_lease_renewal_never_leaves_two_leaders(httpserver: HTTPServer) 
     two = LeaderElector(api, "automator", "gpu-steward", "replica-2", clock=c2, **timings)  # type: ignore[arg-type]
     assert one.try_acquire_or_renew() and one.is_leader
     assert not two.try_acquire_or_renew()  # held, freshly observed
-    hang.set()
+    # From now on every write of replica 1 hangs longer than its request timeout, then fails: it never lands.
+    fake_kube.fail("PUT", LEASE, 504, "Timeout", "etcd", times=100, delay=0.5, body_contains="replica-1")
     for _ in range(9):  # every 2 s replica 1 tries to renew; each try times out
         c1.t += 2
         c2.t += 2
         with contextlib.suppress(urllib3.exceptions.HTTPError):  # the renewal times out
             one.try_acquire_or_renew()
-        assert idle.wait(5)  # the test server answers one request at a time
         leaders = [one.is_leader, two.is_leader or two.try_acquire_or_renew()]
         assert leaders.count(True) <= 1, (c1.t, leaders)
     assert not one.is_leader and two.is_leader  # replica 2 took over, replica 1 had already stepped down
+    assert holder(fake_kube) == "replica-2"
+    assert fake_kube.requests("PUT", LEASE)[0].code == 504  # replica 1's renewals did hang
 
 
 def test_leader_election_rejects_unsafe_timings() -> None:

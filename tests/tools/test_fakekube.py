@@ -292,3 +292,41 @@ def test_kubectl_can_read_the_fake_cluster(make: Any, tmp_path: Path) -> None:
     assert re.search(r"^ml\s+a\s", kubectl_("get", "pods", "-A", "-l", "app=x"), re.MULTILINE)
     described = kubectl_("describe", "pod", "-n", "ml", "a")
     assert "Killing" in described and "Terminating" in described  # the Event, found by its involvedObject
+
+
+def test_scripted_answers_match_method_path_and_body_then_run_out(make: Any) -> None:
+    server = make(pod("a"))
+    lease = "/apis/coordination.k8s.io/v1/namespaces/ml/leases/l"
+    server.fail("PUT", lease, 504, "Timeout", "etcd", times=1, body_contains="replica-1")
+    server.fail(
+        "POST", "/api/v1/namespaces/ml/pods/a/eviction", 429, "TooManyRequests", "slow down",
+        details={"causes": [{"reason": "X"}]}, **{"Retry-After": "7"},
+    )  # fmt: skip
+    # another replica's body does not match: the store answers (404, no such Lease)
+    assert call(server, "PUT", lease, {"kind": "Lease", "spec": {"holderIdentity": "replica-2"}})[0] == 404
+    code, status = call(server, "PUT", lease, {"kind": "Lease", "spec": {"holderIdentity": "replica-1"}})
+    assert (code, status["reason"], status["message"]) == (504, "Timeout", "etcd")
+    assert call(server, "PUT", lease, {"kind": "Lease", "spec": {"holderIdentity": "replica-1"}})[0] == 404
+    req = urllib.request.Request(
+        server.url + "/api/v1/namespaces/ml/pods/a/eviction",
+        data=json.dumps({"kind": "Eviction", "metadata": {"name": "a"}}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(req, timeout=10)
+    assert caught.value.code == 429 and caught.value.headers["Retry-After"] == "7"
+    assert json.load(caught.value)["details"] == {"causes": [{"reason": "X"}]}
+    assert server.pod("ml", "a")["metadata"].get("deletionTimestamp") is None  # a script changes nothing
+    assert [c.code for c in server.requests("PUT", lease)] == [404, 504, 404]
+
+
+def test_a_scripted_answer_can_be_late_and_not_json(make: Any) -> None:
+    server = make()
+    server.answer("GET", "/api/v1/pods", 200, "<html>proxy</html>", headers={"Content-Type": "text/html"})
+    with urllib.request.urlopen(server.url + "/api/v1/pods", timeout=10) as r:
+        assert (r.headers["Content-Type"], r.read()) == ("text/html", b"<html>proxy</html>")
+    server.answer("GET", "/api/v1/nodes", 200, {"items": []}, delay=1.0)
+    with pytest.raises(OSError):  # the answer comes after the client gave up; the request was recorded
+        urllib.request.urlopen(server.url + "/api/v1/nodes", timeout=0.2)
+    assert [c.path for c in server.requests("GET")] == ["/api/v1/pods", "/api/v1/nodes"]

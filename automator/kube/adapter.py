@@ -1,0 +1,284 @@
+"""The reclaim automator's Kubernetes adapter: cluster reads for the planner, and its writes.
+
+Reads hand the planner plain records of the fields it uses, in the shape the API's JSON gives them
+(camelCase dicts, `_preload_content=False`), the same shape `kubectl get -o json` and the snapshot file have;
+pods only when pending or on a node with GPUs, in pages, each page decoded by msgspec straight into records
+(automator/records.py). Writes: policy/v1 Evictions with a uid precondition (so PodDisruptionBudgets and
+graceful termination are honoured, and a pod recreated under the same name is never evicted), a JSON merge
+patch of the automator's own annotations, and core/v1 Events (what `kubectl describe pod` shows). Every
+call has a timeout. The KEDA cache and the DRA check read through the public list methods.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Literal
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from automator.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
+from automator.gc_pause import gc_paused
+from automator.kube.client import (
+    ACTIVE_PODS,
+    JSON_HEADERS,
+    TRANSPORT_ERRORS,
+    api_call,
+    list_all,
+    objects_of,
+    retry_after,
+    status_message,
+)
+from automator.model import ClusterState, JsonObj, PodKey
+from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
+from automator.records import decode_pod, decode_pods
+from automator.resources import FieldError, node_allocatable
+
+MAX_EVENT_MESSAGE = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
+
+_OUTCOMES = {
+    404: EvictionOutcome.NOT_FOUND,
+    409: EvictionOutcome.CONFLICT,
+}
+# The Eviction API's 429 for a PodDisruptionBudget carries this cause (policy/v1 DisruptionBudgetCause);
+# older servers only say so in the message. Any other 429 is throttling (API Priority and Fairness).
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+
+# The apps/v1 kinds the KEDA cache reads per namespace (docs/keda.md).
+AppsKind = Literal["ReplicaSet", "Deployment", "StatefulSet"]
+
+
+def is_pdb_refusal(body: JsonObj, message: str) -> bool:
+    """A 429 from the Eviction API that names a disruption budget (not API throttling)."""
+    causes = (body.get("details") or {}).get("causes") or []
+    if any(isinstance(c, dict) and c.get("reason") == DISRUPTION_BUDGET_CAUSE for c in causes):
+        return True
+    return "disruption budget" in message.lower()
+
+
+def _refusal(e: ApiException) -> EvictionResult:
+    """What an Eviction answered with an error status means."""
+    message = status_message(e)
+    status = int(e.status or 0)
+    if status == 429:
+        try:
+            parsed = json.loads(e.body or "{}")
+        except ValueError:
+            parsed = {}
+        pdb = is_pdb_refusal(parsed if isinstance(parsed, dict) else {}, message)
+        outcome = EvictionOutcome.REFUSED_PDB if pdb else EvictionOutcome.THROTTLED
+        return EvictionResult(outcome, 429, message, None if pdb else retry_after(e))
+    if status == 0:  # the client's own errors (no HTTP answer)
+        return EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
+    return EvictionResult(_OUTCOMES.get(status, EvictionOutcome.ERROR), e.status, message)
+
+
+class KubernetesAdapter:
+    """List, evict, patch and record Events through the official client; every call has a timeout."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        identity: str = COMPONENT,
+        request_timeout: float = 30.0,
+        gpu_resources: tuple[str, ...] = (DEFAULT_GPU_RESOURCE,),
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.scheduling = client.SchedulingV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.identity = identity
+        self.timeout = request_timeout
+        self.gpu_resources = gpu_resources
+
+    # --- reads ---
+
+    def nodes(self) -> list[JsonObj]:
+        """Every Node, as `kubectl get -o json` shows it (managedFields dropped)."""
+        return list(list_all("nodes", self.core.list_node, objects_of("Node", "v1"), self.timeout))
+
+    def active_pods(self) -> list[JsonObj]:
+        """Every pod not finished (Succeeded, Failed), whole (managedFields dropped)."""
+        return list(
+            list_all(
+                "pods",
+                self.core.list_pod_for_all_namespaces,
+                objects_of("Pod", "v1"),
+                self.timeout,
+                field_selector=ACTIVE_PODS,
+            )
+        )
+
+    def pods_in(self, namespace: str, label_selector: str | None = None) -> list[JsonObj]:
+        """The pods of one namespace (those matching `label_selector` when given), whole."""
+        selector = {"label_selector": label_selector} if label_selector else {}
+        return list(
+            list_all(
+                f"pods in {namespace}",
+                self.core.list_namespaced_pod,
+                objects_of("Pod", "v1"),
+                self.timeout,
+                namespace=namespace,
+                **selector,
+            )
+        )
+
+    def apps_objects(self, namespace: str, kind: AppsKind) -> list[JsonObj]:
+        """One namespace's ReplicaSets, Deployments or StatefulSets (apps/v1), whole."""
+        call, plural = {
+            "ReplicaSet": (self.apps.list_namespaced_replica_set, "replicasets"),
+            "Deployment": (self.apps.list_namespaced_deployment, "deployments"),
+            "StatefulSet": (self.apps.list_namespaced_stateful_set, "statefulsets"),
+        }[kind]
+        decode = objects_of(kind, "apps/v1")
+        return list(list_all(f"{plural} in {namespace}", call, decode, self.timeout, namespace=namespace))
+
+    def _gpu_node(self, node: JsonObj) -> bool:
+        try:
+            return node_allocatable(node, self.gpu_resources).gpus > 0
+        except FieldError:
+            return True  # unreadable: keep it, the planner reports it
+
+    def snapshot(self) -> ClusterState:
+        """What the planner reads: Nodes, pending pods and pods on GPU nodes (records), classes, PDBs."""
+        with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
+            nodes = self.nodes()
+            gpu_nodes = {str((n.get("metadata") or {}).get("name")) for n in nodes if self._gpu_node(n)}
+            listed = list_all(
+                "pods",
+                self.core.list_pod_for_all_namespaces,
+                decode_pods,
+                self.timeout,
+                field_selector=ACTIVE_PODS,
+            )
+            # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
+            pods = [
+                p
+                for p in listed
+                if not (bound := (p.get("spec") or {}).get("nodeName")) or bound in gpu_nodes
+            ]
+            classes = list_all(
+                "priorityclasses",
+                self.scheduling.list_priority_class,
+                objects_of("PriorityClass", "scheduling.k8s.io/v1"),
+                self.timeout,
+            )
+            pdbs = list_all(
+                "poddisruptionbudgets",
+                self.policy.list_pod_disruption_budget_for_all_namespaces,
+                objects_of("PodDisruptionBudget", "policy/v1"),
+                self.timeout,
+            )
+            return ClusterState(nodes=nodes, pods=pods, priority_classes=list(classes), pdbs=list(pdbs))
+
+    def get_pod(self, pod: PodKey) -> JsonObj | None:
+        """The record of one pod (automator/records.py), None when it does not exist."""
+        try:
+            resp = self.core.read_namespaced_pod(
+                pod.name, pod.namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise KubernetesUnavailable(f"get pod {pod}: {e.status} {status_message(e)}") from e
+        except TRANSPORT_ERRORS as e:
+            raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
+        try:
+            return decode_pod(resp.data)
+        except ValueError as e:
+            raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
+
+    # --- writes ---
+
+    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+        body: JsonObj = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        }
+        options: JsonObj = {}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if dry_run:
+            options["dryRun"] = ["All"]
+        if options:
+            body["deleteOptions"] = options
+        try:
+            self.core.create_namespaced_pod_eviction(
+                pod.name,
+                pod.namespace,
+                body,
+                _headers=JSON_HEADERS,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except ApiException as e:
+            return _refusal(e)
+        except TRANSPORT_ERRORS as e:
+            # A timeout or a reset: the server may have accepted it. The caller reads the pod.
+            return EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
+        return EvictionResult(EvictionOutcome.OK, 201)
+
+    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+        meta: JsonObj = {"annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid  # a precondition: the patch fails (409) if the pod was replaced
+        with api_call(f"patch pod {pod}"):
+            self.core.patch_namespaced_pod(
+                pod.name,
+                pod.namespace,
+                {"metadata": meta},
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+
+    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
+        """A core/v1 Event on a pod (uid included: `kubectl describe` selects Events by it)."""
+        now = datetime.now(UTC).replace(microsecond=0)
+        body = client.CoreV1Event(
+            api_version="v1",
+            kind="Event",
+            # client-go names Events <object>.<unique hex>; random bits avoid clashes between replicas.
+            metadata=client.V1ObjectMeta(name=f"{pod.name}.{secrets.token_hex(8)}", namespace=pod.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version="v1", kind="Pod", namespace=pod.namespace, name=pod.name, uid=uid
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:MAX_EVENT_MESSAGE],
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=REPORTING_COMPONENT,
+            reporting_instance=self.identity,
+        )
+        with api_call(f"event {reason} on {pod}"):
+            self._post_event(pod.namespace, body)
+
+    def create_event(self, body: JsonObj) -> bool:
+        """Create a core/v1 Event from a ready body (metadata.name and namespace set); False when one of
+        that name already exists (409: written by an earlier pass, process or replica)."""
+        meta = body["metadata"]
+        try:
+            with api_call(f"event {body.get('reason')} {meta['namespace']}/{meta['name']}"):
+                self._post_event(meta["namespace"], body)
+        except KubernetesUnavailable as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 409:
+                return False
+            raise
+        return True
+
+    def _post_event(self, namespace: str, body: JsonObj | client.CoreV1Event) -> None:
+        self.core.create_namespaced_event(
+            namespace,
+            body,
+            _headers=JSON_HEADERS,
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )

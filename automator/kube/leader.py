@@ -1,0 +1,165 @@
+"""Leader election over a coordination.k8s.io/v1 Lease, every call with a timeout (`gpu-automator run`).
+
+`LeaderElector.is_leader` fences the writes: the replica leads only while its last successful renewal is
+younger than the renew deadline (docs/automator.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from automator.model import JsonObj
+
+log = logging.getLogger(__name__)
+
+
+def _micro_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """A Lease-based election in a daemon thread, every call with a timeout; `is_leader` fences the writes.
+
+    The replica is leader only while its last successful renewal (timed from the start of the call) is
+    younger than renew_deadline, whatever its thread is doing: a renewal that hangs makes it a follower
+    before the lease (lease_duration > renew_deadline) can go to another replica. Another holder's lease is
+    judged expired by this replica's own monotonic clock (lease_duration after the record last changed),
+    so clock skew between replicas does not matter. Updates use the Lease's resourceVersion.
+    """
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float = 15,
+        renew_deadline: float = 10,
+        retry_period: float = 2,
+        on_change: Callable[[bool], None] | None = None,
+        request_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
+        self.coordination = client.CoordinationV1Api(api)
+        self.name, self.namespace, self.identity = name, namespace, identity
+        self.lease_duration, self.renew_deadline, self.retry_period = (
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        )
+        # Each call must end well within the renew deadline.
+        self.request_timeout = request_timeout or max(0.5, (renew_deadline - retry_period) / 2)
+        self._clock = clock
+        self._renewed_at: float | None = None
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._leading = False
+        self._stopped = threading.Event()
+        self._on_change = on_change
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        renewed = self._renewed_at
+        return (
+            not self._stopped.is_set()
+            and renewed is not None
+            and self._clock() - renewed < self.renew_deadline
+        )
+
+    def _set(self, leading: bool) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        log.info(
+            "%s %s lease %s/%s", self.identity, "holds" if leading else "lost", self.namespace, self.name
+        )
+        if self._on_change is not None:
+            self._on_change(leading)
+
+    def _record(self, now: datetime, lease: JsonObj | None) -> JsonObj:
+        spec = (lease or {}).get("spec") or {}
+        mine = spec.get("holderIdentity") == self.identity
+        record: JsonObj = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.lease_duration)),
+            "acquireTime": spec.get("acquireTime") if mine and spec.get("acquireTime") else _micro_time(now),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine or lease is None else 1),
+        }
+        return record
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: read the Lease, then create, take over or renew it. True when this replica holds it."""
+        started = self._clock()
+        now = datetime.now(UTC)
+        t = self.request_timeout
+        try:
+            resp = self.coordination.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False, _request_timeout=t
+            )
+            lease: JsonObj | None = json.loads(resp.data)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            lease = None
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._record(now, None),
+            }
+            self.coordination.create_namespaced_lease(
+                self.namespace, body, _preload_content=False, _request_timeout=t
+            )
+            self._renewed_at = started
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        observed = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+        if observed != self._observed:
+            self._observed, self._observed_at = observed, started
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if holder and holder != self.identity and started - self._observed_at < duration:
+            return False  # held by another replica whose lease has not expired (by our clock)
+        lease["spec"] = self._record(now, lease)
+        self.coordination.replace_namespaced_lease(
+            self.name, self.namespace, lease, _preload_content=False, _request_timeout=t
+        )
+        self._renewed_at = started
+        return True
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.try_acquire_or_renew()
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+                log.warning("lease %s/%s: %s", self.namespace, self.name, e)
+            except Exception:  # the election must outlive anything
+                log.exception("leader election round failed")
+            self._set(self.is_leader)
+            self._stopped.wait(self.retry_period)
+        self._set(False)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop acting now; the lease expires, it is not released."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
