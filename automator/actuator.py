@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from automator import planner, report
-from automator.cooldown import ActuatorState, forget_reclaims, with_reclaim_memory
+from automator.cooldown import ActuatorState, forget_reclaims, gpus_held_by_reclaim, with_reclaim_memory
 from automator.enforcer import Enforcer
 from automator.eviction import Action, ClusterWriter
 from automator.metrics import AutomatorMetrics, unresolved_by_reason
@@ -178,6 +178,7 @@ def _run(
     report.log_plan(log, plan, mode, windows)
     result.plan = plan
     if metrics is not None:
+        metrics.reclaimed_gpus_held.set(gpus_held_by_reclaim(cluster, config.gpu_resources))
         metrics.candidates.set(plan.candidates)
         metrics.candidates_usage_unknown.set(plan.candidates_usage_unknown)
     if not may_evict:

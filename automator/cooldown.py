@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -19,7 +19,15 @@ from automator.conventions import (
     RECLAIM_VICTIMS_ANNOTATION,
 )
 from automator.model import ClusterState, Decision, JsonObj, PodKey
-from automator.resources import annotations_of, is_terminating, rfc3339
+from automator.resources import (
+    FieldError,
+    annotations_of,
+    is_finished,
+    is_terminating,
+    node_name,
+    pod_requests,
+    rfc3339,
+)
 
 HOUR = timedelta(hours=1)
 
@@ -96,3 +104,21 @@ def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, 
         victims = {v.strip() for v in written.get(RECLAIM_VICTIMS_ANNOTATION, "").split(",")}
         if now - when >= cooldown and not any(str(t) in victims for t in terminating):
             del state.reclaimed[key]
+
+
+def gpus_held_by_reclaim(cluster: ClusterState, gpu_resources: Iterable[str]) -> int:
+    """GPUs held now by pods running on the node the automator reclaimed for them (their reclaim-node
+    annotation names the node they run on). Integrated over time this is the GPU time reclaimed; a pod whose
+    requests cannot be read counts 0 (never more than is certain)."""
+    total = 0
+    for pod in cluster.pods:
+        node = node_name(pod)
+        if not node or is_finished(pod) or is_terminating(pod):
+            continue
+        if str(annotations_of(pod).get(RECLAIM_NODE_ANNOTATION, "")) != node:
+            continue
+        try:
+            total += pod_requests(pod, gpu_resources).gpus
+        except FieldError:
+            continue
+    return total

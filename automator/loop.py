@@ -70,7 +70,7 @@ class Service:
     def run_once(self) -> PassResult | None:
         """One pass if this replica leads; None otherwise (a standby runs nothing)."""
         leader = self.is_leader()
-        self.metrics.is_leader.set(1 if leader else 0)
+        self.metrics.set_leader(leader)
         if not leader:
             return None
         result = run_pass(

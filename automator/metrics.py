@@ -117,6 +117,13 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
         "preemptors. Not GPU-hours: how long the preemptors then used them is not measured here.",
     ),
     MetricSpec(
+        "reclaimed_gpus_held",
+        Gauge,
+        "reclaimed_gpus_held",
+        "GPUs held now by running pods on the node the automator reclaimed for them (reclaim-node annotation "
+        "= their node). Its integral over time is the GPU time reclaimed (GPU-hours on the dashboard).",
+    ),
+    MetricSpec(
         "replans", Counter, "replans", "Re-plans after an eviction was refused (429) or failed (500)."
     ),
     MetricSpec(
@@ -195,6 +202,7 @@ class AutomatorMetrics:
     decisions: Counter
     evictions: Counter
     reclaimed_gpus: Counter
+    reclaimed_gpus_held: Gauge
     replans: Counter
     pass_duration: Histogram
     query_duration: Histogram
@@ -222,6 +230,13 @@ class AutomatorMetrics:
         for m in MODES:
             self.decisions.labels(mode=m)
         self.set_unresolved(dict.fromkeys(UnresolvedReason, 0))
+
+    def set_leader(self, leading: bool) -> None:
+        """Leadership as exported; a standby holds no reclaimed GPUs, so a sum over replicas counts the
+        leader's alone (the GPU-hours integral must not count an old leader's last value)."""
+        self.is_leader.set(1 if leading else 0)
+        if not leading:
+            self.reclaimed_gpus_held.set(0)
 
     def set_unresolved(self, counts: Mapping[UnresolvedReason, int]) -> None:
         """The unresolved preemptors of the last pass, every reason set (0 when absent)."""

@@ -120,7 +120,7 @@ def _cluster(
         settings.lease_name,
         _lease_namespace(settings),
         identity,
-        on_change=lambda leading: metrics.is_leader.set(1 if leading else 0),
+        on_change=metrics.set_leader,
     )
     return kube, elector
 

@@ -108,6 +108,7 @@ AUTOMATOR_DECISIONS: Final = _counter(_AUTOMATOR.decisions)
 AUTOMATOR_EVICTIONS: Final = _counter(_AUTOMATOR.evictions)
 AUTOMATOR_REPLANS: Final = _counter(_AUTOMATOR.replans)
 AUTOMATOR_RECLAIMED_GPUS: Final = _counter(_AUTOMATOR.reclaimed_gpus)
+AUTOMATOR_RECLAIMED_GPUS_HELD: Final = _family(_AUTOMATOR.reclaimed_gpus_held)
 AUTOMATOR_PASS_DURATION_BUCKET: Final = _family(_AUTOMATOR.pass_duration) + "_bucket"
 AUTOMATOR_QUERY_DURATION_BUCKET: Final = _family(_AUTOMATOR.query_duration) + "_bucket"
 AUTOMATOR_QUERIES_PER_PASS: Final = _family(_AUTOMATOR.queries_per_pass)

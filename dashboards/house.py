@@ -23,6 +23,7 @@ DATASOURCE: Final = {"type": "prometheus", "uid": "${" + DATASOURCE_VARIABLE + "
 # Grafana's own interval variables; the query test substitutes them like Grafana does.
 RATE_INTERVAL: Final = "$__rate_interval"
 RANGE: Final = "$__range"
+RANGE_S: Final = "$__range_s"
 
 # --- units (Grafana unit ids) ---
 RATIO: Final = "percentunit"

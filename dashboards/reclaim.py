@@ -12,7 +12,12 @@ from dashboards import panels as p
 
 UID: Final = "gpu-steward-reclaim"
 # A replica that loses the lease keeps its last gauge values: count the leader's only.
-_LEADER_ONLY: Final = f"{c.AUTOMATOR_UNRESOLVED} and on (job, instance) ({c.AUTOMATOR_IS_LEADER} == 1)"
+_LEADER: Final = f"on (job, instance) ({c.AUTOMATOR_IS_LEADER} == 1)"
+_LEADER_ONLY: Final = f"{c.AUTOMATOR_UNRESOLVED} and {_LEADER}"
+# GPU-hours = the mean of the GPUs held by reclaim over the range x the range in hours (a standby exports 0).
+_RECLAIMED_GPU_HOURS: Final = (
+    f"sum(avg_over_time({c.AUTOMATOR_RECLAIMED_GPUS_HELD}[{h.RANGE}])) * {h.RANGE_S} / 3600"
+)
 
 
 def build() -> Any:
@@ -74,6 +79,14 @@ def _summary(lay: h.Layout) -> None:
             "observed (docs/automator.md, Reclaimed GPUs).",
             c.AUTOMATOR_RECLAIMED_GPUS,
             h.BUSY,
+        ),
+        p.stat(
+            "Reclaimed GPU-hours in range",
+            "GPU time run by pods on the node the automator reclaimed for them (their reclaim-node "
+            "annotation), over the dashboard's time range: the mean GPUs they held x the range's hours.",
+            _RECLAIMED_GPU_HOURS,
+            colour=h.BUSY,
+            decimals=1,
         ),
     )
 

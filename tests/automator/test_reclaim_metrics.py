@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from automator import conventions, planner
 from automator.actuator import run_pass
 from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_COUNT_ANNOTATION, UnresolvedReason
+from automator.cooldown import gpus_held_by_reclaim
 from automator.metrics import AutomatorMetrics, MetricSpec, declare, unresolved_by_reason, unresolved_reason
 from automator.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
 from automator.ports import EvictionOutcome
@@ -64,6 +65,40 @@ def test_refused_and_already_gone_victims_are_not_reclaimed(metrics: AutomatorMe
     kube = FakeKube(two_nodes(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.NOT_FOUND]})
     run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=gone)
     assert reclaimed(gone) == 0
+
+
+def test_gpus_held_by_reclaim_count_only_pods_running_where_the_automator_made_room() -> None:
+    here = {conventions.RECLAIM_NODE_ANNOTATION: "n1"}
+    pods = [
+        k8s.pod("placed", gpus=4, node_name="n1", annotations=here),
+        k8s.pod("elsewhere", gpus=2, node_name="n2", annotations=here),  # scheduled on another node
+        k8s.pod("pending", gpus=2, annotations=here),  # not running yet
+        k8s.pod("leaving", gpus=2, node_name="n1", annotations=here, terminating=True),
+        k8s.pod("done", gpus=2, node_name="n1", annotations=here, phase="Succeeded"),
+        k8s.pod("plain", gpus=8, node_name="n1"),  # never reclaimed for
+        k8s.pod("broken", gpus="lots", node_name="n1", annotations=here),  # unreadable: counts 0
+    ]
+    cluster = ClusterState(nodes=[k8s.node("n1"), k8s.node("n2")], pods=pods, priority_classes=[], pdbs=[])
+    assert gpus_held_by_reclaim(cluster, CONFIG.gpu_resources) == 4
+
+
+def test_a_pass_exports_the_gpus_held_by_reclaim(metrics: AutomatorMetrics) -> None:
+    cluster = eight_gpu_node()
+    here = {conventions.RECLAIM_NODE_ANNOTATION: "node-a"}
+    placed = k8s.pod("was-pre", gpus=2, node_name="node-a", annotations=here)
+    cluster.pods.append(placed)
+    run_pass(FakeKube(cluster), FakePrometheus(idle_usage()), CONFIG, Mode.DRY_RUN, NOW, metrics=metrics)
+    assert metrics.registry.get_sample_value("gpu_steward_automator_reclaimed_gpus_held") == 2
+
+
+def test_a_standby_exports_no_reclaimed_gpus_so_an_old_leaders_value_is_not_summed(
+    metrics: AutomatorMetrics,
+) -> None:
+    metrics.set_leader(True)
+    metrics.reclaimed_gpus_held.set(6)
+    metrics.set_leader(False)
+    assert metrics.registry.get_sample_value("gpu_steward_automator_reclaimed_gpus_held") == 0
+    assert metrics.registry.get_sample_value("gpu_steward_automator_is_leader") == 0
 
 
 # --- unresolved preemptors by reason ------------------------------------------------------------------

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 JSON_DIR = REPO / "dashboards" / "json"
 
 # Grafana's built-in interval variables, as it would set them for a 1 s scrape interval.
-BUILTINS = {"__rate_interval": "10s", "__range": "2m"}
+BUILTINS = {"__rate_interval": "10s", "__range": "2m", "__range_s": "120"}
 LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$", re.S)
 
 

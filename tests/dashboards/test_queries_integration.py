@@ -115,6 +115,7 @@ def _automator_activity(
         metrics.unresolved.labels(reason="no-fit").set(1)
         metrics.is_leader.set(1)
         metrics.reclaimed_gpus.inc(2)
+        metrics.reclaimed_gpus_held.set(2)
         metrics.last_success.set(time.time())
 
 
