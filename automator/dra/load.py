@@ -22,6 +22,7 @@ from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_pods import load_node, load_pod
 from automator.dra.load_slices import SliceLoader
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
+from automator.dra.read_json import read_json_objects
 from automator.gc_pause import gc_paused
 from automator.snapshot import InputError, documents, flatten
 
@@ -90,8 +91,14 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
 
 
 def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
-    """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML."""
-    objects: list[tuple[Mapping[str, Any], str]] = []
+    """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML.
+
+    A JSON document goes through msgspec, keeping only the fields the loader reads (read_json.py); anything
+    msgspec does not read, through the general reader (automator/snapshot.py)."""
+    objects = read_json_objects(path)
+    if objects is not None:
+        return objects
+    objects = []
     for d, doc in enumerate(documents(path)):
         objects.extend(flatten(doc, f"{path} document {d}"))
     return objects
