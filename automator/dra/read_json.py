@@ -29,7 +29,7 @@ class _Object(msgspec.Struct):
     metadata: _Metadata | None = None
     spec: Any = None
     status: Any = None
-    items: list[_Object] | None = None  # a List's objects
+    items: list[_Object] | msgspec.UnsetType | None = msgspec.UNSET  # a List's objects (null: none)
 
 
 _DECODER = msgspec.json.Decoder(_Object)
@@ -38,8 +38,9 @@ _DECODER = msgspec.json.Decoder(_Object)
 def _pairs(obj: _Object, where: str, out: list[tuple[Mapping[str, Any], str]]) -> None:
     """As automator/snapshot.py's flatten: a List's items (recursively), each with where it was."""
     kind = obj.kind
-    if obj.items is not None and isinstance(kind, str) and kind.endswith("List"):
-        for i, item in enumerate(obj.items):
+    items = obj.items
+    if items is not msgspec.UNSET and isinstance(kind, str) and kind.endswith("List"):
+        for i, item in enumerate(items or ()):
             _pairs(item, f"{where} items[{i}]", out)
         return
     meta = obj.metadata
