@@ -61,11 +61,9 @@ class _Loader:
             return
         records = self.records
         if kind == "ResourceClaim":
-            claim = self._claims.claim(obj, f"ResourceClaim {namespace}/{name}", str(namespace), name)
-            records.claims.append(claim)
+            records.claims.append(self._claims.claim(obj, str(namespace), name))
         elif kind == "Pod":
-            pod = load_pod(obj, f"Pod {namespace}/{name}", str(namespace), name, records.findings)
-            records.pods[f"{namespace}/{name}"] = pod
+            records.pods[f"{namespace}/{name}"] = load_pod(obj, str(namespace), name, records.findings)
         elif kind == "ResourceSlice":
             self._slices.add_slice(obj, f"ResourceSlice {name}", records.findings)
         elif kind == "Node":

@@ -37,9 +37,9 @@ class ClaimLoader:
         # consumedCapacity's (name, text) pairs -> the parsed map, shared by the claims (never changed)
         self._consumed: dict[tuple[tuple[str, str], ...], dict[str, Decimal]] = {}
 
-    def claim(self, obj: Mapping[str, Any], label: str, namespace: str, name: str) -> Claim:
+    def claim(self, obj: Mapping[str, Any], namespace: str, name: str) -> Claim:
         claim = self._usual_claim(obj, namespace, name)
-        return claim if claim is not None else self._read_claim(obj, label, namespace, name)
+        return claim if claim is not None else self._read_claim(obj, namespace, name)
 
     def device_id(self, driver: str, pool: str, device: str) -> DeviceId:
         key = (driver, pool, device)
@@ -131,9 +131,10 @@ class ClaimLoader:
 
     # --- field by field, with findings -----------------------------------------------------------------
 
-    def _read_claim(self, obj: Mapping[str, Any], label: str, namespace: str, name: str) -> Claim:
+    def _read_claim(self, obj: Mapping[str, Any], namespace: str, name: str) -> Claim:
         claim = Claim(namespace, name, allocated=False)
         key = claim.key
+        label = f"ResourceClaim {key}"
         try:
             status = map_field(obj, "status")
             allocation = status.get("allocation")

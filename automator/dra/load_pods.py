@@ -25,7 +25,7 @@ from automator.dra.load_slices import DEVICE_PLUGIN_GPU
 from automator.dra.model import ContainerClaimRef, Finding, Node, Pod
 
 
-def load_pod(obj: Mapping[str, Any], label: str, namespace: str, name: str, findings: list[Finding]) -> Pod:
+def load_pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Finding]) -> Pod:
     uid = obj["metadata"].get("uid")
     pod = Pod(namespace, name, uid if isinstance(uid, str) else None, None, {}, {})
     try:
@@ -40,27 +40,29 @@ def load_pod(obj: Mapping[str, Any], label: str, namespace: str, name: str, find
         )
         refs = spec.get("resourceClaims")
         if refs:
-            _claim_names(pod, refs, spec, "spec.resourceClaims", False)
+            _claim_names(pod, refs, spec, "spec.", "resourceClaims", False)
         status = obj.get("status")
         if type(status) is not dict:
             status = map_field(obj, "status")
         refs = status.get("resourceClaimStatuses")
         if refs:
-            _claim_names(pod, refs, status, "status.resourceClaimStatuses", True)  # claims from a template
+            _claim_names(pod, refs, status, "status.", "resourceClaimStatuses", True)  # from a template
         for group in ("initContainers", "containers"):
             containers = spec.get(group)
             if containers:
                 _containers(pod, containers, spec, group)
     except Unparsable as exc:
-        findings.append(unparsable_finding(exc, label, node=pod.node, pod=f"{namespace}/{name}"))
+        key = f"{namespace}/{name}"
+        findings.append(unparsable_finding(exc, f"Pod {key}", node=pod.node, pod=key))
     return pod
 
 
-def _claim_names(pod: Pod, refs: Any, parent: Mapping[str, Any], path: str, from_status: bool) -> None:
+def _claim_names(
+    pod: Pod, refs: Any, parent: Mapping[str, Any], section: str, field: str, from_status: bool
+) -> None:
     """`spec.resourceClaims[]` or `status.resourceClaimStatuses[]`: pod-level name -> claim name."""
-    section, field = path.split(".")
     if type(refs) is not list:
-        refs = list_field(parent, field, section + ".")
+        refs = list_field(parent, field, section)
     names = pod.claim_names
     for i, raw in enumerate(refs):
         if type(raw) is dict:
@@ -73,7 +75,7 @@ def _claim_names(pod: Pod, refs: Any, parent: Mapping[str, Any], path: str, from
                 local = str_field(ref, "name")
                 claim_name = str_field(ref, "resourceClaimName", required=False)
             except Unparsable as exc:
-                raise exc.under(f"{path}[{i}].") from None
+                raise exc.under(f"{section}{field}[{i}].") from None
         if local is not None and claim_name is not None:
             if from_status:
                 names.setdefault(local, claim_name)
