@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -133,9 +134,11 @@ def _ms(seconds: float) -> str:
 
 
 def main() -> str:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-dra-") as tmp:
         small = measure(125, Path(tmp))
         large = measure(1250, Path(tmp))
+    load_after = os.getloadavg()[0]
     lines = [
         "## DRA capacity check (`automator.dra`)",
         "",
@@ -153,7 +156,9 @@ def main() -> str:
         "*JSON* = serializing the report; *reading the files* = the cluster file (a `kubectl get -o json` "
         "List, indented as kubectl writes it) and the usage YAML -> objects and usage entries; *CLI* = "
         "`dra-check --cluster FILE --usage FILE --output json` end to end in this process (reading, "
-        "loading, checking, writing the JSON).",
+        "loading, checking, writing the JSON). The machine's 1-minute load average was "
+        f"{load_before:.1f} when this started and {load_after:.1f} when it ended ({os.cpu_count()} cores): "
+        "on a machine busy with other work even CPU times come out higher.",
         "",
         "| nodes x devices | claims | pods | usage entries | check | load | load + check (wall) "
         "| JSON | reading the files: cluster, usage | CLI (wall) (file size) | findings |",
