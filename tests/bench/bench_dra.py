@@ -78,27 +78,32 @@ def best_of(rounds: int, fn: Any, clock: Any = time.process_time) -> tuple[float
     return best, result
 
 
-def measure(nodes: int, workdir: Path) -> dict[str, Any]:
+def measure(nodes: int, workdir: Path, rounds: int) -> dict[str, Any]:
     objects, usage = cluster(nodes)
     # CPU time of this process (the checks are single-threaded; on a shared machine the wall time also
     # counts the time other processes held the cores), and the wall time of the whole pass
-    load_cpu, records = best_of(ROUNDS, lambda: load(objects, usage))
+    load_cpu, records = best_of(rounds, lambda: load(objects, usage))
 
     def check_only() -> Report:
         with gc_paused():
             return check(*records)
 
-    check_cpu, report = best_of(ROUNDS, check_only)
+    check_cpu, report = best_of(rounds, check_only)
     records = None
-    pass_cpu, _ = best_of(ROUNDS, lambda: run_check(objects, usage))
-    pass_wall, _ = best_of(ROUNDS, lambda: run_check(objects, usage), time.perf_counter)
-    json_cpu, _ = best_of(ROUNDS, lambda: json.dumps(to_json(report)))
+    pass_cpu, _ = best_of(rounds, lambda: run_check(objects, usage))
+    pass_wall, _ = best_of(rounds, lambda: run_check(objects, usage), time.perf_counter)
+    json_cpu, _ = best_of(rounds, lambda: json.dumps(to_json(report)))
     # end to end as a user runs it: a `kubectl get -o json` List, a usage YAML, JSON out
     cluster_file, usage_file = workdir / f"cluster-{nodes}.json", workdir / f"usage-{nodes}.yaml"
     cluster_file.write_text(json.dumps(b.as_list(objects), indent=2))
     usage_file.write_text(yaml.safe_dump({"containers": usage}, width=200))
-    read_cluster_cpu, _ = best_of(2, lambda: read_objects(cluster_file))
-    read_usage_cpu, _ = best_of(2, lambda: load_usage_file(usage_file))
+
+    def read(fn: Any, path: Path) -> Any:
+        with gc_paused():  # as `dra-check` reads them
+            return fn(path)
+
+    read_cluster_cpu, _ = best_of(2, lambda: read(read_objects, cluster_file))
+    read_usage_cpu, _ = best_of(2, lambda: read(load_usage_file, usage_file))
     parser = dra_cli.add_parser(argparse.ArgumentParser().add_subparsers())
     args = parser.parse_args(["--cluster", str(cluster_file), "--usage", str(usage_file), "--output", "json"])
 
@@ -136,8 +141,8 @@ def _ms(seconds: float) -> str:
 def main() -> str:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-dra-") as tmp:
-        small = measure(125, Path(tmp))
-        large = measure(1250, Path(tmp))
+        small = measure(125, Path(tmp), 3 * ROUNDS)  # short runs: more of them, against the noise
+        large = measure(1250, Path(tmp), ROUNDS)
     load_after = os.getloadavg()[0]
     lines = [
         "## DRA capacity check (`automator.dra`)",
@@ -148,14 +153,15 @@ def main() -> str:
         "Synthetic HAMi cluster (tests/bench/bench_dra.py): nodes with 8 HAMi devices (cores, memory) each, "
         "every device shared by 5 claims with one pod and one measured container each; 1 % of the containers "
         "use more memory than claimed, 1 device in 200 is overcommitted, 1 claim in 500 has lost its pod. "
-        "Every figure is the best of "
-        f"{ROUNDS} runs in one process (2 for the files), in CPU time (`time.process_time`) unless it says "
-        "wall. What each column covers: *check* = records -> every check -> report (`automator.dra.checks."
-        "check`); *load* = the objects (dicts, as the Kubernetes adapter lists them) and usage entries -> "
-        "records (`load_objects`, `parse_usage`); *load + check* = both, what the service does per pass; "
-        "*JSON* = serializing the report; *reading the files* = the cluster file (a `kubectl get -o json` "
-        "List, indented as kubectl writes it) and the usage YAML -> objects and usage entries; *CLI* = "
-        "`dra-check --cluster FILE --usage FILE --output json` end to end in this process (reading, "
+        f"Every figure is the best of {ROUNDS} runs ({3 * ROUNDS} for the small cluster) in one process "
+        "(2 for the files), in CPU time (`time.process_time`) unless it says wall. What each column "
+        "covers: *check* = records -> every check -> report (`automator.dra.checks.check`); *load* = the "
+        "objects (dicts, as the Kubernetes adapter lists them) and usage entries -> records "
+        "(`load_objects`, `parse_usage`); *load + check* = both, what the service does per pass; *JSON* = "
+        "serializing the report; *reading the files* = the cluster file (a `kubectl get -o json` List, "
+        "indented as kubectl writes it) and the usage YAML -> objects and usage entries, garbage "
+        "collection paused as `dra-check` does; *CLI* = `dra-check --cluster FILE --usage FILE --output "
+        "json` end to end in this process (reading, "
         "loading, checking, writing the JSON). The machine's 1-minute load average was "
         f"{load_before:.1f} when this started and {load_after:.1f} when it ended ({os.cpu_count()} cores): "
         "on a machine busy with other work even CPU times come out higher.",
