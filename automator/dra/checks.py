@@ -23,6 +23,7 @@ from automator.dra.model import (
     Capacity,
     Claim,
     ContainerUsage,
+    Device,
     DeviceId,
     DeviceReport,
     Finding,
@@ -35,6 +36,7 @@ from automator.gc_pause import gc_paused
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
 _ZERO = Decimal(0)
 _NO_CLAIMS: dict[str, Claim] = {}
+_NO_ALLOCATIONS: list[tuple[Claim, Allocation]] = []
 
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -66,6 +68,22 @@ def _policy_problem(amount: Decimal, cap: Capacity) -> str | None:
     if cap.range_step is not None and (amount - cap.range_min) % cap.range_step != 0:
         return f"is not min {fmt(cap.range_min)} + n * step {fmt(cap.range_step)}"
     return None
+
+
+def _consumption_problems(
+    consumed: dict[str, Decimal], capacity: dict[str, Capacity]
+) -> list[tuple[str, Decimal, str]]:
+    """(capacity name, amount, why) for each consumed amount the device's capacities do not allow."""
+    problems = []
+    for name, amount in consumed.items():
+        cap = capacity.get(name)
+        if cap is None:
+            problems.append((name, amount, "names a capacity the device does not publish"))
+        elif cap.policy_known:  # else the policy did not parse: reported as unparsable already
+            problem = _policy_problem(amount, cap)
+            if problem:
+                problems.append((name, amount, problem))
+    return problems
 
 
 class _Checker:
@@ -104,124 +122,136 @@ class _Checker:
     # --- claims: unknown devices, invalid consumption, orphans ------------------------------------------
 
     def claims(self) -> None:
-        pods = self.records.pods
         devices = self.records.devices
-        pod_claims = self.pod_claims
-        policy_seen: dict[tuple[int, Decimal], str | None] = {}
+        on_device = self.on_device
+        # (capacity map, consumed map) -> what the policies do not allow. Devices of one model share one
+        # capacity map and claims of one size one consumed map (load_slices.py, load_claims.py), so each
+        # distinct pair is judged once; both are held by the records for the whole check (ids stay unique).
+        judged: dict[tuple[int, int], list[tuple[str, Decimal, str]]] = {}
         for claim in self.records.claims:
-            live = False
-            for ref in claim.pods:
-                key = f"{claim.namespace}/{ref.name}"
-                by_pod = pod_claims.get(key)
-                if by_pod is None:
-                    pod_claims[key] = {claim.name: claim}
-                else:
-                    by_pod[claim.name] = claim
-                pod = pods.get(key)
-                # a pod of the same name with another uid is a new pod, not the consumer
-                live = live or (
-                    pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
-                )
+            live = self._index_consumers(claim)
             if not claim.allocated:
                 continue
             for alloc in claim.allocations:
                 device = devices.get(alloc.device)
                 if device is None:
-                    pod_key, pod_node = self.consumer(claim)
-                    self.add(
-                        UNKNOWN_DEVICE,
-                        pod_node,
-                        alloc.device,
-                        claim.key,
-                        pod_key,
-                        f"ResourceClaim {claim.key} request {alloc.request or '?'} is allocated device "
-                        f"{alloc.device}, which no current ResourceSlice publishes",
-                    )
+                    self._unknown_device(claim, alloc)
                     continue
-                self.on_device[alloc.device].append((claim, alloc))
-                for name, amount in alloc.consumed.items():
-                    cap = device.capacity.get(name)
-                    problem: str | None
-                    if cap is None:
-                        problem = "names a capacity the device does not publish"
-                    elif not cap.policy_known:
-                        continue  # the policy did not parse: reported as unparsable already
-                    else:
-                        # identical capacities are one object (load.py): judge each amount once per policy
-                        seen = (id(cap), amount)
-                        if seen in policy_seen:
-                            problem = policy_seen[seen]
-                        else:
-                            problem = policy_seen[seen] = _policy_problem(amount, cap)
-                    if problem:
-                        pod_key = self.consumer(claim)[0]
-                        self.add(
-                            INVALID_CONSUMPTION,
-                            device.node,
-                            device.id,
-                            claim.key,
-                            pod_key,
-                            f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
-                            f"which {problem}",
-                        )
+                on_device[alloc.device].append((claim, alloc))
+                pair = (id(device.capacity), id(alloc.consumed))
+                problems = judged.get(pair)
+                if problems is None:
+                    problems = judged[pair] = _consumption_problems(alloc.consumed, device.capacity)
+                for name, amount, problem in problems:
+                    self.add(
+                        INVALID_CONSUMPTION,
+                        device.node,
+                        device.id,
+                        claim.key,
+                        self.consumer(claim)[0],
+                        f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
+                        f"which {problem}",
+                    )
             if not live and not claim.other_consumers:
-                pod_key, pod_node = self.consumer(claim)
-                gone = ", ".join(f"{claim.namespace}/{r.name}" for r in claim.pods) or "no consumer at all"
-                self.add(
-                    ORPHANED_CLAIM,
-                    pod_node,
-                    claim.allocations[0].device if len(claim.allocations) == 1 else None,
-                    claim.key,
-                    pod_key,
-                    f"ResourceClaim {claim.key} is allocated ({len(claim.allocations)} device(s)) but "
-                    f"reserved for no existing pod (reservedFor: {gone}); its capacity is held for nothing",
-                )
+                self._orphaned(claim)
+
+    def _index_consumers(self, claim: Claim) -> bool:
+        """The claim under each pod it is reserved for; whether one of those pods exists."""
+        pods, pod_claims = self.records.pods, self.pod_claims
+        live = False
+        for ref in claim.pods:
+            key = f"{claim.namespace}/{ref.name}"
+            by_pod = pod_claims.get(key)
+            if by_pod is None:
+                pod_claims[key] = {claim.name: claim}
+            else:
+                by_pod[claim.name] = claim
+            pod = pods.get(key)
+            # a pod of the same name with another uid is a new pod, not the consumer
+            live = live or (pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid))
+        return live
+
+    def _unknown_device(self, claim: Claim, alloc: Allocation) -> None:
+        pod_key, pod_node = self.consumer(claim)
+        self.add(
+            UNKNOWN_DEVICE,
+            pod_node,
+            alloc.device,
+            claim.key,
+            pod_key,
+            f"ResourceClaim {claim.key} request {alloc.request or '?'} is allocated device "
+            f"{alloc.device}, which no current ResourceSlice publishes",
+        )
+
+    def _orphaned(self, claim: Claim) -> None:
+        pod_key, pod_node = self.consumer(claim)
+        gone = ", ".join(f"{claim.namespace}/{r.name}" for r in claim.pods) or "no consumer at all"
+        self.add(
+            ORPHANED_CLAIM,
+            pod_node,
+            claim.allocations[0].device if len(claim.allocations) == 1 else None,
+            claim.key,
+            pod_key,
+            f"ResourceClaim {claim.key} is allocated ({len(claim.allocations)} device(s)) but "
+            f"reserved for no existing pod (reservedFor: {gone}); its capacity is held for nothing",
+        )
 
     # --- devices: sharing and overcommitment, and the per-device totals ------------------------------------
 
     def devices(self) -> list[DeviceReport]:
         reports: list[DeviceReport] = []
+        # capacity values per (shared) capacity map: one dict for every device of a model, never changed
+        values: dict[int, dict[str, Decimal]] = {}
         for device in self.records.devices.values():
-            allocs = self.on_device.get(device.id, [])
-            claims = [] if device.allow_multiple else sorted({claim.key for claim, _ in allocs})
-            if len(claims) > 1:
-                for key in claims[1:]:
-                    claim = self.claims_by_key[key]
-                    self.add(
-                        SHARED,
-                        device.node,
-                        device.id,
-                        key,
-                        self.consumer(claim)[0],
-                        f"device {device.id} does not allow multiple allocations but is allocated to "
-                        f"{len(claims)} claims: {', '.join(claims)}",
-                    )
-            capacity = {n: c.value for n, c in device.capacity.items() if c.value is not None}
-            consumed = dict.fromkeys(capacity, Decimal(0))
+            allocs = self.on_device.get(device.id, _NO_ALLOCATIONS)
+            if not device.allow_multiple and len(allocs) > 1:
+                self._shared(device, allocs)
+            capacity = values.get(id(device.capacity))
+            if capacity is None:
+                capacity = values[id(device.capacity)] = {
+                    n: c.value for n, c in device.capacity.items() if c.value is not None
+                }
+            consumed = dict.fromkeys(capacity, _ZERO)
             for _, alloc in allocs:
                 for name, amount in alloc.consumed.items():
                     if name in consumed:
                         consumed[name] += amount
             for name, total in consumed.items():
                 if total > capacity[name]:
-                    users = sorted(
-                        f"{claim.key} {fmt(alloc.consumed[name])}"
-                        for claim, alloc in allocs
-                        if name in alloc.consumed
-                    )
-                    self.add(
-                        OVERCOMMITTED,
-                        device.node,
-                        device.id,
-                        None,
-                        None,
-                        f"device {device.id}: {name} consumed {fmt(total)} > capacity {fmt(capacity[name])} "
-                        f"({len(users)} allocations: {'; '.join(users)})",
-                    )
+                    self._overcommitted(device, allocs, name, total, capacity[name])
             if not device.allow_multiple and any(not a.has_consumed for _, a in allocs):
                 consumed = dict(capacity)  # an exclusive allocation holds the whole device
             reports.append(DeviceReport(device.node, device.id, capacity, consumed))
         return reports
+
+    def _shared(self, device: Device, allocs: list[tuple[Claim, Allocation]]) -> None:
+        claims = sorted({claim.key for claim, _ in allocs})
+        for key in claims[1:]:
+            self.add(
+                SHARED,
+                device.node,
+                device.id,
+                key,
+                self.consumer(self.claims_by_key[key])[0],
+                f"device {device.id} does not allow multiple allocations but is allocated to "
+                f"{len(claims)} claims: {', '.join(claims)}",
+            )
+
+    def _overcommitted(
+        self, device: Device, allocs: list[tuple[Claim, Allocation]], name: str, total: Decimal, cap: Decimal
+    ) -> None:
+        users = sorted(
+            f"{claim.key} {fmt(alloc.consumed[name])}" for claim, alloc in allocs if name in alloc.consumed
+        )
+        self.add(
+            OVERCOMMITTED,
+            device.node,
+            device.id,
+            None,
+            None,
+            f"device {device.id}: {name} consumed {fmt(total)} > capacity {fmt(cap)} "
+            f"({len(users)} allocations: {'; '.join(users)})",
+        )
 
     # --- usage against claims --------------------------------------------------------------------------
 

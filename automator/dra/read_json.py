@@ -1,0 +1,66 @@
+"""A `kubectl get -o json` file read for the DRA loader with msgspec: only the fields the loader reads. Pure.
+
+msgspec decodes the document straight into the Structs below, in C: every object keeps its kind, name,
+namespace, uid, spec and status, and the rest of its metadata (managedFields, labels, annotations: often
+half of a dump) is never built. Each object is then one small dict of those fields, which the loader reads
+as it reads any object, with where it was in the file as automator/snapshot.py's flatten says it. A
+document of another shape (not JSON, a number out of range, metadata that is not a map, ...) gives None,
+and the caller reads the file with the general reader (automator/snapshot.py), which reports or accepts it
+as it always did: what this reader accepts, it reads the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+class _Metadata(msgspec.Struct):
+    name: Any = None
+    namespace: Any = None
+    uid: Any = None
+
+
+class _Object(msgspec.Struct):
+    kind: Any = None
+    metadata: _Metadata | None = None
+    spec: Any = None
+    status: Any = None
+    items: list[_Object] | msgspec.UnsetType | None = msgspec.UNSET  # a List's objects (null: none)
+
+
+_DECODER = msgspec.json.Decoder(_Object)
+
+
+def _pairs(obj: _Object, where: str, out: list[tuple[Mapping[str, Any], str]]) -> None:
+    """As automator/snapshot.py's flatten: a List's items (recursively), each with where it was."""
+    kind = obj.kind
+    items = obj.items
+    if items is not msgspec.UNSET and isinstance(kind, str) and kind.endswith("List"):
+        for i, item in enumerate(items or ()):
+            _pairs(item, f"{where} items[{i}]", out)
+        return
+    meta = obj.metadata
+    fields = None if meta is None else {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid}
+    out.append(({"kind": kind, "metadata": fields, "spec": obj.spec, "status": obj.status}, where))
+
+
+def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
+    """(object, where) pairs of the file's one JSON document, or None when msgspec does not read it."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None  # the general reader reports it
+    if data[:4096].lstrip()[:1] != b"{":
+        return None
+    try:
+        doc = _DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    del data
+    out: list[tuple[Mapping[str, Any], str]] = []
+    _pairs(doc, f"{path} document 0", out)
+    return out
