@@ -52,6 +52,8 @@ class _Static:
     ruled_out: Counter[str]
     first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
     names: set[str] = field(default_factory=set)  # of the feasible nodes
+    # Once the budget stopped the pass nothing changes a node: the node each request fits as it is
+    fits: dict[tuple[int, int, int], NodeState | None] = field(default_factory=dict)
 
 
 # node name -> (node version, what is left of its PodDisruptionBudgets, search result)
@@ -271,14 +273,27 @@ class _Pass:
 
     def _fit_or_budget(self, pre: Preemptor, req: Requests, static: _Static) -> None:
         """Once the budget stopped the pass: the first node (name order) the preemptor fits as it is, or
-        unresolved eviction-budget. The same answer as the full search, without searching victims."""
-        for node in static.feasible:
-            free_g, free_c, free_m = node.free()
-            if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
-                self._commit(pre, req, node, NodeResult(set_key(()), (), free_g, 0, [], {}, 0, None))
-                return
-        assert self.budget_stop is not None
-        self._unresolved(pre, self.budget_stop)
+        unresolved eviction-budget. The same answer as the full search, without searching victims. Nodes
+        no longer change (nothing more is evicted), so the answer is kept per request."""
+        amounts = (req.gpus, req.cpu_m, req.memory)
+        if amounts not in static.fits:
+            static.fits[amounts] = next(
+                (
+                    node
+                    for node in static.feasible
+                    if node.alloc.gpus - node.used_gpus >= req.gpus
+                    and node.alloc.cpu_m - node.used_cpu >= req.cpu_m
+                    and node.alloc.memory - node.used_mem >= req.memory
+                ),
+                None,
+            )
+        node = static.fits[amounts]
+        if node is None:
+            assert self.budget_stop is not None
+            self._unresolved(pre, self.budget_stop)
+        else:
+            result = NodeResult(set_key(()), (), node.free()[0], 0, [], {}, 0, None)
+            self._commit(pre, req, node, result)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]

@@ -17,30 +17,44 @@ import itertools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from automator.cluster_index import NodeState
+from automator.cluster_index import Candidate, NodeState
+from automator.eligibility import eligible_for
 from automator.model import PodKey
 from automator.resources import Requests
-from automator.victims import is_eligible
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
 FITS: Bound = (0, 0, 0, 0, 0.0)
 
 
-@dataclass
 class _Eligible:
     """One node's eligible victims for one preemptor priority, sorted for the bounds."""
 
-    version: int
-    top_g: list[int]  # prefix sums of the largest first
-    top_c: list[int]
-    top_m: list[int]
-    low_g: list[int]  # prefix sums of the smallest first
-    low_p: list[int]
-    low_a: list[float]
-    # (GPUs, priority, run time rounded, cpu, memory) of each, in that order: the best single victim is the
-    # first one that frees enough
-    singles: list[tuple[int, int, float, int, int]]
+    __slots__ = ("low_a", "low_g", "low_p", "pods", "singles", "top_c", "top_g", "top_m", "version")
+
+    def __init__(self, version: int, pods: list[Candidate]) -> None:
+        self.version = version
+        self.pods = pods
+        self.top_g = _prefix(sorted([p.req.gpus for p in pods], reverse=True))  # prefix sums, largest first
+        self.top_c = _prefix(sorted([p.req.cpu_m for p in pods], reverse=True))
+        self.top_m = _prefix(sorted([p.req.memory for p in pods], reverse=True))
+        # (GPUs, priority, run time rounded, cpu, memory) of each, in that order: the best single victim is
+        # the first one that frees enough
+        self.singles = sorted(
+            [(p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory) for p in pods]
+        )
+        self.low_g: list[int] | None = None  # prefix sums of the smallest first, made when a bound needs them
+        self.low_p: list[int] = []
+        self.low_a: list[float] = []
+
+    def lows(self) -> list[int]:
+        """low_g, low_p and low_a, made the first time; returns low_g."""
+        if self.low_g is None:
+            pods = self.pods
+            self.low_p = _prefix(sorted([p.priority for p in pods]))
+            self.low_a = list(itertools.accumulate(sorted([p.age for p in pods]), initial=0.0))
+            self.low_g = _prefix(sorted([p.req.gpus for p in pods]))
+        return self.low_g
 
 
 def _prefix(values: list[int]) -> list[int]:
@@ -52,27 +66,40 @@ class Rankings:
     """The node rankings of one pass, per search shape."""
 
     exclude: frozenset[PodKey]
-    eligible: dict[tuple[str, int], _Eligible] = field(default_factory=dict)
+    eligible: dict[int, dict[str, _Eligible]] = field(default_factory=dict)  # priority -> node name -> ...
     by_shape: dict[tuple[int, int, int, int], list[tuple[Bound, str, int]]] = field(default_factory=dict)
     # per preemptor priority: (-(free + reclaimable GPUs), tie rank, node name, node version), in order
     reach: dict[int, list[tuple[int, int, str, int]]] = field(default_factory=dict)
     tie_rank: dict[str, int] = field(default_factory=dict)
+    last: dict[str, _Eligible] = field(default_factory=dict)  # per node, the entry built last
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
-        cached = self.eligible.get((node.name, priority))
-        if cached is None or cached.version != node.version:
-            pods = [pod for pod in node.candidates if is_eligible(pod, priority, self.exclude)]
-            cached = _Eligible(
-                node.version,
-                _prefix(sorted((p.req.gpus for p in pods), reverse=True)),
-                _prefix(sorted((p.req.cpu_m for p in pods), reverse=True)),
-                _prefix(sorted((p.req.memory for p in pods), reverse=True)),
-                _prefix(sorted(p.req.gpus for p in pods)),
-                _prefix(sorted(p.priority for p in pods)),
-                list(itertools.accumulate(sorted(p.age for p in pods), initial=0.0)),
-                sorted((p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory) for p in pods),
-            )
-            self.eligible[(node.name, priority)] = cached
+        table = self.eligible.get(priority)
+        if table is None:
+            table = self.eligible[priority] = {}
+        cached = table.get(node.name)
+        if cached is not None and cached.version == node.version:
+            return cached
+        exclude = self.exclude
+        pods = [
+            pod
+            for pod in node.candidates
+            if pod.priority < priority
+            and not (exclude and pod.key in exclude)
+            and eligible_for(pod.assessment, priority)
+        ]
+        # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
+        last = self.last.get(node.name)
+        if (
+            last is not None
+            and last.version == node.version
+            and len(last.pods) == len(pods)
+            and all(a is b for a, b in zip(last.pods, pods, strict=True))
+        ):
+            cached = last
+        else:
+            cached = self.last[node.name] = _Eligible(node.version, pods)
+        table[node.name] = cached
         return cached
 
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
@@ -105,9 +132,10 @@ class Rankings:
                 if g >= need_g and c >= need_c and m >= need_m:
                     return (1, g, p, p, a)
             k = 2
-            if k >= len(e.low_g):
-                return None
-        return (k, max(need_g, e.low_g[k]), e.low_p[1], e.low_p[k], round(e.low_a[k], 3))
+        low_g = e.lows()
+        if k >= len(low_g):
+            return None
+        return (k, max(need_g, low_g[k]), e.low_p[1], e.low_p[k], round(e.low_a[k], 3))
 
     def ranking(
         self, nodes: dict[str, NodeState], priority: int, req: Requests
@@ -116,11 +144,12 @@ class Rankings:
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            entries = []
-            for node in nodes.values():
-                b = self.bound(node, priority, req)
-                if b is not None:
-                    entries.append((b, node.name, node.version))
+            bound = self.bound
+            entries = [
+                (b, node.name, node.version)
+                for node in nodes.values()
+                if (b := bound(node, priority, req)) is not None
+            ]
             entries.sort()
             self.by_shape[shape] = entries
         return entries

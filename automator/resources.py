@@ -138,6 +138,50 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     """
     names = gpu_resources if isinstance(gpu_resources, tuple) else tuple(gpu_resources)
     spec = pod.get("spec") or {}
+    key = _requests_key(spec, names)
+    if key is not None:
+        known = _REQUESTS.get(key)
+        if known is not None:
+            return known
+    result = _pod_requests(spec, names)
+    if key is not None:
+        if len(_REQUESTS) >= _AMOUNTS_MAX:
+            _REQUESTS.clear()
+        _REQUESTS[key] = result
+    return result
+
+
+# Requests by _requests_key: the pods of one workload carry the same resources; bounded like _AMOUNTS.
+_REQUESTS: dict[tuple[Any, ...], Requests] = {}
+
+
+def _requests_key(spec: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """Everything pod_requests reads of a spec with app containers only, hashable (the literals with their
+    types: 1 and True must not meet); None for any other spec, which is read each time."""
+    containers = spec.get("containers") or []
+    if spec.get("initContainers") or spec.get("overhead") or type(containers) is not list:
+        return None
+    parts: list[Any] = [names]
+    for container in containers:
+        if type(container) is not dict:
+            return None
+        resources = container.get("resources") or {}
+        if type(resources) is not dict:
+            return None
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        if type(limits) is not dict or type(requests) is not dict:
+            return None
+        parts += (tuple(limits.items()), tuple(map(type, limits.values())))
+        parts += (tuple(requests.items()), tuple(map(type, requests.values())))
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
+        return None
+    return key
+
+
+def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
     gpus = cpu = memory = 0
     for i, container in enumerate(spec.get("containers") or []):
         g, c, m = _container_requests(container, names, "spec.containers", i)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import PdbIndex, verdict_for
+from automator.eligibility import PdbIndex, eligible_for, verdict_for
 from automator.model import PodKey
 from automator.resources import Requests
 
@@ -61,31 +61,22 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
     )
 
 
-def is_eligible(pod: Candidate, priority: int, exclude: frozenset[PodKey]) -> bool:
-    """Whether a preemptor of this priority may evict the pod (sort_candidates' eligible list)."""
-    return (
-        pod.priority < priority
-        and not (exclude and pod.key in exclude)
-        and verdict_for(pod.assessment, priority)[0]
-    )
-
-
 def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
     """Split the node's candidates into eligible and protected for this preemptor priority."""
     result = NodeResult(None, (), node.free()[0], 0, [], {}, 0, None)
+    eligible, protected = result.eligible, result.protected
+    reclaimable = 0
     for pod in node.candidates:
         if pod.priority >= priority:
             result.not_lower += 1
-            continue
-        if exclude and pod.key in exclude:
-            result.protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
-            continue
-        ok, rule, reason = verdict_for(pod.assessment, priority)
-        if ok:
-            result.eligible.append(pod)
+        elif exclude and pod.key in exclude:
+            protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
+        elif eligible_for(pod.assessment, priority):
+            eligible.append(pod)
+            reclaimable += pod.req.gpus
         else:
-            result.protected[pod.key] = (rule, reason)
-    result.reclaimable = sum(p.req.gpus for p in result.eligible)
+            protected[pod.key] = verdict_for(pod.assessment, priority)[1:]
+    result.reclaimable = reclaimable
     return result
 
 
