@@ -291,13 +291,25 @@ def eligible_for(assessment: Assessment, preemptor_priority: int) -> bool:
 
 def verdict_for(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str, str]:
     """Rule 0, scope (namespaces, opt-out) / malformed, then rule 1, then rules 2-8."""
+    eligible, rule = verdict_rule(assessment, preemptor_priority)
+    return eligible, rule, verdict_reason(assessment, preemptor_priority)
+
+
+def verdict_rule(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str]:
+    """verdict_for without its reason: (eligible, rule)."""
     if assessment.blocked is not None:
-        return False, assessment.blocked[0], assessment.blocked[1]
+        return False, assessment.blocked[0]
     minimum = assessment.min_preemptable
     if minimum is not None and preemptor_priority >= minimum:
-        return (
-            True,
-            "1-minimum-preemptable-priority",
-            f"preemptor priority {preemptor_priority} >= minimum-preemptable-priority {minimum}",
-        )
-    return assessment.eligible, assessment.rule, assessment.reason
+        return True, "1-minimum-preemptable-priority"
+    return assessment.eligible, assessment.rule
+
+
+def verdict_reason(assessment: Assessment, preemptor_priority: int) -> str:
+    """verdict_for's reason alone (a Verdict reads it when it is explained)."""
+    if assessment.blocked is not None:
+        return assessment.blocked[1]
+    minimum = assessment.min_preemptable
+    if minimum is not None and preemptor_priority >= minimum:
+        return f"preemptor priority {preemptor_priority} >= minimum-preemptable-priority {minimum}"
+    return assessment.reason

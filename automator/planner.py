@@ -11,11 +11,12 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from automator import plan_reasons as reasons
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET
-from automator.eligibility import verdict_for
+from automator.eligibility import verdict_reason, verdict_rule
 from automator.fit import scheduling_signature, static_misfit
 from automator.gc_pause import gc_paused
 from automator.model import (
@@ -125,11 +126,13 @@ class _Pass:
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
         if not force and self.verdict_count >= VERDICT_LIMIT:
             return
+        verdicts, priority = self.plan.verdicts, pre.priority
         for pod in result.eligible:
-            _, rule, reason = verdict_for(pod.assessment, pre.priority)
-            self.plan.verdicts.setdefault(pod.key, []).append(Verdict(pre.key, True, rule, reason))
-        for key, (rule, reason) in result.protected.items():
-            self.plan.verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, reason))
+            rule = verdict_rule(pod.assessment, priority)[1]
+            reason = partial(verdict_reason, pod.assessment, priority)
+            verdicts.setdefault(pod.key, []).append(Verdict(pre.key, True, rule, reason))
+        for key, (rule, why) in result.protected.items():
+            verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, why))
         self.verdict_count += len(result.eligible) + len(result.protected)
 
     def _unresolved(self, pre: Preemptor, reason: str) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import PdbIndex, eligible_for, verdict_for
+from automator.eligibility import PdbIndex, eligible_for, verdict_reason, verdict_rule
 from automator.model import PodKey
 from automator.resources import Requests
 
@@ -44,7 +45,7 @@ class NodeResult:
     free_gpus: int
     reclaimable: int
     eligible: list[Candidate]
-    protected: dict[PodKey, tuple[str, str]]
+    protected: dict[PodKey, tuple[str, str | Callable[[], str]]]  # rule, reason (or how to write it)
     not_lower: int
     misfit: str | None
     cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
@@ -75,7 +76,10 @@ def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) 
             eligible.append(pod)
             reclaimable += pod.req.gpus
         else:
-            protected[pod.key] = verdict_for(pod.assessment, priority)[1:]
+            protected[pod.key] = (
+                verdict_rule(pod.assessment, priority)[1],
+                partial(verdict_reason, pod.assessment, priority),
+            )
     result.reclaimable = reclaimable
     return result
 
