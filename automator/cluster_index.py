@@ -42,7 +42,7 @@ from automator.resources import (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A pod that may be evicted, with what the search and the report need of it."""
 
@@ -58,7 +58,7 @@ class Candidate:
     usage: PodUsage | None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeState:
     name: str
     obj: JsonObj
@@ -84,7 +84,7 @@ class NodeState:
         self.used_mem += sign * req.memory
 
 
-@dataclass
+@dataclass(slots=True)
 class Preemptor:
     key: PodKey
     obj: JsonObj

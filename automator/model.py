@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from automator.conventions import DEFAULT_GPU_RESOURCE
 from automator.series import IDLE_THRESHOLD
@@ -31,8 +31,10 @@ class PassOutcome(StrEnum):
     ERROR = "error"
 
 
-@dataclass(frozen=True, order=True)
-class PodKey:
+class PodKey(NamedTuple):
+    """A pod's namespace and name (a tuple: built, hashed and compared in C, as a pass does for every
+    pod); str() is "namespace/name"."""
+
     namespace: str
     name: str
 

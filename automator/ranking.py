@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
@@ -106,36 +106,7 @@ class Rankings:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
         if node.error is not None or node.alloc.gpus < req.gpus:
             return None
-        need_g = req.gpus - node.alloc.gpus + node.used_gpus
-        need_c = req.cpu_m - node.alloc.cpu_m + node.used_cpu
-        need_m = req.memory - node.alloc.memory + node.used_mem
-        if need_g <= 0 and need_c <= 0 and need_m <= 0:
-            return FITS
-        e = self._sorted(node, priority)
-        top_g, top_c, top_m = e.top_g, e.top_c, e.top_m
-        if (
-            (need_g > 0 and top_g[-1] < need_g)
-            or (need_c > 0 and top_c[-1] < need_c)
-            or (need_m > 0 and top_m[-1] < need_m)
-        ):
-            return None
-        # the fewest victims (largest first) freeing each amount still needed
-        k = max(
-            1,
-            bisect.bisect_left(top_g, need_g) if need_g > 0 else 0,
-            bisect.bisect_left(top_c, need_c) if need_c > 0 else 0,
-            bisect.bisect_left(top_m, need_m) if need_m > 0 else 0,
-        )
-        if k == 1:
-            # One victim may do: the best single victim is exact (but for PDB budgets spent in the pass).
-            for g, p, a, c, m in e.singles:
-                if g >= need_g and c >= need_c and m >= need_m:
-                    return (1, g, p, p, a)
-            k = 2
-        low_g = e.lows()
-        if k >= len(low_g):
-            return None
-        return (k, max(need_g, low_g[k]), e.low_p[1], e.low_p[k], round(e.low_a[k], 3))
+        return _bound(node, req, self._sorted, priority)
 
     def ranking(
         self, nodes: dict[str, NodeState], priority: int, req: Requests
@@ -144,11 +115,13 @@ class Rankings:
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            bound = self.bound
+            sort, gpus = self._sorted, req.gpus
             entries = [
                 (b, node.name, node.version)
                 for node in nodes.values()
-                if (b := bound(node, priority, req)) is not None
+                if node.error is None
+                and node.alloc.gpus >= gpus
+                and (b := _bound(node, req, sort, priority)) is not None
             ]
             entries.sort()
             self.by_shape[shape] = entries
@@ -186,6 +159,42 @@ class Rankings:
             if version == node.version and name in names and node.alloc.gpus >= gpus:
                 return node
         return None
+
+
+def _bound(
+    node: NodeState, req: Requests, eligible: Callable[[NodeState, int], _Eligible], priority: int
+) -> Bound | None:
+    """Rankings.bound for a readable node with enough GPUs in all."""
+    need_g = req.gpus - node.alloc.gpus + node.used_gpus
+    need_c = req.cpu_m - node.alloc.cpu_m + node.used_cpu
+    need_m = req.memory - node.alloc.memory + node.used_mem
+    if need_g <= 0 and need_c <= 0 and need_m <= 0:
+        return FITS
+    e = eligible(node, priority)
+    top_g, top_c, top_m = e.top_g, e.top_c, e.top_m
+    if (
+        (need_g > 0 and top_g[-1] < need_g)
+        or (need_c > 0 and top_c[-1] < need_c)
+        or (need_m > 0 and top_m[-1] < need_m)
+    ):
+        return None
+    # the fewest victims (largest first) freeing each amount still needed
+    k = max(
+        1,
+        bisect.bisect_left(top_g, need_g) if need_g > 0 else 0,
+        bisect.bisect_left(top_c, need_c) if need_c > 0 else 0,
+        bisect.bisect_left(top_m, need_m) if need_m > 0 else 0,
+    )
+    if k == 1:
+        # One victim may do: the best single victim is exact (but for PDB budgets spent in the pass).
+        for g, p, a, c, m in e.singles:
+            if g >= need_g and c >= need_c and m >= need_m:
+                return (1, g, p, p, a)
+        k = 2
+    low_g = e.lows()
+    if k >= len(low_g):
+        return None
+    return (k, max(need_g, low_g[k]), e.low_p[1], e.low_p[k], round(e.low_a[k], 3))
 
 
 def tie_key(name: str) -> list[int]:

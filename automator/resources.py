@@ -140,7 +140,10 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     spec = pod.get("spec") or {}
     key = _requests_key(spec, names)
     if key is not None:
-        known = _REQUESTS.get(key)
+        try:
+            known = _REQUESTS.get(key)
+        except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
+            known = key = None
         if known is not None:
             return known
     result = _pod_requests(spec, names)
@@ -156,29 +159,26 @@ _REQUESTS: dict[tuple[Any, ...], Requests] = {}
 
 
 def _requests_key(spec: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any, ...] | None:
-    """Everything pod_requests reads of a spec with app containers only, hashable (the literals with their
-    types: 1 and True must not meet); None for any other spec, which is read each time."""
+    """Everything pod_requests reads of a spec with app containers only (the literals with their types: 1
+    and True must not meet); None for any other spec, which is read each time. Unhashable when a literal
+    is (a list or map where a quantity belongs)."""
     containers = spec.get("containers") or []
     if spec.get("initContainers") or spec.get("overhead") or type(containers) is not list:
         return None
-    parts: list[Any] = [names]
+    parts: tuple[Any, ...] = (names,)
     for container in containers:
-        if type(container) is not dict:
+        resources = (container.get("resources") if type(container) is dict else None) or {}
+        limits = resources.get("limits") or {} if type(resources) is dict else None
+        requests = resources.get("requests") or {} if type(resources) is dict else None
+        if type(container) is not dict or type(limits) is not dict or type(requests) is not dict:
             return None
-        resources = container.get("resources") or {}
-        if type(resources) is not dict:
-            return None
-        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
-        if type(limits) is not dict or type(requests) is not dict:
-            return None
-        parts += (tuple(limits.items()), tuple(map(type, limits.values())))
-        parts += (tuple(requests.items()), tuple(map(type, requests.values())))
-    key = tuple(parts)
-    try:
-        hash(key)
-    except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
-        return None
-    return key
+        parts += (
+            tuple(limits.items()),
+            tuple(map(type, limits.values())),
+            tuple(requests.items()),
+            tuple(map(type, requests.values())),
+        )
+    return parts
 
 
 def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:

@@ -38,7 +38,7 @@ _SHORT = {
 SetKey = tuple[int, int, int, int, float, tuple[str, ...]]
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeResult:
     key: SetKey | None  # None: no set fits on this node
     victims: tuple[Candidate, ...]
