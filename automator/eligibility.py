@@ -52,6 +52,8 @@ class PdbIndex:
 
     by_namespace: dict[str, list[JsonObj]] = field(default_factory=dict)
     remaining: dict[tuple[str, str], int] = field(default_factory=dict)
+    # per namespace, (name, selector) of its PDBs: read the first time a pod of the namespace is covered
+    selectors: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, pdbs: Iterable[JsonObj]) -> PdbIndex:
@@ -73,10 +75,15 @@ class PdbIndex:
         ns = str(meta.get("namespace") or "default")
         pod_labels = labels_of(pod)
         ids: list[tuple[str, str]] = []
-        for pdb in self.by_namespace.get(ns, ()):
-            name = str((pdb.get("metadata") or {}).get("name"))
+        selectors = self.selectors.get(ns)
+        if selectors is None:
+            selectors = self.selectors[ns] = [
+                (str((pdb.get("metadata") or {}).get("name")), (pdb.get("spec") or {}).get("selector"))
+                for pdb in self.by_namespace.get(ns, ())
+            ]
+        for name, selector in selectors:
             try:
-                selected = selector_matches((pdb.get("spec") or {}).get("selector"), pod_labels)
+                selected = selector_matches(selector, pod_labels)
             except ValueError as exc:
                 return [(ns, name)], f"PodDisruptionBudget {ns}/{name}: {exc}; treated as protecting"
             if selected:
