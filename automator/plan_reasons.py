@@ -1,7 +1,8 @@
 """Why a preemptor is not searched, or stays unresolved: the reasons a plan states (pure).
 
-The standing checks made before any search (the scheduler's own nomination, cooldown, gave-up) and the
-text of an unresolved preemptor's reason (nodes ruled out, the closest node). The plan loop that uses them
+The nodes a preemptor can never use (and why), the standing checks made before any search (the
+scheduler's own nomination, cooldown, gave-up) and the text of an unresolved preemptor's reason (nodes
+ruled out, the closest node). The plan loop that uses them
 is planner.py; docs/reclaim.md describes every reason.
 """
 
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from automator.cluster_index import NodeState
 from automator.conventions import (
     LAST_RECLAIM_ANNOTATION,
     RECLAIM_COUNT_ANNOTATION,
@@ -21,9 +24,37 @@ from automator.conventions import (
     WORD_GAVE_UP,
     WORD_NOMINATED,
 )
+from automator.fit import static_misfit
 from automator.model import JsonObj, PlannerConfig, PodKey
 from automator.resources import FieldError, Requests, parse_time
 from automator.victims import NodeResult, protected_summary
+
+
+@dataclass
+class StaticFit:
+    """Nodes a scheduling signature may use at all, and why the others are ruled out."""
+
+    feasible: list[NodeState]
+    ruled_out: Counter[str]
+    first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
+    names: set[str] = field(default_factory=set)  # of the feasible nodes
+    # Once the budget stopped the pass nothing changes a node: the node each request fits as it is
+    fits: dict[tuple[int, int, int], NodeState | None] = field(default_factory=dict)
+
+
+def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
+    """The nodes (in the order given) the pod may use whatever is evicted (selectors, taints, readiness),
+    and the others counted by reason."""
+    fit = StaticFit([], Counter())
+    for node in nodes:
+        misfit = static_misfit(pod, node.obj) if node.error is None else ("unreadable", node.error)
+        if misfit is None:
+            fit.feasible.append(node)
+            fit.names.add(node.name)
+        else:
+            fit.ruled_out[misfit[0]] += 1
+            fit.first_detail = fit.first_detail or f"{node.name}: {misfit[1]}"
+    return fit
 
 
 def nominated(obj: JsonObj) -> str | None:

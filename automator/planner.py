@@ -7,7 +7,6 @@ fit.py; docs/reclaim.md explains them.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,7 +16,7 @@ from automator import plan_reasons as reasons
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET
 from automator.eligibility import verdict_reason, verdict_rule
-from automator.fit import scheduling_signature, static_misfit
+from automator.fit import scheduling_signature
 from automator.gc_pause import gc_paused
 from automator.model import (
     ClusterState,
@@ -31,6 +30,7 @@ from automator.model import (
     Verdict,
     Victim,
 )
+from automator.plan_reasons import StaticFit, static_fit
 from automator.ranking import Rankings, tie_key
 from automator.report import explain, plan_to_json
 from automator.resources import Requests, annotations_of
@@ -43,18 +43,6 @@ __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
 # the closest node of an unresolved preemptor are recorded, and preemptors search nodes in the order of
 # their rankings, so a large pass stays fast (see docs/reclaim.md).
 VERDICT_LIMIT = 20_000
-
-
-@dataclass
-class _Static:
-    """Nodes a scheduling signature may use at all, and why the others are ruled out."""
-
-    feasible: list[NodeState]
-    ruled_out: Counter[str]
-    first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
-    names: set[str] = field(default_factory=set)  # of the feasible nodes
-    # Once the budget stopped the pass nothing changes a node: the node each request fits as it is
-    fits: dict[tuple[int, int, int], NodeState | None] = field(default_factory=dict)
 
 
 # node name -> (node version, what is left of its PodDisruptionBudgets, search result)
@@ -71,7 +59,7 @@ class _Pass:
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
     budget_stop: str | None = None  # set once a preemptor's victims would exceed the budget
     pdb_version: int = 0
-    static_cache: dict[str, _Static] = field(default_factory=dict)
+    static_cache: dict[str, StaticFit] = field(default_factory=dict)
     # (priority, requests) -> node name -> (node version, PDB state, result): alike preemptors share them
     search_cache: dict[tuple[int, int, int, int], _Cache] = field(default_factory=dict)
     node_pdbs: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
@@ -105,22 +93,11 @@ class _Pass:
                 node.take(pre.req)
                 node.version += 1
 
-    def _static(self, pre: Preemptor) -> _Static:
+    def _static(self, pre: Preemptor) -> StaticFit:
         signature = scheduling_signature(pre.obj)
         cached = self.static_cache.get(signature)
         if cached is None:
-            cached = _Static([], Counter())
-            for node in self.index.nodes.values():
-                misfit = (
-                    static_misfit(pre.obj, node.obj) if node.error is None else ("unreadable", node.error)
-                )
-                if misfit is None:
-                    cached.feasible.append(node)
-                    cached.names.add(node.name)
-                else:
-                    cached.ruled_out[misfit[0]] += 1
-                    cached.first_detail = cached.first_detail or f"{node.name}: {misfit[1]}"
-            self.static_cache[signature] = cached
+            cached = self.static_cache[signature] = static_fit(self.index.nodes.values(), pre.obj)
         return cached
 
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
@@ -193,7 +170,7 @@ class _Pass:
             self._unresolved(pre, reason)
         return reason is None
 
-    def _place_full(self, pre: Preemptor, req: Requests, static: _Static) -> None:
+    def _place_full(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Search every feasible node (recording every verdict while under VERDICT_LIMIT)."""
         too_small: list[NodeState] = []
         results: list[tuple[NodeState, NodeResult]] = []
@@ -216,7 +193,7 @@ class _Pass:
         else:
             self._decide(pre, req, best[1], best[2], results)
 
-    def _place_ranked(self, pre: Preemptor, req: Requests, static: _Static) -> None:
+    def _place_ranked(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Issue 14: the same choice as searching every feasible node, searching nodes in the order of
         their ranking (automator/ranking.py) until no node left can beat the best set found. Used once full
         verdicts are no longer recorded."""
@@ -274,7 +251,7 @@ class _Pass:
             self._record(pre, result, force=True)
         self._commit(pre, req, node, result)
 
-    def _fit_or_budget(self, pre: Preemptor, req: Requests, static: _Static) -> None:
+    def _fit_or_budget(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Once the budget stopped the pass: the first node (name order) the preemptor fits as it is, or
         unresolved eviction-budget. The same answer as the full search, without searching victims. Nodes
         no longer change (nothing more is evicted), so the answer is kept per request."""
@@ -345,7 +322,7 @@ class _Pass:
         pre: Preemptor,
         req: Requests,
         results: list[tuple[NodeState, NodeResult]],
-        static: _Static,
+        static: StaticFit,
         too_small: list[NodeState],
     ) -> None:
         if not results:
@@ -363,7 +340,7 @@ class _Pass:
             pre, reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
         )
 
-    def _explain_ranked(self, pre: Preemptor, req: Requests, static: _Static, cut: list[str]) -> None:
+    def _explain_ranked(self, pre: Preemptor, req: Requests, static: StaticFit, cut: list[str]) -> None:
         """The reason _explain_full gives, without searching every node again: the closest node comes from
         the rankings, only its verdicts are recorded (docs/reclaim.md)."""
         too_small = [n for n in static.feasible if n.alloc.gpus < req.gpus]
@@ -377,14 +354,14 @@ class _Pass:
             pre, reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
         )
 
-    def _no_node(self, pre: Preemptor, req: Requests, static: _Static, too_small: list[NodeState]) -> None:
+    def _no_node(self, pre: Preemptor, req: Requests, static: StaticFit, too_small: list[NodeState]) -> None:
         if not self.index.nodes:
             self._unresolved(pre, "no nodes in the cluster")
         else:
             self._unresolved(pre, f"no node can run it: {self._ruled_out(req, static, too_small)}")
 
     @staticmethod
-    def _ruled_out(req: Requests, static: _Static, too_small: list[NodeState]) -> str:
+    def _ruled_out(req: Requests, static: StaticFit, too_small: list[NodeState]) -> str:
         first = (too_small[0].name, too_small[0].alloc.gpus) if too_small else ("", 0)
         return reasons.ruled_out(req, static.ruled_out, static.first_detail, len(too_small), first)
 
