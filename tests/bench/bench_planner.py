@@ -166,7 +166,7 @@ def measure(nodes: int, preemptors: int, repeats: int) -> dict[str, Any]:
     }
 
 
-SIZES_RUN = ((125, 10, 5), (1250, 100, 5), (5000, 500, 5))  # nodes, preemptors, repeats
+SIZES_RUN = ((125, 10, 9), (1250, 100, 9), (5000, 500, 9))  # nodes, preemptors, repeats
 GOAL_LARGE_S = 1.0
 GOAL_GROWTH = 1.5  # time growth from 1,250 to 5,000 nodes within 1.5x of the input's growth
 
