@@ -12,15 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from automator.class_settings import ClassSettings, class_settings
 from automator.conventions import RECLAIM_ANNOTATION
-from automator.eligibility import (
-    Assessment,
-    ClassSettings,
-    PdbIndex,
-    assess,
-    class_settings,
-    scope_verdict,
-)
+from automator.eligibility import Assessment, PdbIndex, assess, scope_verdict
 from automator.model import (
     AnnotationWarning,
     ClusterState,
@@ -48,7 +42,7 @@ from automator.resources import (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A pod that may be evicted, with what the search and the report need of it."""
 
@@ -64,7 +58,7 @@ class Candidate:
     usage: PodUsage | None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeState:
     name: str
     obj: JsonObj
@@ -90,7 +84,7 @@ class NodeState:
         self.used_mem += sign * req.memory
 
 
-@dataclass
+@dataclass(slots=True)
 class Preemptor:
     key: PodKey
     obj: JsonObj
@@ -202,10 +196,11 @@ class _Builder:
         self._nodes()
         settings = SettingsCache(self.classes, self.config)
         for obj in self.cluster.pods:
-            if is_terminating(obj):
+            terminating = is_terminating(obj)
+            if terminating:
                 self.terminating.add(PodKey.of(obj))
             if not is_finished(obj):
-                self._pod(PodKey.of(obj), obj, settings)
+                self._pod(obj, settings, terminating)
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
         return ClusterIndex(
             self.nodes,
@@ -225,12 +220,12 @@ class _Builder:
             except FieldError as exc:
                 self.nodes[name] = NodeState(name, obj, Requests(0, 0, 0), error=f"Node {name}: {exc}")
 
-    def _pod(self, key: PodKey, obj: JsonObj, settings: SettingsCache) -> None:
+    def _pod(self, obj: JsonObj, settings: SettingsCache, terminating: bool) -> None:
         bound = node_name(obj)
         if not bound:
             class_name = (obj.get("spec") or {}).get("priorityClassName")
             if is_unschedulable(obj) and class_name and is_reclaim_class(self.classes.get(class_name)):
-                self._preemptor(key, obj)
+                self._preemptor(PodKey.of(obj), obj)
             return
         node = self.nodes.get(bound)
         if node is None:
@@ -239,11 +234,14 @@ class _Builder:
             req = pod_requests(obj, self.config.gpu_resources)
         except FieldError as exc:
             # Unknown usage of the node: fail safe, plan nothing there.
-            node.error = f"Pod {key}: {exc}"
+            node.error = f"Pod {PodKey.of(obj)}: {exc}"
             return
-        node.take(req)
-        if req.gpus == 0 or is_terminating(obj):
+        node.used_gpus += req.gpus
+        node.used_cpu += req.cpu_m
+        node.used_mem += req.memory
+        if req.gpus == 0 or terminating:
             return
+        key = PodKey.of(obj)
         class_name, pod_settings = settings.of(obj)
         if class_name is not None:
             self.class_pods.setdefault(class_name, []).append(key)

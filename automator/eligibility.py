@@ -1,4 +1,5 @@
-"""Victim eligibility (issue 4 rules 0-8), PriorityClass annotations and PodDisruptionBudgets. Pure."""
+"""Victim eligibility (issue 4 rules 0-8) and PodDisruptionBudgets. Pure. The PriorityClass annotations
+the rules read are class_settings.py."""
 
 from __future__ import annotations
 
@@ -8,13 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from automator.class_settings import ClassSettings
 from automator.conventions import (
-    ANN_CPU_IDLE_SECONDS,
-    ANN_CPU_IDLE_THRESHOLD,
-    ANN_GPU_IDLE_SECONDS,
-    ANN_GPU_IDLE_THRESHOLD,
-    ANN_MIN_PREEMPTABLE_PRIORITY,
-    ANN_TOLERATION_SECONDS,
     NEVER_RECLAIM_LABEL,
     WORD_NAMESPACE_EXCLUDED,
     WORD_OPTED_OUT,
@@ -22,110 +18,9 @@ from automator.conventions import (
     WORD_RECENTLY_BUSY,
 )
 from automator.fit import requirement_matches
-from automator.model import JsonObj, PlannerConfig, PodUsage, UsageWindow
+from automator.model import JsonObj, PlannerConfig, PodUsage
 from automator.report import fmt_measure
-from automator.resources import annotations_of, labels_of
-
-# The longest usage window (and guaranteed run time) an annotation may ask for: 7 days. Longer is a typo
-# (and a query Prometheus' retention cannot answer); the class's pods are then protected.
-MAX_WINDOW_SECONDS = 7 * 86_400
-# CPU thresholds are in cores, not a ratio: bounded by the largest machine anyone runs.
-MAX_CPU_THRESHOLD_CORES = 4096.0
-
-
-@dataclass(frozen=True)
-class Malformed:
-    annotation: str
-    value: str
-    message: str
-
-
-@dataclass(frozen=True)
-class ClassSettings:
-    """A victim PriorityClass's annotations with the automator's defaults filled in."""
-
-    min_preemptable: int | None
-    toleration_seconds: int
-    gpu_idle_seconds: int
-    gpu_threshold: float
-    cpu_idle_seconds: int
-    cpu_threshold: float
-    malformed: tuple[Malformed, ...] = ()
-
-    @property
-    def window(self) -> UsageWindow:
-        return UsageWindow(self.gpu_idle_seconds, self.cpu_idle_seconds)
-
-
-def _int(
-    raw: Any, key: str, minimum: int | None, bad: list[Malformed], maximum: int | None = None
-) -> int | None:
-    text = str(raw).strip()
-    try:
-        value = int(text)
-    except ValueError:
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not an integer"))
-        return None
-    if minimum is not None and value < minimum:
-        bad.append(Malformed(key, str(raw), f"{key}: {value} is below {minimum}"))
-        return None
-    if maximum is not None and value > maximum:
-        bad.append(Malformed(key, str(raw), f"{key}: {value} is above {maximum} (7 days)"))
-        return None
-    return value
-
-
-def _float(raw: Any, key: str, bad: list[Malformed], upper: float | None = None) -> float | None:
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a number"))
-        return None
-    if not math.isfinite(value) or value < 0:
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a finite number >= 0"))
-        return None
-    if upper is not None and value > upper:
-        # GPU activity is a 0-1 ratio: a threshold like 5 (percent?) would make every pod idle.
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is above {upper:g} (a 0-1 ratio)"))
-        return None
-    return value
-
-
-def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
-    """Read the plugin's annotations: missing -> defaults, malformed -> recorded (the pod is protected)."""
-    ann = annotations_of(pc) if pc is not None else {}
-    bad: list[Malformed] = []
-    minimum = (
-        _int(ann[ANN_MIN_PREEMPTABLE_PRIORITY], ANN_MIN_PREEMPTABLE_PRIORITY, None, bad)
-        if (ANN_MIN_PREEMPTABLE_PRIORITY in ann)
-        else None
-    )
-    toleration = config.default_toleration_seconds
-    if ANN_TOLERATION_SECONDS in ann:
-        toleration = (
-            _int(ann[ANN_TOLERATION_SECONDS], ANN_TOLERATION_SECONDS, None, bad, MAX_WINDOW_SECONDS) or 0
-        )
-    gpu_seconds = 0
-    if ANN_GPU_IDLE_SECONDS in ann:
-        gpu_seconds = _int(ann[ANN_GPU_IDLE_SECONDS], ANN_GPU_IDLE_SECONDS, 0, bad, MAX_WINDOW_SECONDS) or 0
-    # The plugin's default window of 0 made `[0s]` queries read as idle: never use a zero window.
-    if gpu_seconds <= 0:
-        gpu_seconds = config.default_gpu_idle_seconds
-    gpu_threshold = config.default_gpu_idle_threshold
-    if ANN_GPU_IDLE_THRESHOLD in ann:
-        parsed = _float(ann[ANN_GPU_IDLE_THRESHOLD], ANN_GPU_IDLE_THRESHOLD, bad, upper=1.0)
-        gpu_threshold = parsed if parsed is not None else gpu_threshold
-    cpu_seconds = 0
-    if ANN_CPU_IDLE_SECONDS in ann:
-        cpu_seconds = _int(ann[ANN_CPU_IDLE_SECONDS], ANN_CPU_IDLE_SECONDS, 0, bad, MAX_WINDOW_SECONDS) or 0
-    cpu_threshold = 0.0
-    if ANN_CPU_IDLE_THRESHOLD in ann:
-        parsed = _float(ann[ANN_CPU_IDLE_THRESHOLD], ANN_CPU_IDLE_THRESHOLD, bad, MAX_CPU_THRESHOLD_CORES)
-        cpu_threshold = parsed if parsed is not None else 0.0
-    return ClassSettings(
-        minimum, toleration, gpu_seconds, gpu_threshold, cpu_seconds, cpu_threshold, tuple(bad)
-    )
-
+from automator.resources import labels_of
 
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------
 
@@ -157,6 +52,8 @@ class PdbIndex:
 
     by_namespace: dict[str, list[JsonObj]] = field(default_factory=dict)
     remaining: dict[tuple[str, str], int] = field(default_factory=dict)
+    # per namespace, (name, selector) of its PDBs: read the first time a pod of the namespace is covered
+    selectors: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, pdbs: Iterable[JsonObj]) -> PdbIndex:
@@ -178,10 +75,15 @@ class PdbIndex:
         ns = str(meta.get("namespace") or "default")
         pod_labels = labels_of(pod)
         ids: list[tuple[str, str]] = []
-        for pdb in self.by_namespace.get(ns, ()):
-            name = str((pdb.get("metadata") or {}).get("name"))
+        selectors = self.selectors.get(ns)
+        if selectors is None:
+            selectors = self.selectors[ns] = [
+                (str((pdb.get("metadata") or {}).get("name")), (pdb.get("spec") or {}).get("selector"))
+                for pdb in self.by_namespace.get(ns, ())
+            ]
+        for name, selector in selectors:
             try:
-                selected = selector_matches((pdb.get("spec") or {}).get("selector"), pod_labels)
+                selected = selector_matches(selector, pod_labels)
             except ValueError as exc:
                 return [(ns, name)], f"PodDisruptionBudget {ns}/{name}: {exc}; treated as protecting"
             if selected:
@@ -198,19 +100,122 @@ class PdbIndex:
 # --- rules 2-8 (preemptor-independent part) -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Assessment:
     """A candidate victim's standing, computed once per plan.
 
     `blocked` (rule 0 or a malformed annotation/field) protects whatever the preemptor; otherwise rule 1
     (minimum) may make it eligible for a high enough preemptor; else the base verdict of rules 2-8 holds.
+    Its reason (a sentence with the measured numbers) is written only when a verdict is recorded or
+    explained: most candidates of a large pass never need it.
     """
 
-    blocked: tuple[str, str] | None  # (rule, reason)
-    min_preemptable: int | None
-    eligible: bool
-    rule: str
-    reason: str
+    __slots__ = ("_facts", "_reason", "blocked", "eligible", "min_preemptable", "rule")
+
+    def __init__(
+        self,
+        blocked: tuple[str, str] | None,
+        min_preemptable: int | None,
+        eligible: bool,
+        rule: str,
+        reason: str | None = None,
+        facts: _Facts | None = None,
+    ) -> None:
+        self.blocked = blocked  # (rule, reason)
+        self.min_preemptable = min_preemptable
+        self.eligible = eligible
+        self.rule = rule
+        self._reason = reason
+        self._facts = facts  # what base_reason needs, when the reason is not written yet
+
+    @property
+    def reason(self) -> str:
+        if self._reason is None:
+            assert self._facts is not None
+            self._reason = base_reason(self.rule, *self._facts)
+        return self._reason
+
+
+# (settings, usage, seconds since scheduled, min coverage, recent window): the facts rules 2-8 read
+_Facts = tuple[ClassSettings, PodUsage | None, float | None, float, int]
+
+
+def base_rule(settings: ClassSettings, usage: PodUsage | None, age: float | None, min_coverage: float) -> str:
+    """Rules 2-8 in order (the recent-activity checks between 6 and 7): the rule that decides, "8-idle"
+    when the pod is eligible. age: seconds since scheduled, None when not scheduled."""
+    if settings.toleration_seconds < 0:
+        return "2-toleration-negative"
+    if age is None:
+        return "3-not-scheduled"
+    if age < max(settings.toleration_seconds, settings.gpu_idle_seconds, settings.cpu_idle_seconds):
+        return "4-too-young"
+    activity = usage.gpu_activity if usage is not None else None
+    if usage is None or activity is None or not math.isfinite(activity):
+        return "5-usage-unknown"
+    if not usage.coverage >= min_coverage:
+        return "5-coverage-low"
+    if activity > settings.gpu_threshold:
+        return "6-gpu-busy"
+    recent = usage.gpu_recent_max
+    if recent is None or not math.isfinite(recent):
+        return WORD_RECENT_UNKNOWN
+    if recent > settings.gpu_threshold:
+        return WORD_RECENTLY_BUSY
+    if settings.cpu_idle_seconds > 0:
+        cores = usage.cpu_cores
+        if cores is None or not math.isfinite(cores):
+            return "7-cpu-unknown"
+        if cores > settings.cpu_threshold:
+            return "7-cpu-busy"
+    return "8-idle"
+
+
+def base_reason(
+    rule: str,
+    settings: ClassSettings,
+    usage: PodUsage | None,
+    age: float | None,
+    min_coverage: float,
+    recent_window: int,
+) -> str:
+    """The sentence for the rule base_rule chose, with the measured numbers."""
+    window, cpu_window = settings.gpu_idle_seconds, settings.cpu_idle_seconds
+    if rule == "2-toleration-negative":
+        return f"toleration-seconds {settings.toleration_seconds} < 0: never preempted"
+    if rule == "3-not-scheduled":
+        return "not scheduled yet (no PodScheduled=True condition)"
+    if rule == "4-too-young":
+        min_age = max(settings.toleration_seconds, window, cpu_window)
+        return f"scheduled {age:.0f} s ago, protected for {min_age} s"
+    if rule == "5-usage-unknown" or usage is None:
+        return f"GPU activity over {window} s unknown"
+    if rule == "5-coverage-low":
+        return f"GPU samples cover {usage.coverage:.0%} of the {window} s window, below {min_coverage:.0%}"
+    threshold = fmt_measure(settings.gpu_threshold)
+    activity = fmt_measure(usage.gpu_activity)
+    if rule == "6-gpu-busy":
+        return f"GPU activity {activity} over {window} s above threshold {threshold}"
+    if rule in (WORD_RECENT_UNKNOWN, WORD_RECENTLY_BUSY):
+        return _recent_reason(rule, settings, usage, recent_window)
+    cores = fmt_measure(usage.cpu_cores)
+    if rule == "7-cpu-unknown":
+        return f"CPU use over {cpu_window} s unknown"
+    cpu_threshold = fmt_measure(settings.cpu_threshold)
+    if rule == "7-cpu-busy":
+        return f"CPU {cores} cores over {cpu_window} s above threshold {cpu_threshold}"
+    cpu_note = f", CPU {cores} cores <= {cpu_threshold}" if cpu_window > 0 else ""
+    return f"GPU activity {activity} over {window} s <= threshold {threshold}{cpu_note}"
+
+
+def _recent_reason(rule: str, settings: ClassSettings, usage: PodUsage, recent_window: int) -> str:
+    if rule == WORD_RECENT_UNKNOWN:
+        return (
+            f"{WORD_RECENT_UNKNOWN}: no GPU sample in the last {recent_window} s (data missing at the "
+            "newest end)"
+        )
+    return (
+        f"{WORD_RECENTLY_BUSY}: GPU activity reached {fmt_measure(usage.gpu_recent_max)} in the last "
+        f"{recent_window} s, above threshold {fmt_measure(settings.gpu_threshold)}"
+    )
 
 
 def base_verdict(
@@ -222,59 +227,9 @@ def base_verdict(
     recent_window: int = 300,
 ) -> tuple[bool, str, str]:
     """Rules 2-8 in order (the recent-activity checks between 6 and 7); returns (eligible, rule, reason)."""
-    if settings.toleration_seconds < 0:
-        return (
-            False,
-            "2-toleration-negative",
-            f"toleration-seconds {settings.toleration_seconds} < 0: never preempted",
-        )
-    if scheduled is None:
-        return False, "3-not-scheduled", "not scheduled yet (no PodScheduled=True condition)"
-    age = (now - scheduled).total_seconds()
-    min_age = max(settings.toleration_seconds, settings.gpu_idle_seconds, settings.cpu_idle_seconds)
-    if age < min_age:
-        return False, "4-too-young", f"scheduled {age:.0f} s ago, protected for {min_age} s"
-    window = settings.gpu_idle_seconds
-    activity = usage.gpu_activity if usage is not None else None
-    if activity is not None and not math.isfinite(activity):
-        activity = None
-    if activity is None or usage is None:
-        return False, "5-usage-unknown", f"GPU activity over {window} s unknown"
-    if not usage.coverage >= min_coverage:
-        return (
-            False,
-            "5-coverage-low",
-            f"GPU samples cover {usage.coverage:.0%} of the {window} s window, below {min_coverage:.0%}",
-        )
-    if activity > settings.gpu_threshold:
-        return (
-            False,
-            "6-gpu-busy",
-            f"GPU activity {fmt_measure(activity)} over {window} s above threshold "
-            f"{fmt_measure(settings.gpu_threshold)}",
-        )
-    recent = recent_verdict(settings, usage, recent_window)
-    if recent is not None:
-        return False, recent[0], recent[1]
-    cpu_note = ""
-    if settings.cpu_idle_seconds > 0:
-        cores = usage.cpu_cores
-        if cores is None or not math.isfinite(cores):
-            return False, "7-cpu-unknown", f"CPU use over {settings.cpu_idle_seconds} s unknown"
-        if cores > settings.cpu_threshold:
-            return (
-                False,
-                "7-cpu-busy",
-                f"CPU {fmt_measure(cores)} cores over {settings.cpu_idle_seconds} s above threshold "
-                f"{fmt_measure(settings.cpu_threshold)}",
-            )
-        cpu_note = f", CPU {fmt_measure(cores)} cores <= {fmt_measure(settings.cpu_threshold)}"
-    threshold = fmt_measure(settings.gpu_threshold)
-    return (
-        True,
-        "8-idle",
-        f"GPU activity {fmt_measure(activity)} over {window} s <= threshold {threshold}{cpu_note}",
-    )
+    age = (now - scheduled).total_seconds() if scheduled is not None else None
+    rule = base_rule(settings, usage, age, min_coverage)
+    return rule == "8-idle", rule, base_reason(rule, settings, usage, age, min_coverage, recent_window)
 
 
 def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int) -> tuple[str, str] | None:
@@ -285,18 +240,12 @@ def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int)
     """
     recent = usage.gpu_recent_max
     if recent is None or not math.isfinite(recent):
-        return (
-            WORD_RECENT_UNKNOWN,
-            f"{WORD_RECENT_UNKNOWN}: no GPU sample in the last {recent_window} s (data missing at the "
-            "newest end)",
-        )
-    if recent > settings.gpu_threshold:
-        return (
-            WORD_RECENTLY_BUSY,
-            f"{WORD_RECENTLY_BUSY}: GPU activity reached {fmt_measure(recent)} in the last "
-            f"{recent_window} s, above threshold {fmt_measure(settings.gpu_threshold)}",
-        )
-    return None
+        rule = WORD_RECENT_UNKNOWN
+    elif recent > settings.gpu_threshold:
+        rule = WORD_RECENTLY_BUSY
+    else:
+        return None
+    return rule, _recent_reason(rule, settings, usage, recent_window)
 
 
 def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None:
@@ -333,21 +282,41 @@ def assess(
         blocked = scope
     elif settings.malformed:
         blocked = ("annotation-malformed", "; ".join(m.message for m in settings.malformed) + ": protected")
-    eligible, rule, reason = base_verdict(
-        settings, usage, scheduled, now, config.min_coverage, config.recent_window_seconds
-    )
-    return Assessment(blocked, settings.min_preemptable, eligible, rule, reason)
+    age = (now - scheduled).total_seconds() if scheduled is not None else None
+    rule = base_rule(settings, usage, age, config.min_coverage)
+    facts = (settings, usage, age, config.min_coverage, config.recent_window_seconds)
+    return Assessment(blocked, settings.min_preemptable, rule == "8-idle", rule, None, facts)
+
+
+def eligible_for(assessment: Assessment, preemptor_priority: int) -> bool:
+    """verdict_for's first element, without writing its reason."""
+    if assessment.blocked is not None:
+        return False
+    minimum = assessment.min_preemptable
+    return (minimum is not None and preemptor_priority >= minimum) or assessment.eligible
 
 
 def verdict_for(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str, str]:
     """Rule 0, scope (namespaces, opt-out) / malformed, then rule 1, then rules 2-8."""
+    eligible, rule = verdict_rule(assessment, preemptor_priority)
+    return eligible, rule, verdict_reason(assessment, preemptor_priority)
+
+
+def verdict_rule(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str]:
+    """verdict_for without its reason: (eligible, rule)."""
     if assessment.blocked is not None:
-        return False, assessment.blocked[0], assessment.blocked[1]
+        return False, assessment.blocked[0]
     minimum = assessment.min_preemptable
     if minimum is not None and preemptor_priority >= minimum:
-        return (
-            True,
-            "1-minimum-preemptable-priority",
-            f"preemptor priority {preemptor_priority} >= minimum-preemptable-priority {minimum}",
-        )
-    return assessment.eligible, assessment.rule, assessment.reason
+        return True, "1-minimum-preemptable-priority"
+    return assessment.eligible, assessment.rule
+
+
+def verdict_reason(assessment: Assessment, preemptor_priority: int) -> str:
+    """verdict_for's reason alone (a Verdict reads it when it is explained)."""
+    if assessment.blocked is not None:
+        return assessment.blocked[1]
+    minimum = assessment.min_preemptable
+    if minimum is not None and preemptor_priority >= minimum:
+        return f"preemptor priority {preemptor_priority} >= minimum-preemptable-priority {minimum}"
+    return assessment.reason

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from automator.conventions import DEFAULT_GPU_RESOURCE
 from automator.series import IDLE_THRESHOLD
@@ -30,8 +31,10 @@ class PassOutcome(StrEnum):
     ERROR = "error"
 
 
-@dataclass(frozen=True, order=True)
-class PodKey:
+class PodKey(NamedTuple):
+    """A pod's namespace and name (a tuple: built, hashed and compared in C, as a pass does for every
+    pod); str() is "namespace/name"."""
+
     namespace: str
     name: str
 
@@ -138,12 +141,40 @@ class AnnotationWarning:
     pods: tuple[PodKey, ...]  # pods of that class (where to emit the warning Event)
 
 
-@dataclass(frozen=True)
 class Verdict:
-    preemptor: PodKey
-    eligible: bool
-    rule: str  # e.g. "0-pdb", "1-minimum-preemptable-priority", "2-toleration-negative", ..., "8-idle"
-    reason: str  # human sentence with the measured numbers
+    """Why a candidate victim is eligible or protected for one preemptor. The reason may be given as a
+    function, called the first time it is read: a large pass records verdicts it never explains."""
+
+    __slots__ = ("_reason", "eligible", "preemptor", "rule")
+
+    def __init__(self, preemptor: PodKey, eligible: bool, rule: str, reason: str | Callable[[], str]) -> None:
+        self.preemptor = preemptor
+        self.eligible = eligible
+        # e.g. "0-pdb", "1-minimum-preemptable-priority", "2-toleration-negative", ..., "8-idle"
+        self.rule = rule
+        self._reason = reason
+
+    @property
+    def reason(self) -> str:
+        """A human sentence with the measured numbers."""
+        if not isinstance(self._reason, str):
+            self._reason = self._reason()
+        return self._reason
+
+    def _fields(self) -> tuple[PodKey, bool, str, str]:
+        return (self.preemptor, self.eligible, self.rule, self.reason)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Verdict) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Verdict(preemptor={self.preemptor!r}, eligible={self.eligible!r}, rule={self.rule!r}, "
+            f"reason={self.reason!r})"
+        )
 
 
 @dataclass

@@ -7,25 +7,16 @@ fit.py; docs/reclaim.md explains them.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
+from automator import plan_reasons as reasons
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
-from automator.conventions import (
-    LAST_RECLAIM_ANNOTATION,
-    RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_NODE_ANNOTATION,
-    RECLAIM_VICTIMS_ANNOTATION,
-    WORD_BUDGET,
-    WORD_COOLDOWN,
-    WORD_GAVE_UP,
-    WORD_NOMINATED,
-)
-from automator.eligibility import verdict_for
-from automator.fit import scheduling_signature, static_misfit
+from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET
+from automator.eligibility import verdict_reason, verdict_rule
+from automator.fit import scheduling_signature
 from automator.gc_pause import gc_paused
 from automator.model import (
     ClusterState,
@@ -39,27 +30,23 @@ from automator.model import (
     Verdict,
     Victim,
 )
-from automator.ranking import Rankings
+from automator.plan_reasons import StaticFit, static_fit
+from automator.ranking import Rankings, tie_key
 from automator.report import explain, plan_to_json
-from automator.resources import FieldError, Requests, annotations_of, parse_time
-from automator.victims import NodeResult, SetKey, protected_summary, search_node, set_key
+from automator.resources import Requests, annotations_of
+from automator.victims import NodeResult, SetKey, search_node, set_key
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
 
 # (preemptor, victim) verdicts recorded per pass in full; beyond it only the chosen node's candidates and
-# the closest node of an unresolved preemptor are recorded, so a large pass stays fast (see docs/reclaim.md).
+# the closest node of an unresolved preemptor are recorded, and preemptors search nodes in the order of
+# their rankings, so a large pass stays fast (see docs/reclaim.md).
 VERDICT_LIMIT = 20_000
 
 
-@dataclass
-class _Static:
-    """Nodes a scheduling signature may use at all, and why the others are ruled out."""
-
-    feasible: list[NodeState]
-    ruled_out: Counter[str]
-    first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
-    names: set[str] = field(default_factory=set)  # of the feasible nodes
+# node name -> (node version, what is left of its PodDisruptionBudgets, search result)
+_Cache = dict[str, tuple[int, tuple[int, ...], NodeResult]]
 
 
 @dataclass
@@ -72,11 +59,9 @@ class _Pass:
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
     budget_stop: str | None = None  # set once a preemptor's victims would exceed the budget
     pdb_version: int = 0
-    static_cache: dict[str, _Static] = field(default_factory=dict)
-    # (priority, requests) -> node name -> (node version, PDB version, result): alike preemptors share them
-    search_cache: dict[tuple[int, int, int, int], dict[str, tuple[int, tuple[int, ...], NodeResult]]] = field(
-        default_factory=dict
-    )
+    static_cache: dict[str, StaticFit] = field(default_factory=dict)
+    # (priority, requests) -> node name -> (node version, PDB state, result): alike preemptors share them
+    search_cache: dict[tuple[int, int, int, int], _Cache] = field(default_factory=dict)
     node_pdbs: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
     verdict_count: int = 0
     rankings: Rankings = field(init=False)
@@ -88,7 +73,10 @@ class _Pass:
         self.plan.warnings.extend(self.index.warnings)
         self.plan.candidates = self.index.candidates
         self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
-        cooling = {pre.key: self._cooldown(pre) for pre in self.index.preemptors}
+        cooling = {
+            pre.key: reasons.cooldown(annotations_of(pre.obj), self.now, self.config, self.index.terminating)
+            for pre in self.index.preemptors
+        }
         self._reserve(cooling)
         for pre in self.index.preemptors:
             self._place(pre, cooling[pre.key])
@@ -105,81 +93,23 @@ class _Pass:
                 node.take(pre.req)
                 node.version += 1
 
-    def _cooldown(self, pre: Preemptor) -> str | None:
-        """Why the preemptor is in cooldown (reason starting with the word), or None."""
-        ann = annotations_of(pre.obj)
-        raw = ann.get(LAST_RECLAIM_ANNOTATION)
-        if raw is not None:
-            try:
-                last = parse_time(raw, LAST_RECLAIM_ANNOTATION)
-            except FieldError:
-                return (
-                    f"{WORD_COOLDOWN}: annotation {LAST_RECLAIM_ANNOTATION} {raw!r} is not an RFC 3339 "
-                    "time: treated as in cooldown"
-                )
-            elapsed = (self.now - last).total_seconds()
-            if elapsed < self.config.cooldown_seconds:
-                remaining = math.ceil(self.config.cooldown_seconds - elapsed)
-                return (
-                    f"{WORD_COOLDOWN}: victims were evicted for it {elapsed:.0f} s ago ({raw}); "
-                    f"{remaining} s of the {self.config.cooldown_seconds} s cooldown remain"
-                )
-        terminating = [
-            key for key in _victim_keys(ann.get(RECLAIM_VICTIMS_ANNOTATION)) if key in self.index.terminating
-        ]
-        if terminating:
-            names = ", ".join(str(k) for k in terminating)
-            return (
-                f"{WORD_COOLDOWN}: its victims are still terminating ({names}); no second set is evicted "
-                "while they are"
-            )
-        return None
-
-    def _gave_up(self, pre: Preemptor) -> str | None:
-        raw = annotations_of(pre.obj).get(RECLAIM_COUNT_ANNOTATION)
-        if raw is None:
-            return None
-        limit = self.config.max_reclaims_per_preemptor
-        try:
-            count = int(str(raw).strip())
-        except ValueError:
-            return (
-                f"{WORD_GAVE_UP}: annotation {RECLAIM_COUNT_ANNOTATION} {raw!r} is not a count: no more "
-                "victims"
-            )
-        if count >= limit:
-            return (
-                f"{WORD_GAVE_UP}: victims were evicted for it {count} times (--max-reclaims-per-preemptor "
-                f"{limit}) and it is still pending: probably a constraint the planner does not model"
-            )
-        return None
-
-    def _static(self, pre: Preemptor) -> _Static:
+    def _static(self, pre: Preemptor) -> StaticFit:
         signature = scheduling_signature(pre.obj)
         cached = self.static_cache.get(signature)
         if cached is None:
-            cached = _Static([], Counter())
-            for node in self.index.nodes.values():
-                misfit = (
-                    static_misfit(pre.obj, node.obj) if node.error is None else ("unreadable", node.error)
-                )
-                if misfit is None:
-                    cached.feasible.append(node)
-                    cached.names.add(node.name)
-                else:
-                    cached.ruled_out[misfit[0]] += 1
-                    cached.first_detail = cached.first_detail or f"{node.name}: {misfit[1]}"
-            self.static_cache[signature] = cached
+            cached = self.static_cache[signature] = static_fit(self.index.nodes.values(), pre.obj)
         return cached
 
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
         if not force and self.verdict_count >= VERDICT_LIMIT:
             return
+        verdicts, priority = self.plan.verdicts, pre.priority
         for pod in result.eligible:
-            _, rule, reason = verdict_for(pod.assessment, pre.priority)
-            self.plan.verdicts.setdefault(pod.key, []).append(Verdict(pre.key, True, rule, reason))
-        for key, (rule, reason) in result.protected.items():
-            self.plan.verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, reason))
+            rule = verdict_rule(pod.assessment, priority)[1]
+            reason = partial(verdict_reason, pod.assessment, priority)
+            verdicts.setdefault(pod.key, []).append(Verdict(pre.key, True, rule, reason))
+        for key, (rule, why) in result.protected.items():
+            verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, why))
         self.verdict_count += len(result.eligible) + len(result.protected)
 
     def _unresolved(self, pre: Preemptor, reason: str) -> None:
@@ -193,11 +123,17 @@ class _Pass:
                 node.version,
                 tuple(sorted({p for c in node.candidates for p in c.pdbs})),
             )
-        return tuple(self.index.pdbs.remaining.get(p, 0) for p in ids[1])
+        if not ids[1]:
+            return ()
+        remaining = self.index.pdbs.remaining
+        return tuple(remaining.get(p, 0) for p in ids[1])
 
-    def _search(self, node: NodeState, req: Requests, priority: int) -> NodeResult:
-        """search_node, cached until a decision changes the node or a PodDisruptionBudget covering it."""
-        cache = self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
+    def _shape_cache(self, priority: int, req: Requests) -> _Cache:
+        return self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
+
+    def _search(self, cache: _Cache, node: NodeState, req: Requests, priority: int) -> NodeResult:
+        """search_node, cached (per shape: _shape_cache) until a decision changes the node or a
+        PodDisruptionBudget covering it."""
         entry = cache.get(node.name)
         pdb_state = self._pdb_state(node)
         if entry is None or entry[0] != node.version or entry[1] != pdb_state:
@@ -206,41 +142,45 @@ class _Pass:
         return entry[2]
 
     def _place(self, pre: Preemptor, cooldown: str | None) -> None:
-        nominated = (pre.obj.get("status") or {}).get("nominatedNodeName")
-        if nominated:
-            self._unresolved(
-                pre,
-                f"{WORD_NOMINATED}: the scheduler nominated node {nominated} (its own preemption is under "
-                "way): left to the scheduler",
-            )
-            return
-        if cooldown is not None:
-            self.plan.skipped_cooldown.append(pre.key)
-            self._unresolved(pre, cooldown)
-            return
-        gave_up = self._gave_up(pre)
-        if gave_up is not None:
-            self.plan.gave_up.append(pre.key)
-            self._unresolved(pre, gave_up)
-            return
-        if pre.error is not None or pre.req is None:
-            self._unresolved(pre, pre.error or "malformed pod")
+        if not self._standing(pre, cooldown):
             return
         req = pre.req
+        assert req is not None
         static = self._static(pre)
         if self.budget_stop is not None:
             self._fit_or_budget(pre, req, static)
-            return
-        if self.verdict_count >= VERDICT_LIMIT and self._place_ranked(pre, req, static):
-            return
+        elif self.verdict_count >= VERDICT_LIMIT:
+            self._place_ranked(pre, req, static)
+        else:
+            self._place_full(pre, req, static)
+
+    def _standing(self, pre: Preemptor, cooldown: str | None) -> bool:
+        """Whether the preemptor is searched for at all; if not, it is unresolved with the reason."""
+        reason = reasons.nominated(pre.obj)
+        if reason is None and cooldown is not None:
+            self.plan.skipped_cooldown.append(pre.key)
+            reason = cooldown
+        if reason is None:
+            reason = reasons.gave_up(annotations_of(pre.obj), self.config)
+            if reason is not None:
+                self.plan.gave_up.append(pre.key)
+        if reason is None and (pre.error is not None or pre.req is None):
+            reason = pre.error or "malformed pod"
+        if reason is not None:
+            self._unresolved(pre, reason)
+        return reason is None
+
+    def _place_full(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
+        """Search every feasible node (recording every verdict while under VERDICT_LIMIT)."""
         too_small: list[NodeState] = []
         results: list[tuple[NodeState, NodeResult]] = []
         best: tuple[SetKey, NodeState, NodeResult] | None = None
+        cache = self._shape_cache(pre.priority, req)
         for node in static.feasible:  # in name order: the first of equal sets wins
             if node.alloc.gpus < req.gpus:
                 too_small.append(node)
                 continue
-            result = self._search(node, req, pre.priority)
+            result = self._search(cache, node, req, pre.priority)
             results.append((node, result))
             if result.cut_off:
                 self.plan.search_cut_off.append(CutOff(pre.key, node.name, result.misfit or ""))
@@ -249,62 +189,91 @@ class _Pass:
             if result.key is not None and (best is None or result.key[:-1] < best[0][:-1]):
                 best = (result.key, node, result)
         if best is None:
-            self._explain_unresolved(pre, req, results, static, too_small)
-            return
-        best_key, best_node, best_result = best
-        if best_key[0] > self.budget:
-            self.budget_stop = (
-                f"{WORD_BUDGET}: {self.config.max_evictions_per_pass} evictions per pass at most "
-                f"(--max-evictions-per-pass; the hourly budget may lower it), {self.budget} left"
-            )
-            self._unresolved(pre, f"{self.budget_stop}; this preemptor needs {best_key[0]}")
-            return
-        self.budget -= best_key[0]
-        # Verdicts where the preemptor already fits say nothing about who is evicted: not recorded.
-        if self.verdict_count < VERDICT_LIMIT:
-            for _, result in results:
-                if result.key is None or result.key[0] > 0:
-                    self._record(pre, result)
-        elif best_key[0] > 0:
-            self._record(pre, best_result, force=True)
-        self._commit(pre, req, best_node, best_result)
+            self._explain_full(pre, req, results, static, too_small)
+        else:
+            self._decide(pre, req, best[1], best[2], results)
 
-    def _place_ranked(self, pre: Preemptor, req: Requests, static: _Static) -> bool:
+    def _place_ranked(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Issue 14: the same choice as searching every feasible node, searching nodes in the order of
         their ranking (automator/ranking.py) until no node left can beat the best set found. Used once full
-        verdicts are no longer recorded; False (nothing decided) sends the preemptor to the full search,
-        which explains why it stays unresolved."""
+        verdicts are no longer recorded."""
         best: tuple[SetKey, str, NodeState, NodeResult] | None = None
         cut_off: list[CutOff] = []
-        for bound, name, version in self.rankings.ranking(self.index.nodes, pre.priority, req):
+        cache = self._shape_cache(pre.priority, req)
+        nodes, names = self.index.nodes, static.names
+        for bound, name, version in self.rankings.ranking(nodes, pre.priority, req):
             if best is not None and (bound, name) > (best[0][:-1], best[1]):
                 break  # no node left can beat the best set found (equal sets go to the first name)
-            node = self.index.nodes[name]
-            if version != node.version or name not in static.names:
+            node = nodes[name]
+            if version != node.version or name not in names:
                 continue
-            result = self._search(node, req, pre.priority)
+            result = self._search(cache, node, req, pre.priority)
             if result.cut_off:
                 cut_off.append(CutOff(pre.key, name, result.misfit or ""))
             if result.key is not None and (best is None or (result.key[:-1], name) < (best[0][:-1], best[1])):
                 best = (result.key, name, node, result)
         if best is None:
-            return False
+            # Every node that could fit was searched: the cut-off ones, in name order as the full search
+            # reports them.
+            cut_off.sort(key=lambda c: c.node)
+            self.plan.search_cut_off.extend(cut_off)
+            self._explain_ranked(pre, req, static, [c.node for c in cut_off])
+            return
         self.plan.search_cut_off.extend(cut_off)
-        if best[0][0] > 0:
-            self._record(pre, best[3], force=True)
-        self._commit(pre, req, best[2], best[3])
-        return True
+        self._decide(pre, req, best[2], best[3], None)
 
-    def _fit_or_budget(self, pre: Preemptor, req: Requests, static: _Static) -> None:
+    def _decide(
+        self,
+        pre: Preemptor,
+        req: Requests,
+        node: NodeState,
+        result: NodeResult,
+        results: list[tuple[NodeState, NodeResult]] | None,
+    ) -> None:
+        """The best set found: within the pass's eviction budget it is committed, else the budget stops the
+        pass. results: every node searched, whose verdicts are recorded (None: only the chosen node's)."""
+        assert result.key is not None
+        count = result.key[0]
+        if count > self.budget:
+            self.budget_stop = (
+                f"{WORD_BUDGET}: {self.config.max_evictions_per_pass} evictions per pass at most "
+                f"(--max-evictions-per-pass; the hourly budget may lower it), {self.budget} left"
+            )
+            self._unresolved(pre, f"{self.budget_stop}; this preemptor needs {count}")
+            return
+        self.budget -= count
+        # Verdicts where the preemptor already fits say nothing about who is evicted: not recorded.
+        if results is not None and self.verdict_count < VERDICT_LIMIT:
+            for _, searched in results:
+                if searched.key is None or searched.key[0] > 0:
+                    self._record(pre, searched)
+        elif count > 0:
+            self._record(pre, result, force=True)
+        self._commit(pre, req, node, result)
+
+    def _fit_or_budget(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Once the budget stopped the pass: the first node (name order) the preemptor fits as it is, or
-        unresolved eviction-budget. The same answer as the full search, without searching victims."""
-        for node in static.feasible:
-            free_g, free_c, free_m = node.free()
-            if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
-                self._commit(pre, req, node, NodeResult(set_key(()), (), free_g, 0, [], {}, 0, None))
-                return
-        assert self.budget_stop is not None
-        self._unresolved(pre, self.budget_stop)
+        unresolved eviction-budget. The same answer as the full search, without searching victims. Nodes
+        no longer change (nothing more is evicted), so the answer is kept per request."""
+        amounts = (req.gpus, req.cpu_m, req.memory)
+        if amounts not in static.fits:
+            static.fits[amounts] = next(
+                (
+                    node
+                    for node in static.feasible
+                    if node.alloc.gpus - node.used_gpus >= req.gpus
+                    and node.alloc.cpu_m - node.used_cpu >= req.cpu_m
+                    and node.alloc.memory - node.used_mem >= req.memory
+                ),
+                None,
+            )
+        node = static.fits[amounts]
+        if node is None:
+            assert self.budget_stop is not None
+            self._unresolved(pre, self.budget_stop)
+        else:
+            result = NodeResult(set_key(()), (), node.free()[0], 0, [], {}, 0, None)
+            self._commit(pre, req, node, result)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]
@@ -348,65 +317,53 @@ class _Pass:
             )
         )
 
-    def _explain_unresolved(
+    def _explain_full(
         self,
         pre: Preemptor,
         req: Requests,
         results: list[tuple[NodeState, NodeResult]],
-        static: _Static,
+        static: StaticFit,
         too_small: list[NodeState],
     ) -> None:
-        excluded = _ruled_out(req, static, too_small)
         if not results:
-            if not self.index.nodes:
-                self._unresolved(pre, "no nodes in the cluster")
-            else:
-                self._unresolved(pre, f"no node can run it: {excluded}")
+            self._no_node(pre, req, static, too_small)
             return
         for _, result in results:
             self._record(pre, result, force=True)
+        most = max(r.free_gpus + r.reclaimable for _, r in results)
         node, result = max(
-            results, key=lambda nr: (nr[1].free_gpus + nr[1].reclaimable, [-ord(c) for c in nr[0].name])
+            ((n, r) for n, r in results if r.free_gpus + r.reclaimable == most),
+            key=lambda nr: tie_key(nr[0].name),
         )
-        closest = (
-            f"closest: {node.name} needs {req.gpus} GPUs, {max(result.free_gpus, 0)} free + "
-            f"{result.reclaimable} reclaimable ({protected_summary(result)})"
-        )
-        if result.misfit and result.free_gpus + result.reclaimable >= req.gpus:
-            closest += f"; enough GPUs but {result.misfit}"
-        reason = f"no node fits even after evicting all eligible idle pods; {closest}"
         cut = [node.name for node, result in results if result.cut_off]
-        if cut:
-            reason += f"; victim search cut off (node skipped): {', '.join(cut)}"
-        if excluded:
-            reason += f"; {excluded}"
-        self._unresolved(pre, reason)
+        self._unresolved(
+            pre, reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
+        )
 
+    def _explain_ranked(self, pre: Preemptor, req: Requests, static: StaticFit, cut: list[str]) -> None:
+        """The reason _explain_full gives, without searching every node again: the closest node comes from
+        the rankings, only its verdicts are recorded (docs/reclaim.md)."""
+        too_small = [n for n in static.feasible if n.alloc.gpus < req.gpus]
+        node = self.rankings.closest(self.index.nodes, pre.priority, req.gpus, static.names)
+        if node is None:
+            self._no_node(pre, req, static, too_small)
+            return
+        result = self._search(self._shape_cache(pre.priority, req), node, req, pre.priority)
+        self._record(pre, result, force=True)
+        self._unresolved(
+            pre, reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
+        )
 
-def _ruled_out(req: Requests, static: _Static, too_small: list[NodeState]) -> str:
-    """The nodes a preemptor cannot use whatever is evicted, counted by reason (empty when none)."""
-    ruled_out = Counter(static.ruled_out)
-    first_detail = static.first_detail
-    if too_small:
-        ruled_out["too few GPUs in total"] += len(too_small)
-        small = too_small[0]
-        first_detail = first_detail or f"{small.name}: allocatable {small.alloc.gpus} GPUs < {req.gpus}"
-    if not ruled_out:
-        return ""
-    parts = ", ".join(f"{n} {why}" for why, n in sorted(ruled_out.items()))
-    first = f" ({first_detail})" if first_detail else ""
-    return f"{sum(ruled_out.values())} node(s) ruled out: {parts}{first}"
+    def _no_node(self, pre: Preemptor, req: Requests, static: StaticFit, too_small: list[NodeState]) -> None:
+        if not self.index.nodes:
+            self._unresolved(pre, "no nodes in the cluster")
+        else:
+            self._unresolved(pre, f"no node can run it: {self._ruled_out(req, static, too_small)}")
 
-
-def _victim_keys(raw: object) -> list[PodKey]:
-    """The reclaim-victims annotation: comma-separated namespace/name; unreadable items are skipped."""
-    keys: list[PodKey] = []
-    for part in str(raw or "").split(","):
-        try:
-            keys.append(PodKey.parse(part.strip()))
-        except ValueError:
-            continue
-    return keys
+    @staticmethod
+    def _ruled_out(req: Requests, static: StaticFit, too_small: list[NodeState]) -> str:
+        first = (too_small[0].name, too_small[0].alloc.gpus) if too_small else ("", 0)
+        return reasons.ruled_out(req, static.ruled_out, static.first_detail, len(too_small), first)
 
 
 def plan(

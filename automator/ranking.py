@@ -14,43 +14,51 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from automator.cluster_index import NodeState
+from automator.cluster_index import Candidate, NodeState
+from automator.eligibility import eligible_for
 from automator.model import PodKey
 from automator.resources import Requests
-from automator.victims import is_eligible
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
 FITS: Bound = (0, 0, 0, 0, 0.0)
 
 
-@dataclass
 class _Eligible:
     """One node's eligible victims for one preemptor priority, sorted for the bounds."""
 
-    version: int
-    top_g: list[int]  # prefix sums of the largest first
-    top_c: list[int]
-    top_m: list[int]
-    low_g: list[int]  # prefix sums of the smallest first
-    low_p: list[int]
-    low_a: list[float]
-    pods: list[tuple[int, int, int, int, float]]  # (GPUs, cpu, memory, priority, run time) of each
+    __slots__ = ("low_a", "low_g", "low_p", "pods", "singles", "top_c", "top_g", "top_m", "version")
+
+    def __init__(self, version: int, pods: list[Candidate]) -> None:
+        self.version = version
+        self.pods = pods
+        self.top_g = _prefix(sorted([p.req.gpus for p in pods], reverse=True))  # prefix sums, largest first
+        self.top_c = _prefix(sorted([p.req.cpu_m for p in pods], reverse=True))
+        self.top_m = _prefix(sorted([p.req.memory for p in pods], reverse=True))
+        # (GPUs, priority, run time rounded, cpu, memory) of each, in that order: the best single victim is
+        # the first one that frees enough
+        self.singles = sorted(
+            [(p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory) for p in pods]
+        )
+        self.low_g: list[int] | None = None  # prefix sums of the smallest first, made when a bound needs them
+        self.low_p: list[int] = []
+        self.low_a: list[float] = []
+
+    def lows(self) -> list[int]:
+        """low_g, low_p and low_a, made the first time; returns low_g."""
+        if self.low_g is None:
+            pods = self.pods
+            self.low_p = _prefix(sorted([p.priority for p in pods]))
+            self.low_a = list(itertools.accumulate(sorted([p.age for p in pods]), initial=0.0))
+            self.low_g = _prefix(sorted([p.req.gpus for p in pods]))
+        return self.low_g
 
 
 def _prefix(values: list[int]) -> list[int]:
     return list(itertools.accumulate(values, initial=0))
-
-
-def _need(top: list[int], need: int) -> int | None:
-    """The fewest values (largest first) summing to `need`, or None."""
-    if need <= 0:
-        return 0
-    if top[-1] < need:
-        return None
-    return bisect.bisect_left(top, need)
 
 
 @dataclass
@@ -58,62 +66,47 @@ class Rankings:
     """The node rankings of one pass, per search shape."""
 
     exclude: frozenset[PodKey]
-    eligible: dict[tuple[str, int], _Eligible] = field(default_factory=dict)
+    eligible: dict[int, dict[str, _Eligible]] = field(default_factory=dict)  # priority -> node name -> ...
     by_shape: dict[tuple[int, int, int, int], list[tuple[Bound, str, int]]] = field(default_factory=dict)
+    # per preemptor priority: (-(free + reclaimable GPUs), tie rank, node name, node version), in order
+    reach: dict[int, list[tuple[int, int, str, int]]] = field(default_factory=dict)
+    tie_rank: dict[str, int] = field(default_factory=dict)
+    last: dict[str, _Eligible] = field(default_factory=dict)  # per node, the entry built last
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
-        cached = self.eligible.get((node.name, priority))
-        if cached is None or cached.version != node.version:
-            pods = [pod for pod in node.candidates if is_eligible(pod, priority, self.exclude)]
-            cached = _Eligible(
-                node.version,
-                _prefix(sorted((p.req.gpus for p in pods), reverse=True)),
-                _prefix(sorted((p.req.cpu_m for p in pods), reverse=True)),
-                _prefix(sorted((p.req.memory for p in pods), reverse=True)),
-                _prefix(sorted(p.req.gpus for p in pods)),
-                _prefix(sorted(p.priority for p in pods)),
-                list(itertools.accumulate(sorted(p.age for p in pods), initial=0.0)),
-                [(p.req.gpus, p.req.cpu_m, p.req.memory, p.priority, p.age) for p in pods],
-            )
-            self.eligible[(node.name, priority)] = cached
+        table = self.eligible.get(priority)
+        if table is None:
+            table = self.eligible[priority] = {}
+        cached = table.get(node.name)
+        if cached is not None and cached.version == node.version:
+            return cached
+        exclude = self.exclude
+        pods = [
+            pod
+            for pod in node.candidates
+            if pod.priority < priority
+            and not (exclude and pod.key in exclude)
+            and eligible_for(pod.assessment, priority)
+        ]
+        # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
+        last = self.last.get(node.name)
+        if (
+            last is not None
+            and last.version == node.version
+            and len(last.pods) == len(pods)
+            and all(a is b for a, b in zip(last.pods, pods, strict=True))
+        ):
+            cached = last
+        else:
+            cached = self.last[node.name] = _Eligible(node.version, pods)
+        table[node.name] = cached
         return cached
 
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
         if node.error is not None or node.alloc.gpus < req.gpus:
             return None
-        free_g, free_c, free_m = node.free()
-        if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
-            return FITS
-        e = self._sorted(node, priority)
-        counts = (
-            _need(e.top_g, req.gpus - free_g),
-            _need(e.top_c, req.cpu_m - free_c),
-            _need(e.top_m, req.memory - free_m),
-        )
-        if None in counts:
-            return None
-        k = max(1, *(c for c in counts if c is not None))
-        if k == 1:
-            # One victim may do: the best single victim is exact (but for PDB budgets spent in the pass).
-            need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
-            singles = [
-                (g, p, p, round(a, 3))
-                for g, c, m, p, a in e.pods
-                if g >= need[0] and c >= need[1] and m >= need[2]
-            ]
-            if singles:
-                return (1, *min(singles))
-            k = 2
-            if k >= len(e.low_g):
-                return None
-        return (
-            k,
-            max(req.gpus - free_g, e.low_g[k]),
-            e.low_p[1],
-            e.low_p[k],
-            round(e.low_a[k], 3),
-        )
+        return _bound(node, req, self._sorted, priority)
 
     def ranking(
         self, nodes: dict[str, NodeState], priority: int, req: Requests
@@ -122,11 +115,14 @@ class Rankings:
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            entries = []
-            for node in nodes.values():
-                b = self.bound(node, priority, req)
-                if b is not None:
-                    entries.append((b, node.name, node.version))
+            sort, gpus = self._sorted, req.gpus
+            entries = [
+                (b, node.name, node.version)
+                for node in nodes.values()
+                if node.error is None
+                and node.alloc.gpus >= gpus
+                and (b := _bound(node, req, sort, priority)) is not None
+            ]
             entries.sort()
             self.by_shape[shape] = entries
         return entries
@@ -137,3 +133,70 @@ class Rankings:
             b = self.bound(node, priority, Requests(*amounts))
             if b is not None:
                 bisect.insort(entries, (b, node.name, node.version))
+        for priority, reach in self.reach.items():
+            bisect.insort(reach, self._reach(node, priority))
+
+    def _reach(self, node: NodeState, priority: int) -> tuple[int, int, str, int]:
+        reclaimable = self._sorted(node, priority).top_g[-1]
+        return (-(node.free()[0] + reclaimable), self.tie_rank[node.name], node.name, node.version)
+
+    def closest(
+        self, nodes: dict[str, NodeState], priority: int, gpus: int, names: Collection[str]
+    ) -> NodeState | None:
+        """Of the nodes named with at least `gpus` allocatable GPUs, the one with the most free plus
+        reclaimable GPUs for this priority (ties: the largest tie_key): the closest node an unresolved
+        preemptor's reason names. None when there is none."""
+        entries = self.reach.get(priority)
+        if entries is None:
+            if not self.tie_rank:
+                by_tie = sorted(nodes, key=tie_key, reverse=True)
+                self.tie_rank = {name: i for i, name in enumerate(by_tie)}
+            entries = self.reach[priority] = sorted(
+                self._reach(node, priority) for node in nodes.values() if node.error is None
+            )
+        for _, _, name, version in entries:
+            node = nodes[name]
+            if version == node.version and name in names and node.alloc.gpus >= gpus:
+                return node
+        return None
+
+
+def _bound(
+    node: NodeState, req: Requests, eligible: Callable[[NodeState, int], _Eligible], priority: int
+) -> Bound | None:
+    """Rankings.bound for a readable node with enough GPUs in all."""
+    need_g = req.gpus - node.alloc.gpus + node.used_gpus
+    need_c = req.cpu_m - node.alloc.cpu_m + node.used_cpu
+    need_m = req.memory - node.alloc.memory + node.used_mem
+    if need_g <= 0 and need_c <= 0 and need_m <= 0:
+        return FITS
+    e = eligible(node, priority)
+    top_g, top_c, top_m = e.top_g, e.top_c, e.top_m
+    if (
+        (need_g > 0 and top_g[-1] < need_g)
+        or (need_c > 0 and top_c[-1] < need_c)
+        or (need_m > 0 and top_m[-1] < need_m)
+    ):
+        return None
+    # the fewest victims (largest first) freeing each amount still needed
+    k = max(
+        1,
+        bisect.bisect_left(top_g, need_g) if need_g > 0 else 0,
+        bisect.bisect_left(top_c, need_c) if need_c > 0 else 0,
+        bisect.bisect_left(top_m, need_m) if need_m > 0 else 0,
+    )
+    if k == 1:
+        # One victim may do: the best single victim is exact (but for PDB budgets spent in the pass).
+        for g, p, a, c, m in e.singles:
+            if g >= need_g and c >= need_c and m >= need_m:
+                return (1, g, p, p, a)
+        k = 2
+    low_g = e.lows()
+    if k >= len(low_g):
+        return None
+    return (k, max(need_g, low_g[k]), e.low_p[1], e.low_p[k], round(e.low_a[k], 3))
+
+
+def tie_key(name: str) -> list[int]:
+    """Among nodes as close to fitting, an unresolved preemptor's reason names the one with the largest."""
+    return [-ord(c) for c in name]

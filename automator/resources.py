@@ -138,6 +138,51 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     """
     names = gpu_resources if isinstance(gpu_resources, tuple) else tuple(gpu_resources)
     spec = pod.get("spec") or {}
+    key = _requests_key(spec, names)
+    if key is not None:
+        try:
+            known = _REQUESTS.get(key)
+        except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
+            known = key = None
+        if known is not None:
+            return known
+    result = _pod_requests(spec, names)
+    if key is not None and _all_text(key):
+        if len(_REQUESTS) >= _AMOUNTS_MAX:
+            _REQUESTS.clear()
+        _REQUESTS[key] = result
+    return result
+
+
+def _all_text(key: tuple[Any, ...]) -> bool:
+    """Whether every literal in a _requests_key is a string: only such keys are remembered, so a key
+    holding 1, 1.0 or True (equal to one another) never meets a remembered one (no string equals them)."""
+    return all(type(value) is str for items in key[1:] for _, value in items)
+
+
+# Requests by _requests_key: the pods of one workload carry the same resources; bounded like _AMOUNTS.
+_REQUESTS: dict[tuple[Any, ...], Requests] = {}
+
+
+def _requests_key(spec: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """Everything pod_requests reads of a spec with app containers only: the limits and requests of each
+    container, as (name, literal) items; None for any other spec, which is read each time. Unhashable
+    when a literal is (a list or map where a quantity belongs)."""
+    containers = spec.get("containers") or []
+    if spec.get("initContainers") or spec.get("overhead") or type(containers) is not list:
+        return None
+    parts: tuple[Any, ...] = (names,)
+    for container in containers:
+        resources = (container.get("resources") if type(container) is dict else None) or {}
+        limits = resources.get("limits") or {} if type(resources) is dict else None
+        requests = resources.get("requests") or {} if type(resources) is dict else None
+        if type(container) is not dict or type(limits) is not dict or type(requests) is not dict:
+            return None
+        parts += (tuple(limits.items()), tuple(requests.items()))
+    return parts
+
+
+def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
     gpus = cpu = memory = 0
     for i, container in enumerate(spec.get("containers") or []):
         g, c, m = _container_requests(container, names, "spec.containers", i)
@@ -197,10 +242,11 @@ def parse_time(value: Any, field: str) -> datetime:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, str):
-        if not _RFC3339.fullmatch(value.strip()):
+        text = value.strip()
+        if not _RFC3339.fullmatch(text):
             raise FieldError(field, f"{value!r} is not an RFC 3339 time")
         try:
-            parsed = datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
+            parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
         except ValueError as exc:
             raise FieldError(field, f"{value!r} is not an RFC 3339 time") from exc
     else:

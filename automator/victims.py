@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import PdbIndex, verdict_for
+from automator.eligibility import PdbIndex, eligible_for, verdict_reason, verdict_rule
 from automator.model import PodKey
 from automator.resources import Requests
 
@@ -37,14 +38,14 @@ _SHORT = {
 SetKey = tuple[int, int, int, int, float, tuple[str, ...]]
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeResult:
     key: SetKey | None  # None: no set fits on this node
     victims: tuple[Candidate, ...]
     free_gpus: int
     reclaimable: int
     eligible: list[Candidate]
-    protected: dict[PodKey, tuple[str, str]]
+    protected: dict[PodKey, tuple[str, str | Callable[[], str]]]  # rule, reason (or how to write it)
     not_lower: int
     misfit: str | None
     cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
@@ -61,31 +62,25 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
     )
 
 
-def is_eligible(pod: Candidate, priority: int, exclude: frozenset[PodKey]) -> bool:
-    """Whether a preemptor of this priority may evict the pod (sort_candidates' eligible list)."""
-    return (
-        pod.priority < priority
-        and not (exclude and pod.key in exclude)
-        and verdict_for(pod.assessment, priority)[0]
-    )
-
-
 def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
     """Split the node's candidates into eligible and protected for this preemptor priority."""
     result = NodeResult(None, (), node.free()[0], 0, [], {}, 0, None)
+    eligible, protected = result.eligible, result.protected
+    reclaimable = 0
     for pod in node.candidates:
         if pod.priority >= priority:
             result.not_lower += 1
-            continue
-        if exclude and pod.key in exclude:
-            result.protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
-            continue
-        ok, rule, reason = verdict_for(pod.assessment, priority)
-        if ok:
-            result.eligible.append(pod)
+        elif exclude and pod.key in exclude:
+            protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
+        elif eligible_for(pod.assessment, priority):
+            eligible.append(pod)
+            reclaimable += pod.req.gpus
         else:
-            result.protected[pod.key] = (rule, reason)
-    result.reclaimable = sum(p.req.gpus for p in result.eligible)
+            protected[pod.key] = (
+                verdict_rule(pod.assessment, priority)[1],
+                partial(verdict_reason, pod.assessment, priority),
+            )
+    result.reclaimable = reclaimable
     return result
 
 

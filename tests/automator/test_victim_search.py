@@ -265,3 +265,27 @@ def test_dominance_pruning_keeps_the_same_set(seed: int, monkeypatch: pytest.Mon
     monkeypatch.setattr(victims_module, "_dominates", lambda a, b: False)
     monkeypatch.setattr(victims_module, "SEARCH_BUDGET", 10**8)
     assert with_cut == planner_outcome(state, usage, PlannerConfig(), k8s.NOW)
+
+
+def _full_plan(state: ClusterState, usage: dict[PodKey, PodUsage], config: PlannerConfig) -> list[Any]:
+    result = plan(state, usage, config, k8s.NOW)
+    return [result.decisions, result.already_fit, result.unresolved, result.search_cut_off]
+
+
+@pytest.mark.parametrize("budget", [0, 1, 2, 3, 10])
+def test_the_ranked_search_keeps_the_eviction_budget(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fleet-scale path must stop the pass at --max-evictions-per-pass as the full search does (it used to
+    # commit every set it found, whatever the budget).
+    objs: list[JsonObj] = []
+    names = []
+    for n in range(4):
+        objs.append(k8s.node(f"n{n}", gpus=8))
+        names.append(f"v{n}")
+        objs.append(k8s.pod(names[-1], gpus=8, node_name=f"n{n}"))
+    objs += [k8s.preemptor(f"p{i}", gpus=8, created_ago=100 + i) for i in range(4)]
+    state, usage = k8s.cluster(*objs), k8s.idle(*names)
+    config = PlannerConfig(max_evictions_per_pass=budget)
+    full = _full_plan(state, usage, config)
+    assert len(full[0]) == min(budget, 4)
+    monkeypatch.setattr(planner_module, "VERDICT_LIMIT", 0)
+    assert _full_plan(state, usage, config) == full

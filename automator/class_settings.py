@@ -1,0 +1,120 @@
+"""A victim PriorityClass's annotations (the plugin's, docs/reclaim.md) read into ClassSettings with the
+automator's defaults filled in; malformed values are recorded, and the class's pods are then protected.
+Pure."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from automator.conventions import (
+    ANN_CPU_IDLE_SECONDS,
+    ANN_CPU_IDLE_THRESHOLD,
+    ANN_GPU_IDLE_SECONDS,
+    ANN_GPU_IDLE_THRESHOLD,
+    ANN_MIN_PREEMPTABLE_PRIORITY,
+    ANN_TOLERATION_SECONDS,
+)
+from automator.model import JsonObj, PlannerConfig, UsageWindow
+from automator.resources import annotations_of
+
+# The longest usage window (and guaranteed run time) an annotation may ask for: 7 days. Longer is a typo
+# (and a query Prometheus' retention cannot answer); the class's pods are then protected.
+MAX_WINDOW_SECONDS = 7 * 86_400
+# CPU thresholds are in cores, not a ratio: bounded by the largest machine anyone runs.
+MAX_CPU_THRESHOLD_CORES = 4096.0
+
+
+@dataclass(frozen=True)
+class Malformed:
+    annotation: str
+    value: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ClassSettings:
+    """A victim PriorityClass's annotations with the automator's defaults filled in."""
+
+    min_preemptable: int | None
+    toleration_seconds: int
+    gpu_idle_seconds: int
+    gpu_threshold: float
+    cpu_idle_seconds: int
+    cpu_threshold: float
+    malformed: tuple[Malformed, ...] = ()
+
+    @property
+    def window(self) -> UsageWindow:
+        return UsageWindow(self.gpu_idle_seconds, self.cpu_idle_seconds)
+
+
+def _int(
+    raw: Any, key: str, minimum: int | None, bad: list[Malformed], maximum: int | None = None
+) -> int | None:
+    text = str(raw).strip()
+    try:
+        value = int(text)
+    except ValueError:
+        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not an integer"))
+        return None
+    if minimum is not None and value < minimum:
+        bad.append(Malformed(key, str(raw), f"{key}: {value} is below {minimum}"))
+        return None
+    if maximum is not None and value > maximum:
+        bad.append(Malformed(key, str(raw), f"{key}: {value} is above {maximum} (7 days)"))
+        return None
+    return value
+
+
+def _float(raw: Any, key: str, bad: list[Malformed], upper: float | None = None) -> float | None:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a number"))
+        return None
+    if not math.isfinite(value) or value < 0:
+        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a finite number >= 0"))
+        return None
+    if upper is not None and value > upper:
+        # GPU activity is a 0-1 ratio: a threshold like 5 (percent?) would make every pod idle.
+        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is above {upper:g} (a 0-1 ratio)"))
+        return None
+    return value
+
+
+def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
+    """Read the plugin's annotations: missing -> defaults, malformed -> recorded (the pod is protected)."""
+    ann = annotations_of(pc) if pc is not None else {}
+    bad: list[Malformed] = []
+    minimum = (
+        _int(ann[ANN_MIN_PREEMPTABLE_PRIORITY], ANN_MIN_PREEMPTABLE_PRIORITY, None, bad)
+        if (ANN_MIN_PREEMPTABLE_PRIORITY in ann)
+        else None
+    )
+    toleration = config.default_toleration_seconds
+    if ANN_TOLERATION_SECONDS in ann:
+        toleration = (
+            _int(ann[ANN_TOLERATION_SECONDS], ANN_TOLERATION_SECONDS, None, bad, MAX_WINDOW_SECONDS) or 0
+        )
+    gpu_seconds = 0
+    if ANN_GPU_IDLE_SECONDS in ann:
+        gpu_seconds = _int(ann[ANN_GPU_IDLE_SECONDS], ANN_GPU_IDLE_SECONDS, 0, bad, MAX_WINDOW_SECONDS) or 0
+    # The plugin's default window of 0 made `[0s]` queries read as idle: never use a zero window.
+    if gpu_seconds <= 0:
+        gpu_seconds = config.default_gpu_idle_seconds
+    gpu_threshold = config.default_gpu_idle_threshold
+    if ANN_GPU_IDLE_THRESHOLD in ann:
+        parsed = _float(ann[ANN_GPU_IDLE_THRESHOLD], ANN_GPU_IDLE_THRESHOLD, bad, upper=1.0)
+        gpu_threshold = parsed if parsed is not None else gpu_threshold
+    cpu_seconds = 0
+    if ANN_CPU_IDLE_SECONDS in ann:
+        cpu_seconds = _int(ann[ANN_CPU_IDLE_SECONDS], ANN_CPU_IDLE_SECONDS, 0, bad, MAX_WINDOW_SECONDS) or 0
+    cpu_threshold = 0.0
+    if ANN_CPU_IDLE_THRESHOLD in ann:
+        parsed = _float(ann[ANN_CPU_IDLE_THRESHOLD], ANN_CPU_IDLE_THRESHOLD, bad, MAX_CPU_THRESHOLD_CORES)
+        cpu_threshold = parsed if parsed is not None else 0.0
+    return ClassSettings(
+        minimum, toleration, gpu_seconds, gpu_threshold, cpu_seconds, cpu_threshold, tuple(bad)
+    )

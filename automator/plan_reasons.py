@@ -1,0 +1,163 @@
+"""Why a preemptor is not searched, or stays unresolved: the reasons a plan states (pure).
+
+The nodes a preemptor can never use (and why), the standing checks made before any search (the
+scheduler's own nomination, cooldown, gave-up) and the text of an unresolved preemptor's reason (nodes
+ruled out, the closest node). The plan loop that uses them
+is planner.py; docs/reclaim.md describes every reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from automator.cluster_index import NodeState
+from automator.conventions import (
+    LAST_RECLAIM_ANNOTATION,
+    RECLAIM_COUNT_ANNOTATION,
+    RECLAIM_VICTIMS_ANNOTATION,
+    WORD_COOLDOWN,
+    WORD_GAVE_UP,
+    WORD_NOMINATED,
+)
+from automator.fit import static_misfit
+from automator.model import JsonObj, PlannerConfig, PodKey
+from automator.resources import FieldError, Requests, parse_time
+from automator.victims import NodeResult, protected_summary
+
+
+@dataclass
+class StaticFit:
+    """Nodes a scheduling signature may use at all, and why the others are ruled out."""
+
+    feasible: list[NodeState]
+    ruled_out: Counter[str]
+    first_detail: str | None = None  # the first node ruled out and why, quoted in unresolved reasons
+    names: set[str] = field(default_factory=set)  # of the feasible nodes
+    # Once the budget stopped the pass nothing changes a node: the node each request fits as it is
+    fits: dict[tuple[int, int, int], NodeState | None] = field(default_factory=dict)
+
+
+def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
+    """The nodes (in the order given) the pod may use whatever is evicted (selectors, taints, readiness),
+    and the others counted by reason."""
+    fit = StaticFit([], Counter())
+    for node in nodes:
+        misfit = static_misfit(pod, node.obj) if node.error is None else ("unreadable", node.error)
+        if misfit is None:
+            fit.feasible.append(node)
+            fit.names.add(node.name)
+        else:
+            fit.ruled_out[misfit[0]] += 1
+            fit.first_detail = fit.first_detail or f"{node.name}: {misfit[1]}"
+    return fit
+
+
+def nominated(obj: JsonObj) -> str | None:
+    """The scheduler's own preemption is under way for the pod (status.nominatedNodeName): its reason."""
+    node = (obj.get("status") or {}).get("nominatedNodeName")
+    if not node:
+        return None
+    return (
+        f"{WORD_NOMINATED}: the scheduler nominated node {node} (its own preemption is under way): left to "
+        "the scheduler"
+    )
+
+
+def cooldown(
+    ann: Mapping[str, Any], now: datetime, config: PlannerConfig, terminating: Collection[PodKey]
+) -> str | None:
+    """Why the preemptor is in cooldown (reason starting with the word), or None."""
+    raw = ann.get(LAST_RECLAIM_ANNOTATION)
+    if raw is not None:
+        try:
+            last = parse_time(raw, LAST_RECLAIM_ANNOTATION)
+        except FieldError:
+            return (
+                f"{WORD_COOLDOWN}: annotation {LAST_RECLAIM_ANNOTATION} {raw!r} is not an RFC 3339 "
+                "time: treated as in cooldown"
+            )
+        elapsed = (now - last).total_seconds()
+        if elapsed < config.cooldown_seconds:
+            remaining = math.ceil(config.cooldown_seconds - elapsed)
+            return (
+                f"{WORD_COOLDOWN}: victims were evicted for it {elapsed:.0f} s ago ({raw}); "
+                f"{remaining} s of the {config.cooldown_seconds} s cooldown remain"
+            )
+    still = [key for key in victim_keys(ann.get(RECLAIM_VICTIMS_ANNOTATION)) if key in terminating]
+    if still:
+        names = ", ".join(str(k) for k in still)
+        return (
+            f"{WORD_COOLDOWN}: its victims are still terminating ({names}); no second set is evicted "
+            "while they are"
+        )
+    return None
+
+
+def gave_up(ann: Mapping[str, Any], config: PlannerConfig) -> str | None:
+    """Why no more victims are evicted for the preemptor (--max-reclaims-per-preemptor), or None."""
+    raw = ann.get(RECLAIM_COUNT_ANNOTATION)
+    if raw is None:
+        return None
+    limit = config.max_reclaims_per_preemptor
+    try:
+        count = int(str(raw).strip())
+    except ValueError:
+        return (
+            f"{WORD_GAVE_UP}: annotation {RECLAIM_COUNT_ANNOTATION} {raw!r} is not a count: no more victims"
+        )
+    if count >= limit:
+        return (
+            f"{WORD_GAVE_UP}: victims were evicted for it {count} times (--max-reclaims-per-preemptor "
+            f"{limit}) and it is still pending: probably a constraint the planner does not model"
+        )
+    return None
+
+
+def victim_keys(raw: object) -> list[PodKey]:
+    """The reclaim-victims annotation: comma-separated namespace/name; unreadable items are skipped."""
+    keys: list[PodKey] = []
+    for part in str(raw or "").split(","):
+        try:
+            keys.append(PodKey.parse(part.strip()))
+        except ValueError:
+            continue
+    return keys
+
+
+def ruled_out(
+    req: Requests, counts: Counter[str], first_detail: str | None, too_small: int, smallest: tuple[str, int]
+) -> str:
+    """The nodes a preemptor cannot use whatever is evicted, counted by reason (empty when none).
+    too_small: how many nodes have fewer GPUs than the request; smallest: the first of them (name order)
+    and its allocatable GPUs."""
+    counts = Counter(counts)
+    if too_small:
+        counts["too few GPUs in total"] += too_small
+        first_detail = first_detail or f"{smallest[0]}: allocatable {smallest[1]} GPUs < {req.gpus}"
+    if not counts:
+        return ""
+    parts = ", ".join(f"{n} {why}" for why, n in sorted(counts.items()))
+    first = f" ({first_detail})" if first_detail else ""
+    return f"{sum(counts.values())} node(s) ruled out: {parts}{first}"
+
+
+def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], excluded: str) -> str:
+    """An unresolved preemptor's reason: no node fits; the closest one (most free plus reclaimable GPUs),
+    nodes whose search was cut off and the nodes ruled out."""
+    text = (
+        f"closest: {closest} needs {req.gpus} GPUs, {max(result.free_gpus, 0)} free + "
+        f"{result.reclaimable} reclaimable ({protected_summary(result)})"
+    )
+    if result.misfit and result.free_gpus + result.reclaimable >= req.gpus:
+        text += f"; enough GPUs but {result.misfit}"
+    reason = f"no node fits even after evicting all eligible idle pods; {text}"
+    if cut:
+        reason += f"; victim search cut off (node skipped): {', '.join(cut)}"
+    if excluded:
+        reason += f"; {excluded}"
+    return reason

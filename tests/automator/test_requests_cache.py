@@ -1,0 +1,53 @@
+"""pod_requests remembers the requests of a spec it has read (pods of one workload share them): the cached
+answer must be the one reading the spec again gives, and a malformed spec is never answered from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from automator.resources import FieldError, Requests, pod_requests
+
+GPU = ("nvidia.com/gpu",)
+
+
+def _pod(limits: dict[str, Any], requests: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    container = {"name": "c", "resources": {"limits": limits, "requests": requests}}
+    return {"spec": {"containers": [container], **spec}}
+
+
+def test_a_literal_of_another_type_is_not_answered_from_the_cache() -> None:
+    assert pod_requests(_pod({"nvidia.com/gpu": 1}, {"cpu": 1}), GPU) == Requests(1, 1000, 0)
+    with pytest.raises(FieldError):
+        pod_requests(_pod({"nvidia.com/gpu": True}, {"cpu": 1}), GPU)
+    with pytest.raises(FieldError):
+        pod_requests(_pod({"nvidia.com/gpu": 1}, {"cpu": True}), GPU)
+    assert pod_requests(_pod({"nvidia.com/gpu": 1.0}, {"cpu": "1"}), GPU) == Requests(1, 1000, 0)
+
+
+def test_the_same_spec_gives_the_same_requests_and_other_specs_their_own() -> None:
+    first = pod_requests(_pod({"nvidia.com/gpu": "2"}, {"cpu": "500m", "memory": "1Gi"}), GPU)
+    assert first == Requests(2, 500, 2**30)
+    assert pod_requests(_pod({"nvidia.com/gpu": "2"}, {"cpu": "500m", "memory": "1Gi"}), GPU) == first
+    assert pod_requests(_pod({"nvidia.com/gpu": "2"}, {"cpu": "500m", "memory": "1Gi"}), ("other/gpu",)) == (
+        Requests(0, 500, 2**30)
+    )
+    # init containers and overhead are read each time (the formula of docs/reclaim.md)
+    overhead = _pod({"nvidia.com/gpu": "2"}, {"cpu": "500m", "memory": "1Gi"}, overhead={"cpu": "250m"})
+    assert pod_requests(overhead, GPU) == Requests(2, 750, 2**30)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        _pod({"nvidia.com/gpu": ["1"]}, {}),
+        {"spec": {"containers": [{"resources": {"limits": ["nvidia.com/gpu"]}}]}},
+        _pod({"nvidia.com/gpu": "1.5"}, {}),
+    ],
+    ids=["list-literal", "list-limits", "fraction"],
+)
+def test_malformed_specs_are_refused_every_time(pod: dict[str, Any]) -> None:
+    for _ in range(2):
+        with pytest.raises(FieldError):
+            pod_requests(pod, GPU)
