@@ -45,7 +45,7 @@ rules-check: prometheus-bin
 
 # The fast tests; tests marked `integration` start real processes (prometheus, the exporter, the service).
 unit: deps
-	$(VENV)/bin/pytest -q -m "not integration"
+	$(VENV)/bin/pytest -q -m "not integration" -n auto
 
 test: deps lint typecheck rules-check
 	$(VENV)/bin/pytest -q

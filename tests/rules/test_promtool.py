@@ -63,6 +63,7 @@ def test_check_rules_lint_clean() -> None:
     assert proc.stdout.count("SUCCESS") == len(RULE_FILES), proc.stdout
 
 
+@pytest.mark.integration  # a promtool process per suite: `make test`, not `make unit`
 @pytest.mark.parametrize("test_file", TEST_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_promtool_unit_tests(test_file: Path) -> None:
     proc = subprocess.run(

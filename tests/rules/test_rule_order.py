@@ -45,6 +45,7 @@ def test_reordering_moves_rules() -> None:
     assert any(concurrent_order(g) != g["rules"] for g in doc["groups"])
 
 
+@pytest.mark.integration  # a promtool process per suite: `make test`, not `make unit`
 @pytest.mark.parametrize("suite", SUITES, ids=lambda p: p.name)
 def test_suite_passes_with_independent_rules_first(suite: Path, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
