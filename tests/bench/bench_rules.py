@@ -286,7 +286,9 @@ def report(sizes: list[Size], command: str) -> str:
         "8-GPU pods, GPUs time-sliced by 2-3 pods, sidecar containers running a process on a GPU they "
         "are not allocated, 5 % of the pods with one reading missing, 10 % bursty, and churn (every pod "
         "recreated under a new name after 10-100 minutes, about 1 % per 30 s). Prometheus scrapes one "
-        "target per node every 30 s and evaluates rules/gpu-steward.yaml as shipped (fast group 30 s, "
+        "target per node every 30 s (the synthetic exporter serves each from a bounded thread pool, "
+        "so a scrape that is slow to start does not hold the others) and evaluates "
+        "rules/gpu-steward.yaml as shipped (fast group 30 s, "
         "slow group 2 m). History the rules read is backfilled with `promtool tsdb create-blocks-from "
         "openmetrics`: the pod activity over 1 h (coverage), the idle flag, clock, carry, GPUs held and "
         "the evaluation timestamp over 6 minutes (`offset 1s`, `[5m]`), the running idle total over "
@@ -326,6 +328,7 @@ def report(sizes: list[Size], command: str) -> str:
     lines.append(
         "Goal: each group under 1 s at 10,000 GPUs, close to linear growth. " + "; ".join(verdicts) + "."
     )
+    lines += ["", _samples_line(sizes, groups), "", _conditions(sizes)]
     lines += [
         "",
         f"### Per rule at {large.gpus:,} GPUs",
@@ -358,6 +361,39 @@ def report(sizes: list[Size], command: str) -> str:
         + ").",
     ]
     return "\n".join(lines) + "\n"
+
+
+PRESSURE_NOTE = 20.0  # percent of CPU pressure above which the times are stated as upper bounds
+
+
+def _samples_line(sizes: list[Size], groups: list[str]) -> str:
+    """Samples read per evaluation by each group: a cost that does not depend on the machine's load."""
+    cells = []
+    for g in groups:
+        per_size = []
+        for s in sizes:
+            values = [v for k, v in s.rule_samples.items() if k.startswith(g + "/") and v >= 0]
+            per_size.append(f"{sum(values):,} at {s.gpus:,} GPUs")
+        cells.append(f"`{g}` " + ", ".join(per_size))
+    return (
+        "Samples read per evaluation (the sum of the group's rules' `totalQueryableSamples`, which does "
+        "not depend on the machine's load): " + "; ".join(cells) + "."
+    )
+
+
+def _conditions(sizes: list[Size]) -> str:
+    loaded = [s for s in sizes if s.cpu_pressure > PRESSURE_NOTE]
+    if not loaded:
+        return "CPU pressure stayed under 20 %: the times are the rules' cost on this machine."
+    return (
+        "Conditions: CPU pressure "
+        + ", ".join(f"{s.cpu_pressure:.0f} % at {s.gpus:,} GPUs" for s in loaded)
+        + " (other work on the shared 2-core machine; Prometheus got "
+        + ", ".join(f"{s.prometheus_cpu:.2f}" for s in loaded)
+        + " cores): an evaluation waits for a CPU much of its wall time, so these times are upper "
+        "bounds of the rules' cost, not their cost on an idle machine; the samples read above are not "
+        "affected."
+    )
 
 
 def _cell(values: list[float]) -> str:
