@@ -392,7 +392,18 @@ def _conditions(sizes: list[Size]) -> str:
         + ", ".join(f"{s.prometheus_cpu:.2f}" for s in loaded)
         + " cores): an evaluation waits for a CPU much of its wall time, so these times are upper "
         "bounds of the rules' cost, not their cost on an idle machine; the samples read above are not "
-        "affected."
+        "affected." + _cpu_growth(sizes)
+    )
+
+
+def _cpu_growth(sizes: list[Size]) -> str:
+    small, large = sizes[0], sizes[-1]
+    if len(sizes) < 2 or small.prometheus_cpu <= 0:
+        return ""
+    return (
+        f" Prometheus' CPU grew {large.prometheus_cpu / small.prometheus_cpu:.1f}x for "
+        f"{large.gpus / small.gpus:.0f}x the GPUs ({large.prometheus_cpu * series.RULE_INTERVAL_SECONDS:.1f} "
+        f"CPU-seconds per fast interval at {large.gpus:,} GPUs, scraping and both groups together)."
     )
 
 
