@@ -347,8 +347,10 @@ def report(sizes: list[Size], command: str) -> str:
         f"`stats=all`). At {small.gpus:,} GPUs for comparison. "
         "Samples read are taken after the measurement, from the data then in Prometheus: where "
         "scrapes fell behind (a starved Prometheus) they undercount. *CPU* is the CPU time Prometheus "
-        f"used while answering that query (best of {QUERY_RUNS}, /proc, 10 ms ticks; its scraping runs "
-        "meanwhile): unlike the wall times it hardly depends on other work on the machine.",
+        f"used while answering that query (best of {QUERY_RUNS}, /proc, 10 ms ticks): it hardly depends on "
+        "other work on the machine, but Prometheus' own scraping and rule evaluations run meanwhile "
+        "(*Prometheus CPU* above), so at the larger size it includes up to that many CPU-seconds per "
+        "second of query.",
         "",
         f"| group | series | {large.gpus:,} GPUs | samples read | CPU | {small.gpus:,} GPUs | CPU |",
         "|---|---|---:|---:|---:|---:|---:|",
