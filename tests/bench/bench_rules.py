@@ -52,6 +52,7 @@ RECENT_EPOCHS = 12  # 6 minutes: `offset 1s` and `last_over_time(...[5m])` look 
 ACTIVITY_EPOCHS = 120  # 1 hour: coverage_1h
 TOTAL_EPOCHS = 24 * 120 + RECENT_EPOCHS  # 24 h 6 min: idle_gpu_hours_24h reads `offset 24h1s`
 GOAL_SECONDS = 1.0
+QUERY_RUNS = 3  # each rule's expression is run this often as an instant query after the measurement
 NICE = -10  # Prometheus' threads, so that other work on the shared machine inflates its times less
 
 
@@ -75,6 +76,7 @@ class Size:
     group_seconds: dict[str, list[float]] = field(default_factory=dict)
     rule_seconds: dict[str, list[float]] = field(default_factory=dict)  # by "group/record"
     rule_samples: dict[str, int] = field(default_factory=dict)
+    rule_cpu: dict[str, float] = field(default_factory=dict)  # Prometheus CPU seconds, best of QUERY_RUNS
     wall_seconds: float = 0.0
     niced: bool = False
     cpu_pressure: float = 0.0  # /proc/pressure/cpu "some avg60" at the end, percent
@@ -250,11 +252,18 @@ def _run(prom: Prometheus, size: Size, fast_evals: int, slow_evals: int) -> None
     rules = yaml.safe_load(RULES.read_text())["groups"]
     for group in rules:
         for rule in group["rules"]:
-            try:
-                samples = _samples_read(prom, rule["expr"])
-            except OSError:
-                samples = -1
-            size.rule_samples[f"{group['name']}/{rule['record']}"] = samples
+            key = f"{group['name']}/{rule['record']}"
+            cpu, samples = math.inf, -1
+            for _ in range(QUERY_RUNS):
+                before = _cpu_seconds(prom.proc.pid)
+                try:
+                    samples = _samples_read(prom, rule["expr"])
+                except OSError:
+                    continue
+                cpu = min(cpu, _cpu_seconds(prom.proc.pid) - before)
+            size.rule_samples[key] = samples
+            if math.isfinite(cpu):
+                size.rule_cpu[key] = cpu
 
 
 def _unix(rfc3339: str) -> float:
@@ -286,7 +295,9 @@ def report(sizes: list[Size], command: str) -> str:
         "8-GPU pods, GPUs time-sliced by 2-3 pods, sidecar containers running a process on a GPU they "
         "are not allocated, 5 % of the pods with one reading missing, 10 % bursty, and churn (every pod "
         "recreated under a new name after 10-100 minutes, about 1 % per 30 s). Prometheus scrapes one "
-        "target per node every 30 s and evaluates rules/gpu-steward.yaml as shipped (fast group 30 s, "
+        "target per node every 30 s (the synthetic exporter serves each from a bounded thread pool, "
+        "so a scrape that is slow to start does not hold the others) and evaluates "
+        "rules/gpu-steward.yaml as shipped (fast group 30 s, "
         "slow group 2 m). History the rules read is backfilled with `promtool tsdb create-blocks-from "
         "openmetrics`: the pod activity over 1 h (coverage), the idle flag, clock, carry, GPUs held and "
         "the evaluation timestamp over 6 minutes (`offset 1s`, `[5m]`), the running idle total over "
@@ -326,6 +337,7 @@ def report(sizes: list[Size], command: str) -> str:
     lines.append(
         "Goal: each group under 1 s at 10,000 GPUs, close to linear growth. " + "; ".join(verdicts) + "."
     )
+    lines += ["", _samples_line(sizes, groups), "", _conditions(sizes)]
     lines += [
         "",
         f"### Per rule at {large.gpus:,} GPUs",
@@ -333,20 +345,26 @@ def report(sizes: list[Size], command: str) -> str:
         "Median `evaluationTime` of each rule (/api/v1/rules) over the evaluations above, and the samples it "
         "reads (`totalQueryableSamples` of the same expression run once as an instant query with "
         f"`stats=all`). At {small.gpus:,} GPUs for comparison. "
-        "Samples read are taken once, after the measurement, from the data then in Prometheus: where "
-        "scrapes fell behind (the single-threaded synthetic exporter and a starved Prometheus) they "
-        "undercount.",
+        "Samples read are taken after the measurement, from the data then in Prometheus: where "
+        "scrapes fell behind (a starved Prometheus) they undercount. *CPU* is the CPU time Prometheus "
+        f"used while answering that query (best of {QUERY_RUNS}, /proc, 10 ms ticks): it hardly depends on "
+        "other work on the machine, but Prometheus' own scraping and rule evaluations run meanwhile "
+        "(*Prometheus CPU* above), so at the larger size it includes up to that many CPU-seconds per "
+        "second of query.",
         "",
-        f"| group | series | {large.gpus:,} GPUs | samples read | {small.gpus:,} GPUs |",
-        "|---|---|---:|---:|---:|",
+        f"| group | series | {large.gpus:,} GPUs | samples read | CPU | {small.gpus:,} GPUs | CPU |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for key, values in large.rule_seconds.items():
         group, record = key.split("/", 1)
         short = "fast" if group == series.FAST_GROUP else "slow"
         lines.append(
             f"| {short} | `{record}` | {_ms_fine(values)} | {large.rule_samples.get(key, -1):,} | "
-            f"{_ms_fine(small.rule_seconds.get(key, []))} |"
+            f"{_cpu_ms(large, key)} | {_ms_fine(small.rule_seconds.get(key, []))} | {_cpu_ms(small, key)} |"
         )
+    for g in groups:
+        short = "fast" if g == series.FAST_GROUP else "slow"
+        lines.append(f"| {short} | **sum** | | | {_cpu_ms(large, g + '/')} | | {_cpu_ms(small, g + '/')} |")
     total = sum(s.wall_seconds for s in sizes)
     lines += [
         "",
@@ -358,6 +376,58 @@ def report(sizes: list[Size], command: str) -> str:
         + ").",
     ]
     return "\n".join(lines) + "\n"
+
+
+PRESSURE_NOTE = 20.0  # percent of CPU pressure above which the times are stated as upper bounds
+
+
+def _samples_line(sizes: list[Size], groups: list[str]) -> str:
+    """Samples read per evaluation by each group: a cost that does not depend on the machine's load."""
+    cells = []
+    for g in groups:
+        per_size = []
+        for s in sizes:
+            values = [v for k, v in s.rule_samples.items() if k.startswith(g + "/") and v >= 0]
+            per_size.append(f"{sum(values):,} at {s.gpus:,} GPUs")
+        cells.append(f"`{g}` " + ", ".join(per_size))
+    return (
+        "Samples read per evaluation (the sum of the group's rules' `totalQueryableSamples`, which does "
+        "not depend on the machine's load): " + "; ".join(cells) + "."
+    )
+
+
+def _conditions(sizes: list[Size]) -> str:
+    loaded = [s for s in sizes if s.cpu_pressure > PRESSURE_NOTE]
+    if not loaded:
+        return "CPU pressure stayed under 20 %: the times are the rules' cost on this machine."
+    return (
+        "Conditions: CPU pressure "
+        + ", ".join(f"{s.cpu_pressure:.0f} % at {s.gpus:,} GPUs" for s in loaded)
+        + " (other work on the shared 2-core machine; Prometheus got "
+        + ", ".join(f"{s.prometheus_cpu:.2f}" for s in loaded)
+        + " cores): an evaluation waits for a CPU much of its wall time, so these times are upper "
+        "bounds of the rules' cost, not their cost on an idle machine; the samples read above are not "
+        "affected." + _cpu_growth(sizes)
+    )
+
+
+def _cpu_growth(sizes: list[Size]) -> str:
+    small, large = sizes[0], sizes[-1]
+    if len(sizes) < 2 or small.prometheus_cpu <= 0:
+        return ""
+    return (
+        f" Prometheus' CPU grew {large.prometheus_cpu / small.prometheus_cpu:.1f}x for "
+        f"{large.gpus / small.gpus:.0f}x the GPUs ({large.prometheus_cpu * series.RULE_INTERVAL_SECONDS:.1f} "
+        f"CPU-seconds per fast interval at {large.gpus:,} GPUs, scraping and both groups together)."
+    )
+
+
+def _cpu_ms(size: Size, key: str) -> str:
+    """The rule's CPU as a query; with a key ending in "/" the sum over that group's rules."""
+    if key.endswith("/"):
+        values = [v for k, v in size.rule_cpu.items() if k.startswith(key)]
+        return f"{sum(values) * 1000:,.0f} ms" if values else "n/a"
+    return f"{size.rule_cpu[key] * 1000:,.0f} ms" if key in size.rule_cpu else "n/a"
 
 
 def _cell(values: list[float]) -> str:

@@ -21,11 +21,13 @@ import argparse
 import contextlib
 import random
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from socketserver import ThreadingMixIn
 from typing import Final, TextIO
 from urllib.parse import parse_qs, urlparse
 
@@ -315,24 +317,45 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _FleetServer(HTTPServer):
-    """One thread, one request at a time (each is a cached body): bounded by construction."""
+class _FleetServer(ThreadingMixIn, HTTPServer):
+    """A thread per connection, at most `MAX_THREADS` at once (accepting waits for a free one): a
+    scraper that is slow to send its request (a starved Prometheus) holds one thread, not the whole
+    fleet. Bodies are cached per (node, epoch)."""
 
     request_queue_size = 256
+    daemon_threads = True
+    MAX_THREADS: Final = 32
 
     def __init__(self, port: int, nodes: int, seed: int, t0: float) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.nodes, self.seed, self.t0 = nodes, seed, t0
         self.index = {node_name(n): n for n in range(nodes)}
         self._cache: dict[tuple[int, int], bytes] = {}
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.MAX_THREADS)
+
+    def process_request(self, request: object, client_address: object) -> None:
+        self._slots.acquire()
+        try:
+            super().process_request(request, client_address)  # type: ignore[arg-type]
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: object, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[arg-type]
+        finally:
+            self._slots.release()
 
     def scrape(self, node: int) -> bytes:
         epoch = epoch_at(self.t0, time.time())
-        body = self._cache.get((node, epoch))
-        if body is None:
-            if len(self._cache) > 4 * self.nodes:
-                self._cache = {k: v for k, v in self._cache.items() if k[1] >= epoch - 1}
-            body = self._cache[(node, epoch)] = render(node, self.seed, epoch).encode()
+        with self._lock:
+            body = self._cache.get((node, epoch))
+            if body is None:
+                if len(self._cache) > 4 * self.nodes:
+                    self._cache = {k: v for k, v in self._cache.items() if k[1] >= epoch - 1}
+                body = self._cache[(node, epoch)] = render(node, self.seed, epoch).encode()
         return body
 
 
