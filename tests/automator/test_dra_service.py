@@ -37,7 +37,7 @@ from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter,
 from automator.series import CONTAINER_MEMORY
 from exporter.metrics import CONTAINER_MEMORY_USED
 from tools.fakekube import FakeApiServer
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, rules_on_mock_exporter
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "demo"
@@ -484,22 +484,10 @@ def test_the_usage_query_reads_the_exporters_labels() -> None:
 @pytest.fixture(scope="module")
 def demo_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     tmp = tmp_path_factory.mktemp("dra-it")
-    port = free_port()
-    exporter = start_mock_exporter(DEMO_SCENARIO, port, tmp / "exporter.log")
-    prom = None
-    try:
-        prom = start_prometheus(
-            tmp / "prometheus",
-            {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
-            rule_files=sorted((REPO / "rules").glob("*.yaml")),
-        )
+    with rules_on_mock_exporter(tmp, DEMO_SCENARIO) as prom:
         # the rule groups evaluate every 30 s: wait for the recorded building block
         prom.wait_for(f'{CONTAINER_MEMORY}{{pod="llm-chat"}}', timeout=120)
         yield prom
-    finally:
-        if prom is not None:
-            prom.stop()
-        stop(exporter)
 
 
 @pytest.mark.integration
