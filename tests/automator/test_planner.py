@@ -58,23 +58,6 @@ def test_preemptor_that_already_fits_evicts_nothing() -> None:
     ]
 
 
-def test_a_preemptor_that_fits_reserves_nothing_for_the_rest_of_the_pass() -> None:
-    # Issue 15, decision 1 (this test asserted the opposite before): evicting for `second` on the
-    # assumption that `first` binds to the free GPUs is not allowed; both count the same free GPUs.
-    state = k8s.cluster(
-        k8s.node("n1", gpus=8),
-        k8s.pod("idle", gpus=4, node_name="n1"),
-        k8s.preemptor("first", created_ago=100),
-        k8s.preemptor("second", created_ago=50),
-    )
-    result = run(state, k8s.idle("idle"))
-    assert [(str(d.preemptor), d.node, d.free_gpus_before) for d in result.already_fit] == [
-        ("ml/first", "n1", 4),
-        ("ml/second", "n1", 4),
-    ]
-    assert result.decisions == []
-
-
 @pytest.mark.parametrize(
     "ages",
     [(7200, 3600, 3600), (3600, 7200, 7200), (3000, 9000, 2000), (2000, 2000, 2000), (9000, 2000, 2000)],
@@ -143,19 +126,6 @@ def test_equal_priority_never_preempts() -> None:
         k8s.node("n1", gpus=4), k8s.pod("v", gpus=4, node_name="n1", priority=1000), k8s.preemptor("p")
     )
     assert run(state, k8s.idle("v")).decisions == []
-
-
-def test_second_preemptor_does_not_reuse_first_ones_victims() -> None:
-    state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
-        k8s.preemptor("first", gpus=2, created_ago=100),
-        k8s.preemptor("second", gpus=2, created_ago=50),
-    )
-    result = run(state, k8s.idle("v"))
-    assert victims(result) == {"ml/first": ["ml/v"]}
-    # The other 2 freed GPUs are reserved for `first` in this pass.
-    assert [str(u.preemptor) for u in result.unresolved] == ["ml/second"]
 
 
 def test_second_preemptor_gets_other_victims_and_sees_the_first_placed() -> None:
