@@ -40,8 +40,7 @@ def test_1_already_fitting_preemptors_share_the_same_free_gpus() -> None:
 def test_1_a_later_preemptor_is_not_moved_elsewhere_by_one_that_fits() -> None:
     state = k8s.cluster(
         k8s.node("n1", gpus=4),
-        k8s.node("n2", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n2"),
+        *k8s.held_node("n2", "v"),
         k8s.preemptor("first", created_ago=100),
         k8s.preemptor("second", created_ago=50),
     )
@@ -53,8 +52,7 @@ def test_1_a_later_preemptor_is_not_moved_elsewhere_by_one_that_fits() -> None:
 def test_1_gpus_freed_by_evictions_stay_reserved() -> None:
     # The other side: a preemptor served with victims takes its GPUs and the freed surplus.
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
+        *k8s.held_node("n1", "v"),
         k8s.preemptor("first", gpus=2, created_ago=100),
         k8s.preemptor("second", gpus=2, created_ago=50),
     )
@@ -72,8 +70,7 @@ def test_1_gpus_freed_by_evictions_stay_reserved() -> None:
 @pytest.mark.parametrize("terminating", [True, False])
 def test_2_a_terminating_pending_pod_is_never_a_preemptor(terminating: bool) -> None:
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
+        *k8s.held_node("n1", "v"),
         k8s.preemptor("p", terminating=terminating),
     )
     result = run(state, k8s.idle("v"))
@@ -89,7 +86,7 @@ def test_2_a_terminating_pending_pod_is_never_a_preemptor(terminating: bool) -> 
 
 def _opt_in(value: Any) -> tuple[Plan, dict[str, Any]]:
     pc = k8s.priority_class("reclaim", 1000, {RECLAIM_ANNOTATION: value})
-    state = k8s.cluster(pc, k8s.node("n1", gpus=4), k8s.pod("v", gpus=4, node_name="n1"), k8s.preemptor("p"))
+    state = k8s.cluster(pc, *k8s.held_node("n1", "v"), k8s.preemptor("p"))
     result = run(state, k8s.idle("v"))
     return result, plan_to_json(result)
 
