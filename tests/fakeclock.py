@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
 
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
+T = TypeVar("T")
+
+
+class Clock(Generic[T]):
+    """Any kind of time: seconds (FakeClock) or datetimes."""
+
+    def __init__(self, now: T) -> None:
         self.now = now
 
-    def __call__(self) -> float:
+    def __call__(self) -> T:
         return self.now
+
+
+class FakeClock(Clock[float]):
+    """Seconds, from 1000.0 unless told otherwise."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        super().__init__(now)

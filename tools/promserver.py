@@ -15,6 +15,8 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -221,6 +223,26 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextmanager
+def rules_on_mock_exporter(workdir: Path, scenario: Path) -> Iterator[Prometheus]:
+    """The demo's stack in small: the mock exporter playing `scenario`, scraped as gpu-steward-exporter by a
+    real Prometheus that evaluates rules/*.yaml; both stop when the block ends."""
+    port = free_port()
+    exporter = start_mock_exporter(scenario, port, workdir / "exporter.log")
+    prom = None
+    try:
+        prom = start_prometheus(
+            workdir / "prometheus",
+            {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
+            rule_files=sorted((ROOT / "rules").glob("*.yaml")),
+        )
+        yield prom
+    finally:
+        if prom is not None:
+            prom.stop()
+        stop(exporter)
 
 
 def start_backfilled_prometheus(workdir: Path, openmetrics: str) -> Prometheus:

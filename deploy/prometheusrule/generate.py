@@ -104,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the manifest is out of date")
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default: {OUTPUT}")
     args = parser.parse_args(argv)
-    text = render()
-    output: Path = args.output
-    if args.check:
+    return write_or_check(render(), args.output, args.check, "run python deploy/prometheusrule/generate.py")
+
+
+def write_or_check(text: str, output: Path, check: bool, hint: str) -> int:
+    """Write `text` to `output`; with `check`, only compare: 1 and `hint` on stderr when it is out of date."""
+    if check:
         current = output.read_text() if output.exists() else ""
         if current != text:
-            print(f"{output} is out of date: run python deploy/prometheusrule/generate.py", file=sys.stderr)
+            print(f"{output} is out of date: {hint}", file=sys.stderr)
             return 1
         return 0
     output.write_text(text)

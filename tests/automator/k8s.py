@@ -147,6 +147,11 @@ def pdb(name: str, selector: dict[str, Any] | None, allowed: int | None, namespa
     return obj
 
 
+def held_node(name: str, pod_name: str, gpus: int = 4) -> tuple[JsonObj, JsonObj]:
+    """Node `name` with `gpus` GPUs and the pod (namespace ml, priority 100) that holds them all."""
+    return node(name, gpus=gpus), pod(pod_name, gpus=gpus, node_name=name)
+
+
 def cluster(*objs: JsonObj) -> ClusterState:
     state = ClusterState([], [], [], [])
     for obj in objs:

@@ -11,17 +11,12 @@ import pytest
 import yaml
 
 from automator import cli
+from tests.automator.cli_run import run_cli, run_module
 
 FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"
 CLUSTER = str(FIXTURES / "cluster.yaml")
 USAGE = str(FIXTURES / "usage.yaml")
 NOW = "2025-06-01T12:00:00Z"
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -254,25 +249,6 @@ def test_offline_plan_imports_no_client() -> None:
 
 
 def test_python_dash_m_entry_point() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "automator",
-            "plan",
-            "--cluster",
-            CLUSTER,
-            "--usage",
-            USAGE,
-            "--now",
-            NOW,
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = run_module("plan", "--cluster", CLUSTER, "--usage", USAGE, "--now", NOW, "--output", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["decisions"][0]["victims"] == ["ml/train-a"]

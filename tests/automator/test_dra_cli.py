@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from automator import cli
+from tests.automator.cli_run import run_cli, run_module
 from tests.automator.fixtures.dra import builders as b
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,9 +24,7 @@ DEVICE_KEYS = {"node", "device", "capacity", "consumed"}
 
 
 def dra_check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["dra-check", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, "dra-check", *argv)
 
 
 def as_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -173,24 +169,7 @@ def test_unparsable_fields_are_findings_not_exit_2(
 
 
 def test_the_installed_entry_point_runs_dra_check() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "automator",
-            "dra-check",
-            "--cluster",
-            str(DEMO),
-            "--usage",
-            str(DEMO_USAGE),
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
+    proc = run_module("dra-check", "--cluster", str(DEMO), "--usage", str(DEMO_USAGE), "--output", "json")
     assert proc.returncode == 0, proc.stderr
     assert [f["kind"] for f in json.loads(proc.stdout)["findings"]] == ["usage-over-claim"]
 

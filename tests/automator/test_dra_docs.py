@@ -11,21 +11,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from automator import cli
+from automator.dra import report
 from automator.dra.load import parse_usage
 from automator.dra.metrics import DraCheckMetrics
 from automator.dra.model import KINDS, SEVERITY, CheckOutcome, EventOutcome
-from automator.dra.report import (
-    CAPACITY_METRIC,
-    CHECK_DURATION_METRIC,
-    CHECKS_METRIC,
-    CONSUMED_METRIC,
-    DEVICE_LABELS,
-    EVENTS_METRIC,
-    FINDINGS_METRIC,
-    LAST_SUCCESS_METRIC,
-    REASONS,
-    USAGE_CHECKED_METRIC,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "dra.md").read_text()
@@ -58,28 +47,32 @@ def test_metrics_table_is_the_exported_names_and_labels() -> None:
     DraCheckMetrics(registry)
     check_metrics = {m.name + ("_total" if m.type == "counter" else "") for m in registry.collect()}
     assert check_metrics == {
-        CHECKS_METRIC + "_total",
-        EVENTS_METRIC + "_total",
-        LAST_SUCCESS_METRIC,
-        CHECK_DURATION_METRIC,
-        USAGE_CHECKED_METRIC,
+        report.CHECKS_METRIC + "_total",
+        report.EVENTS_METRIC + "_total",
+        report.LAST_SUCCESS_METRIC,
+        report.CHECK_DURATION_METRIC,
+        report.USAGE_CHECKED_METRIC,
     }
-    assert set(table) == {CAPACITY_METRIC, CONSUMED_METRIC, FINDINGS_METRIC} | check_metrics
+    assert (
+        set(table) == {report.CAPACITY_METRIC, report.CONSUMED_METRIC, report.FINDINGS_METRIC} | check_metrics
+    )
     types = {m.name + ("_total" if m.type == "counter" else ""): m.type for m in registry.collect()}
     for name, kind in types.items():
         assert table[name][0] == kind, name
-    assert re.findall(r"`([a-z]+)`", table[CHECKS_METRIC + "_total"][1]) == ["result"]
-    assert re.findall(r"`([a-z_]+)`", table[CHECKS_METRIC + "_total"][2]) == [o.value for o in CheckOutcome]
-    assert re.findall(r"`([a-z_]+)`", table[EVENTS_METRIC + "_total"][2])[:3] == [
+    assert re.findall(r"`([a-z]+)`", table[report.CHECKS_METRIC + "_total"][1]) == ["result"]
+    assert re.findall(r"`([a-z_]+)`", table[report.CHECKS_METRIC + "_total"][2]) == [
+        o.value for o in CheckOutcome
+    ]
+    assert re.findall(r"`([a-z_]+)`", table[report.EVENTS_METRIC + "_total"][2])[:3] == [
         o.value for o in EventOutcome
     ]
-    for name in (CAPACITY_METRIC, CONSUMED_METRIC):
-        assert re.findall(r"`([a-z]+)`", table[name][1]) == list(DEVICE_LABELS)
-    assert re.findall(r"`([a-z]+)`", table[FINDINGS_METRIC][1]) == ["kind"]
+    for name in (report.CAPACITY_METRIC, report.CONSUMED_METRIC):
+        assert re.findall(r"`([a-z]+)`", table[name][1]) == list(report.DEVICE_LABELS)
+    assert re.findall(r"`([a-z]+)`", table[report.FINDINGS_METRIC][1]) == ["kind"]
 
 
 def test_every_event_reason_is_documented() -> None:
-    for reason in REASONS.values():
+    for reason in report.REASONS.values():
         assert f"`{reason}`" in DOC, reason
 
 
@@ -109,14 +102,14 @@ def test_alerts_read_the_findings_metric_and_cover_every_kind_at_its_severity() 
     for rule in ALERTS:
         names = set(re.findall(r"gpu_steward_[a-z_]+", rule["expr"]))
         if rule["alert"] == "GpuStewardDraCheckFailing":  # the check itself, not its findings
-            assert names == {CHECKS_METRIC + "_total"}
+            assert names == {report.CHECKS_METRIC + "_total"}
             assert set(re.findall(r'result=~?"([^"]+)"', rule["expr"])) == {
                 f"{CheckOutcome.KUBERNETES_ERROR}|{CheckOutcome.ERROR}",
                 CheckOutcome.OK.value,
             }
             assert rule["alert"] in DOC
             continue
-        assert names == {FINDINGS_METRIC}, rule["alert"]
+        assert names == {report.FINDINGS_METRIC}, rule["alert"]
         kinds = _alert_kinds(rule["expr"])
         assert kinds and kinds <= set(KINDS), rule["alert"]
         assert {SEVERITY[k] for k in kinds} == {rule["labels"]["severity"]}, rule["alert"]

@@ -36,8 +36,9 @@ from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter, dra_memory_query
 from automator.series import CONTAINER_MEMORY
 from exporter.metrics import CONTAINER_MEMORY_USED
+from tests.fakeclock import Clock
 from tools.fakekube import FakeApiServer
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, rules_on_mock_exporter
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "deploy" / "demo"
@@ -115,19 +116,11 @@ class StaticUsage:
         return list(self.usage)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def make_job(
-    cluster: Any, usage: Any, clock: Clock | None = None, leader: bool = True, **kw: Any
+    cluster: Any, usage: Any, clock: Clock[datetime] | None = None, leader: bool = True, **kw: Any
 ) -> DraCheckJob:
     return DraCheckJob(
-        cluster, usage, 60, CollectorRegistry(), is_leader=lambda: leader, clock=clock or Clock(), **kw
+        cluster, usage, 60, CollectorRegistry(), is_leader=lambda: leader, clock=clock or Clock(NOW), **kw
     )
 
 
@@ -211,7 +204,7 @@ def test_adapter_unreachable_api_server() -> None:
 def test_check_over_the_api_is_the_cli_report_and_events_are_written_once(
     adapter: DraKubernetesAdapter, api: FakeApiServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     job = make_job(adapter, StaticUsage(demo_usage()), clock, instance="automator-0")
     status = job.run_once()
     assert status is not None and status.result is CheckOutcome.OK and status.usage_checked
@@ -261,7 +254,7 @@ def test_events_per_check_are_bounded_and_the_rest_follow(
     # every claim orphaned: three findings, at most two Events per check
     for pod in api.objects_of("pods"):
         api.remove("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-    clock = Clock()
+    clock = Clock(NOW)
     job = make_job(adapter, StaticUsage(), clock, max_events_per_check=2)
     status = job.run_once()
     assert status is not None and (status.events_written, status.events_deferred) == (2, 1)
@@ -284,7 +277,7 @@ def test_a_replica_that_loses_the_lease_during_a_check_writes_no_event(
 
 
 def test_metrics_carry_the_report_and_the_check(adapter: DraKubernetesAdapter) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     job = make_job(adapter, StaticUsage(demo_usage()), clock)
     assert generate_latest(job.registry).decode().count(CAPACITY_METRIC) == 0  # nothing before a check
     job.run_once()
@@ -339,7 +332,7 @@ def test_no_reading_for_any_dra_device_is_unknown_usage_not_zero_findings(
 def test_api_failure_keeps_the_last_report_until_stale_and_writes_nothing(
     adapter: DraKubernetesAdapter, api: FakeApiServer
 ) -> None:
-    clock = Clock()
+    clock = Clock(NOW)
     job = make_job(adapter, StaticUsage(demo_usage()), clock)
     job.run_once()
     fail_from_now(api, "GET", f"{V1}/resourceslices", 500)
@@ -484,22 +477,10 @@ def test_the_usage_query_reads_the_exporters_labels() -> None:
 @pytest.fixture(scope="module")
 def demo_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     tmp = tmp_path_factory.mktemp("dra-it")
-    port = free_port()
-    exporter = start_mock_exporter(DEMO_SCENARIO, port, tmp / "exporter.log")
-    prom = None
-    try:
-        prom = start_prometheus(
-            tmp / "prometheus",
-            {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
-            rule_files=sorted((REPO / "rules").glob("*.yaml")),
-        )
+    with rules_on_mock_exporter(tmp, DEMO_SCENARIO) as prom:
         # the rule groups evaluate every 30 s: wait for the recorded building block
         prom.wait_for(f'{CONTAINER_MEMORY}{{pod="llm-chat"}}', timeout=120)
         yield prom
-    finally:
-        if prom is not None:
-            prom.stop()
-        stop(exporter)
 
 
 @pytest.mark.integration

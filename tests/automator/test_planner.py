@@ -23,7 +23,7 @@ def victims(result: Plan) -> dict[str, list[str]]:
 
 
 def test_busy_four_gpu_pod_is_protected() -> None:
-    state = k8s.cluster(k8s.node("n1", gpus=4), k8s.pod("busy", gpus=4, node_name="n1"), k8s.preemptor("p"))
+    state = k8s.cluster(*k8s.held_node("n1", "busy"), k8s.preemptor("p"))
     result = run(state, k8s.busy("busy", activity=0.7))
     assert result.decisions == []
     (unresolved,) = result.unresolved
@@ -32,7 +32,7 @@ def test_busy_four_gpu_pod_is_protected() -> None:
 
 
 def test_idle_pod_is_evicted_and_decision_is_complete() -> None:
-    state = k8s.cluster(k8s.node("n1", gpus=4), k8s.pod("idle", gpus=4, node_name="n1"), k8s.preemptor("p"))
+    state = k8s.cluster(*k8s.held_node("n1", "idle"), k8s.preemptor("p"))
     (decision,) = run(state, k8s.idle("idle", activity=0.01)).decisions
     assert (decision.node, decision.gpus_freed, decision.gpus_requested) == ("n1", 4, 4)
     assert (decision.preemptor_priority, decision.free_gpus_before) == (1000, 0)
@@ -56,23 +56,6 @@ def test_preemptor_that_already_fits_evicts_nothing() -> None:
     assert plan_to_json(result)["already_fit"] == [
         {"preemptor": "ml/p", "node": "n1", "gpus_requested": 4, "free_gpus_before": 4}
     ]
-
-
-def test_a_preemptor_that_fits_reserves_nothing_for_the_rest_of_the_pass() -> None:
-    # Issue 15, decision 1 (this test asserted the opposite before): evicting for `second` on the
-    # assumption that `first` binds to the free GPUs is not allowed; both count the same free GPUs.
-    state = k8s.cluster(
-        k8s.node("n1", gpus=8),
-        k8s.pod("idle", gpus=4, node_name="n1"),
-        k8s.preemptor("first", created_ago=100),
-        k8s.preemptor("second", created_ago=50),
-    )
-    result = run(state, k8s.idle("idle"))
-    assert [(str(d.preemptor), d.node, d.free_gpus_before) for d in result.already_fit] == [
-        ("ml/first", "n1", 4),
-        ("ml/second", "n1", 4),
-    ]
-    assert result.decisions == []
 
 
 @pytest.mark.parametrize(
@@ -145,25 +128,10 @@ def test_equal_priority_never_preempts() -> None:
     assert run(state, k8s.idle("v")).decisions == []
 
 
-def test_second_preemptor_does_not_reuse_first_ones_victims() -> None:
-    state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
-        k8s.preemptor("first", gpus=2, created_ago=100),
-        k8s.preemptor("second", gpus=2, created_ago=50),
-    )
-    result = run(state, k8s.idle("v"))
-    assert victims(result) == {"ml/first": ["ml/v"]}
-    # The other 2 freed GPUs are reserved for `first` in this pass.
-    assert [str(u.preemptor) for u in result.unresolved] == ["ml/second"]
-
-
 def test_second_preemptor_gets_other_victims_and_sees_the_first_placed() -> None:
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.node("n2", gpus=4),
-        k8s.pod("v1", gpus=4, node_name="n1"),
-        k8s.pod("v2", gpus=4, node_name="n2"),
+        *k8s.held_node("n1", "v1"),
+        *k8s.held_node("n2", "v2"),
         k8s.preemptor("first", created_ago=100),
         k8s.preemptor("second", created_ago=50),
     )
@@ -174,8 +142,7 @@ def test_second_preemptor_gets_other_victims_and_sees_the_first_placed() -> None
 
 def test_preemptors_ordered_by_priority_then_creation_time() -> None:
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
+        *k8s.held_node("n1", "v"),
         k8s.preemptor("young-high", priority=2000, created_ago=10),
         k8s.preemptor("old-low", priority=1000, created_ago=9000),
         k8s.preemptor("old-high", priority=2000, created_ago=500),
@@ -220,7 +187,7 @@ def test_finished_pods_do_not_hold_gpus() -> None:
 @pytest.mark.parametrize(("elapsed", "in_cooldown"), [(100, True), (299, True), (300, False), (4000, False)])
 def test_cooldown(elapsed: int, in_cooldown: bool) -> None:
     pre = k8s.preemptor("p", annotations={LAST_RECLAIM_ANNOTATION: k8s.ago(elapsed)})
-    state = k8s.cluster(k8s.node("n1", gpus=4), k8s.pod("v", gpus=4, node_name="n1"), pre)
+    state = k8s.cluster(*k8s.held_node("n1", "v"), pre)
     result = run(state, k8s.idle("v"))
     assert (result.skipped_cooldown == [PodKey("ml", "p")]) is in_cooldown
     assert (result.decisions == []) is in_cooldown
@@ -230,7 +197,7 @@ def test_cooldown(elapsed: int, in_cooldown: bool) -> None:
 
 def test_cooldown_length_is_configurable_and_malformed_timestamp_fails_safe() -> None:
     pre = k8s.preemptor("p", annotations={LAST_RECLAIM_ANNOTATION: k8s.ago(100)})
-    state = k8s.cluster(k8s.node("n1", gpus=4), k8s.pod("v", gpus=4, node_name="n1"), pre)
+    state = k8s.cluster(*k8s.held_node("n1", "v"), pre)
     assert run(state, k8s.idle("v"), cooldown_seconds=60).decisions
     pre["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] = "yesterday"
     result = run(state, k8s.idle("v"))
@@ -245,8 +212,7 @@ def test_only_unschedulable_pods_of_reclaim_classes_are_preemptors() -> None:
     waiting = k8s.preemptor("waiting")
     waiting["status"]["conditions"] = []  # not yet tried by the scheduler
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
+        *k8s.held_node("n1", "v"),
         k8s.priority_class("other", 1000),
         plain,
         waiting,
@@ -257,10 +223,8 @@ def test_only_unschedulable_pods_of_reclaim_classes_are_preemptors() -> None:
 
 def test_excluded_pod_is_not_chosen() -> None:
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.node("n2", gpus=4),
-        k8s.pod("v1", gpus=4, node_name="n1"),
-        k8s.pod("v2", gpus=4, node_name="n2"),
+        *k8s.held_node("n1", "v1"),
+        *k8s.held_node("n2", "v2"),
         k8s.preemptor("p"),
     )
     result = plan(
@@ -294,7 +258,7 @@ def test_gpu_count_uses_init_containers_and_sidecars() -> None:
 
 
 def test_several_gpu_resource_names() -> None:
-    state = k8s.cluster(k8s.node("n1", gpus=4), k8s.pod("v", gpus=4, node_name="n1"), k8s.preemptor("p"))
+    state = k8s.cluster(*k8s.held_node("n1", "v"), k8s.preemptor("p"))
     state.nodes[0]["status"]["allocatable"]["example.com/gpu"] = "2"
     state.pods[1]["spec"]["containers"][0]["resources"]["limits"] = {
         "example.com/gpu": 2,
@@ -306,8 +270,7 @@ def test_several_gpu_resource_names() -> None:
 
 def test_json_shape() -> None:
     state = k8s.cluster(
-        k8s.node("n1", gpus=4),
-        k8s.pod("v", gpus=4, node_name="n1"),
+        *k8s.held_node("n1", "v"),
         k8s.preemptor("p"),
         k8s.preemptor("q", gpus=16, created_ago=1),
     )

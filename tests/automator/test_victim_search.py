@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -125,23 +126,27 @@ def _min_size(candidates: list[Any], free: tuple[int, int, int], req: Any, remai
     return None
 
 
+def _pods_on_n(
+    node: JsonObj, count: int, draw: Callable[[], dict[str, Any]]
+) -> tuple[list[JsonObj], list[str]]:
+    """`node` (named n) and `count` pods on it, v00, v01..., each with the keyword arguments of `draw()`."""
+    names = [f"v{i:02}" for i in range(count)]
+    return [node, *(k8s.pod(name, node_name="n", **draw()) for name in names)], names
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_chosen_set_is_never_larger_than_needed_on_large_nodes(seed: int) -> None:
     rng = random.Random(1000 + seed)
-    objs: list[JsonObj] = [k8s.node("n", gpus=24, cpu="48", memory="256Gi")]
-    names = []
-    for i in range(24):
-        names.append(f"v{i:02}")
-        objs.append(
-            k8s.pod(
-                names[-1],
-                gpus=1,
-                node_name="n",
-                priority=rng.choice((10, 100, 300)),
-                cpu=rng.choice(("500m", "1", "6")),
-                scheduled_ago=3600 + rng.randrange(10000),
-            )
-        )
+    objs, names = _pods_on_n(
+        k8s.node("n", gpus=24, cpu="48", memory="256Gi"),
+        24,
+        lambda: {
+            "gpus": 1,
+            "priority": rng.choice((10, 100, 300)),
+            "cpu": rng.choice(("500m", "1", "6")),
+            "scheduled_ago": 3600 + rng.randrange(10000),
+        },
+    )
     objs.append(k8s.preemptor("p", gpus=rng.choice((4, 6)), cpu=str(rng.choice((10, 20, 30)))))
     state = k8s.cluster(*objs)
     usage = k8s.idle(*names)
@@ -244,21 +249,17 @@ def test_dominance_pruning_keeps_the_same_set(seed: int, monkeypatch: pytest.Mon
     # Single pods that are better victims than others in every set (same GPUs, priority and budgets, more
     # cpu and memory, less run time) cut the search; the set found must be the one found without the cut.
     rng = random.Random(5000 + seed)
-    objs: list[JsonObj] = [k8s.node("n", gpus=20, cpu="80", memory="512Gi")]
-    names = []
-    for i in range(20):
-        names.append(f"v{i:02}")
-        objs.append(
-            k8s.pod(
-                names[-1],
-                gpus=rng.choice((1, 1, 2)),
-                node_name="n",
-                priority=rng.choice((10, 100)),
-                cpu=f"{rng.randrange(100, 4000)}m",
-                memory=f"{rng.choice((1, 2, 4))}Gi",
-                scheduled_ago=rng.choice((3600, 3600, 3600 + rng.randrange(5000))),
-            )
-        )
+    objs, names = _pods_on_n(
+        k8s.node("n", gpus=20, cpu="80", memory="512Gi"),
+        20,
+        lambda: {
+            "gpus": rng.choice((1, 1, 2)),
+            "priority": rng.choice((10, 100)),
+            "cpu": f"{rng.randrange(100, 4000)}m",
+            "memory": f"{rng.choice((1, 2, 4))}Gi",
+            "scheduled_ago": rng.choice((3600, 3600, 3600 + rng.randrange(5000))),
+        },
+    )
     objs.append(k8s.preemptor("p", gpus=rng.choice((4, 8)), cpu=str(rng.choice((10, 20, 30)))))
     state, usage = k8s.cluster(*objs), k8s.idle(*names)
     with_cut = planner_outcome(state, usage, PlannerConfig(), k8s.NOW)

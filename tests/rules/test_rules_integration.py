@@ -4,16 +4,14 @@ evaluates rules/ on it, and the recorded idle series is read back."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, rules_on_mock_exporter
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 ACTIVITY = "namespace_pod:gpu_steward_container_gpu_utilization_ratio"
 
 
@@ -51,20 +49,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     tmp = tmp_path_factory.mktemp("rules-it")
     scenario = tmp / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
-    port = free_port()
-    exporter = start_mock_exporter(scenario, port, tmp / "exporter.log")
-    prom = None
-    try:
-        prom = start_prometheus(
-            tmp / "prometheus",
-            {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
-            rule_files=sorted((ROOT / "rules").glob("*.yaml")),
-        )
+    with rules_on_mock_exporter(tmp, scenario) as prom:
         yield prom
-    finally:
-        if prom is not None:
-            prom.stop()
-        stop(exporter)
 
 
 def _value(prom: Prometheus, expr: str) -> dict[str, float]:

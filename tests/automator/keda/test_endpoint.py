@@ -21,23 +21,16 @@ from automator.keda.metrics import KedaMetrics
 from automator.keda.request import METRICS_PATH, VALUE_LOCATION
 from automator.settingspec import SettingError
 from tests.automator.keda.fakes import NOW, FakeKube, FakePrometheus, cluster, fresh_result
+from tests.fakeclock import FakeClock
 
 URL = METRICS_PATH + "?namespace=inference&deployment=api"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def make(
     prom: FakePrometheus | None = None, kube: FakeKube | None = None, auth: AuthConfig | None = None
-) -> tuple[FlaskClient, KedaCache, FakePrometheus, Clock, KedaMetrics]:
+) -> tuple[FlaskClient, KedaCache, FakePrometheus, FakeClock, KedaMetrics]:
     prom = prom or FakePrometheus(fresh_result())
-    clock = Clock()
+    clock = FakeClock(NOW)
     metrics = KedaMetrics(CollectorRegistry())
     cache = KedaCache(prom, kube or cluster(), CacheConfig(refresh_seconds=3600), metrics, clock=clock)
     cache.ensure_started = lambda: None  # type: ignore[method-assign]  # refreshes run by hand here

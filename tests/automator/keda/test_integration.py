@@ -28,7 +28,7 @@ from automator.keda.signals import GATES
 from automator.keda.wiring import EXTENSION, KedaRuntime
 from automator.service import build
 from automator.settings import service_settings
-from tools.promserver import ROOT, Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.promserver import Prometheus, free_port, rules_on_mock_exporter
 
 pytestmark = pytest.mark.integration
 
@@ -138,15 +138,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
     scenario.write_text(yaml.safe_dump(SCENARIO))
     snapshot = tmp / "cluster.yaml"
     snapshot.write_text(yaml.safe_dump(CLUSTER))
-    port = free_port()
-    exporter = start_mock_exporter(scenario, port, tmp / "exporter.log")
-    prom = None
-    try:
-        prom = start_prometheus(
-            tmp / "prometheus",
-            {"gpu-steward-exporter": [f"127.0.0.1:{port}"]},
-            rule_files=sorted((ROOT / "rules").glob("*.yaml")),
-        )
+    with rules_on_mock_exporter(tmp, scenario) as prom:
         # Every gate for all three pods, and a second evaluation so that 1-minute windows hold samples.
         for gate in set(GATES.values()):
             prom.wait_for(f'count({gate}{{namespace="inference"}}) == 3', timeout=150)
@@ -154,10 +146,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
             f'count(count_over_time({GATES[next(iter(GATES))]}{{pod="api-a"}}[5m]) >= 2)', timeout=90
         )
         yield prom, snapshot
-    finally:
-        if prom is not None:
-            prom.stop()
-        stop(exporter)
 
 
 @pytest.fixture(scope="module")
