@@ -19,7 +19,7 @@ from typing import Any
 
 from automator.dra.fields import MAX_AMOUNT, MAX_INT, is_name, new
 from automator.dra.load_claims import ClaimLoader
-from automator.dra.load_pods import load_node, load_pod
+from automator.dra.load_pods import load_node, read_pod, usual_pod
 from automator.dra.load_slices import SliceLoader
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
 from automator.dra.read_json import read_json_objects
@@ -38,6 +38,11 @@ class _Loader:
         self.records = Records()
         self._slices = SliceLoader()
         self._claims = ClaimLoader(self.records.findings)
+        self._findings, self._claim_list, self._pods = (
+            self.records.findings,
+            self.records.claims,
+            self.records.pods,
+        )
 
     def add(self, obj: Mapping[str, Any], where: str) -> None:
         kind = obj.get("kind")
@@ -46,30 +51,28 @@ class _Loader:
         meta = obj.get("metadata")
         if type(meta) is not dict and not isinstance(meta, Mapping):
             meta = {}
-        name = meta.get("name")
-        namespaced = kind == "ResourceClaim" or kind == "Pod"
-        namespace = meta.get("namespace")
-        if (
-            type(name) is not str
-            or not name
-            or (namespaced and (type(namespace) is not str or not namespace))
-        ):
-            field = "metadata.namespace" if isinstance(name, str) and name else "metadata.name"
-            self.records.findings.append(
-                Finding(UNPARSABLE, None, None, None, None, f"{kind} at {where}: {field}: missing")
-            )
-            return
-        records = self.records
-        if kind == "ResourceClaim":
-            records.claims.append(self._claims.claim(obj, str(namespace), name))
-        elif kind == "Pod":
-            records.pods[f"{namespace}/{name}"] = load_pod(obj, str(namespace), name, records.findings)
+        name, namespace = meta.get("name"), meta.get("namespace")
+        if type(name) is not str or not name:
+            self._missing(kind, where, "metadata.name")
+        elif kind == "ResourceClaim" or kind == "Pod":
+            if type(namespace) is not str or not namespace:
+                self._missing(kind, where, "metadata.namespace")
+            elif kind == "ResourceClaim":
+                self._claim_list.append(self._claims.claim(obj, namespace, name))
+            else:
+                pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
+                self._pods[f"{namespace}/{name}"] = pod
         elif kind == "ResourceSlice":
-            self._slices.add_slice(obj, f"ResourceSlice {name}", records.findings)
+            self._slices.add_slice(obj, f"ResourceSlice {name}", self._findings)
         elif kind == "Node":
-            records.nodes[name] = load_node(obj, f"Node {name}", name, records.findings)
+            self.records.nodes[name] = load_node(obj, f"Node {name}", name, self._findings)
         else:
             self._slices.add_device_class(obj, name)
+
+    def _missing(self, kind: str, where: str, field: str) -> None:
+        self._findings.append(
+            Finding(UNPARSABLE, None, None, None, None, f"{kind} at {where}: {field}: missing")
+        )
 
     def finish(self) -> Records:
         self._slices.finish(self.records.devices, self.records.findings)
