@@ -22,7 +22,7 @@ from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_pods import load_node, read_pod, usual_pod
 from automator.dra.load_slices import SliceLoader
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
-from automator.dra.read_json import read_json_objects
+from automator.dra.read_json import read_json_document, read_json_objects
 from automator.gc_pause import gc_paused
 from automator.snapshot import InputError, documents, flatten
 
@@ -111,13 +111,12 @@ def load_cluster_file(path: Path) -> Records:
 
 
 _USAGE_KEYS = ("namespace", "pod", "container", "gpu_uuid")
+_MISSING = object()
 
 
 def _usage_memory(raw: Any, file: str, index: int) -> Decimal | None:
     if raw is None:
         return None  # unknown: never compared
-    if type(raw) is int and 0 <= raw <= MAX_INT:  # the usual case, without the checks below
-        return Decimal(raw)
     where = f"{file} containers[{index}]"
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
         raise DraInputError(f"{where}: memory_bytes: {raw!r} is not a number")
@@ -140,6 +139,7 @@ def parse_usage(doc: Any, where: str) -> list[ContainerUsage]:
 def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
     usage: list[ContainerUsage] = []
     seen: set[tuple[str, str, str, str]] = set()
+    add, append = seen.add, usage.append
     for i, entry in enumerate(entries):
         if type(entry) is not dict and not isinstance(entry, Mapping):
             raise DraInputError(f"{where} containers[{i}]: expected a mapping")
@@ -153,19 +153,26 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
         ):
             missing = next(k for k in _USAGE_KEYS if not is_name(entry.get(k)))
             raise DraInputError(f"{where} containers[{i}]: {missing}: missing")
-        if "memory_bytes" not in entry:
+        raw = entry.get("memory_bytes", _MISSING)
+        if raw is _MISSING:
             raise DraInputError(f"{where} containers[{i}]: memory_bytes: missing")
         ident = (ns, pod, container, uuid)
         if ident in seen:
             raise DraInputError(f"{where} containers[{i}]: {'/'.join(ident)} listed twice")
-        seen.add(ident)
-        memory = _usage_memory(entry["memory_bytes"], where, i)
-        usage.append(new(ContainerUsage, (ns, pod, container, uuid, memory)))
+        add(ident)
+        if type(raw) is int and 0 <= raw <= MAX_INT:  # the usual case, without the checks of _usage_memory
+            memory: Decimal | None = Decimal(raw)
+        else:
+            memory = _usage_memory(raw, where, i)
+        append(new(ContainerUsage, (ns, pod, container, uuid, memory)))
     return usage
 
 
 def load_usage_file(path: Path) -> list[ContainerUsage]:
-    docs = [d for d in documents(path) if d is not None]
+    """The usage file: JSON (told by content, as a script writing Prometheus' answer would) through msgspec,
+    anything else (YAML, JSON msgspec does not read) through the general reader."""
+    read = read_json_document(path)
+    docs = [d for d in (documents(path) if read is None else read) if d is not None]
     if len(docs) != 1:
         raise DraInputError(f"{path}: expected one YAML mapping with a `containers` list")
     return parse_usage(docs[0], str(path))
