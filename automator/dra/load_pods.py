@@ -52,8 +52,12 @@ def usual_pod(obj: Mapping[str, Any], namespace: str, name: str) -> Pod | None:
             return None
         for ref in refs:
             local = ref.get("name") if type(ref) is dict else None
-            claim_name = ref.get("resourceClaimName") if local else None
-            if not (type(local) is str and type(claim_name) is str and claim_name):
+            if not (type(local) is str and local):
+                return None
+            claim_name = ref.get("resourceClaimName")
+            if not (type(claim_name) is str and claim_name):
+                if claim_name is None:
+                    continue  # from a template, named in the status
                 return None
             if not field or local not in names:
                 names[local] = claim_name
