@@ -42,7 +42,7 @@ def usual_pod(obj: Mapping[str, Any], namespace: str, name: str) -> Pod | None:
     if node is not None and not (type(node) is str and node):
         return None
     names: dict[str, str] = {}
-    for field, refs in (
+    for from_status, refs in (
         (False, spec.get("resourceClaims")),
         (True, status.get("resourceClaimStatuses")),  # from a template: the spec's name wins
     ):
@@ -59,7 +59,7 @@ def usual_pod(obj: Mapping[str, Any], namespace: str, name: str) -> Pod | None:
                 if claim_name is None:
                     continue  # from a template, named in the status
                 return None
-            if not field or local not in names:
+            if not from_status or local not in names:
                 names[local] = claim_name
     containers: dict[str, list[ContainerClaimRef]] = {}
     for group in (spec.get("initContainers"), spec.get("containers")):
