@@ -19,10 +19,10 @@ from typing import Any
 
 from automator.dra.fields import MAX_AMOUNT, MAX_INT, is_name, new
 from automator.dra.load_claims import ClaimLoader
-from automator.dra.load_pods import load_node, load_pod
+from automator.dra.load_pods import load_node, read_pod, usual_pod
 from automator.dra.load_slices import SliceLoader
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
-from automator.dra.read_json import read_json_objects
+from automator.dra.read_json import read_json_document, read_json_objects
 from automator.gc_pause import gc_paused
 from automator.snapshot import InputError, documents, flatten
 
@@ -38,6 +38,11 @@ class _Loader:
         self.records = Records()
         self._slices = SliceLoader()
         self._claims = ClaimLoader(self.records.findings)
+        self._findings, self._claim_list, self._pods = (
+            self.records.findings,
+            self.records.claims,
+            self.records.pods,
+        )
 
     def add(self, obj: Mapping[str, Any], where: str) -> None:
         kind = obj.get("kind")
@@ -46,30 +51,28 @@ class _Loader:
         meta = obj.get("metadata")
         if type(meta) is not dict and not isinstance(meta, Mapping):
             meta = {}
-        name = meta.get("name")
-        namespaced = kind == "ResourceClaim" or kind == "Pod"
-        namespace = meta.get("namespace")
-        if (
-            type(name) is not str
-            or not name
-            or (namespaced and (type(namespace) is not str or not namespace))
-        ):
-            field = "metadata.namespace" if isinstance(name, str) and name else "metadata.name"
-            self.records.findings.append(
-                Finding(UNPARSABLE, None, None, None, None, f"{kind} at {where}: {field}: missing")
-            )
-            return
-        records = self.records
-        if kind == "ResourceClaim":
-            records.claims.append(self._claims.claim(obj, str(namespace), name))
-        elif kind == "Pod":
-            records.pods[f"{namespace}/{name}"] = load_pod(obj, str(namespace), name, records.findings)
+        name, namespace = meta.get("name"), meta.get("namespace")
+        if type(name) is not str or not name:
+            self._missing(kind, where, "metadata.name")
+        elif kind == "ResourceClaim" or kind == "Pod":
+            if type(namespace) is not str or not namespace:
+                self._missing(kind, where, "metadata.namespace")
+            elif kind == "ResourceClaim":
+                self._claim_list.append(self._claims.claim(obj, namespace, name))
+            else:
+                pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
+                self._pods[f"{namespace}/{name}"] = pod
         elif kind == "ResourceSlice":
-            self._slices.add_slice(obj, f"ResourceSlice {name}", records.findings)
+            self._slices.add_slice(obj, f"ResourceSlice {name}", self._findings)
         elif kind == "Node":
-            records.nodes[name] = load_node(obj, f"Node {name}", name, records.findings)
+            self.records.nodes[name] = load_node(obj, f"Node {name}", name, self._findings)
         else:
             self._slices.add_device_class(obj, name)
+
+    def _missing(self, kind: str, where: str, field: str) -> None:
+        self._findings.append(
+            Finding(UNPARSABLE, None, None, None, None, f"{kind} at {where}: {field}: missing")
+        )
 
     def finish(self) -> Records:
         self._slices.finish(self.records.devices, self.records.findings)
@@ -108,13 +111,12 @@ def load_cluster_file(path: Path) -> Records:
 
 
 _USAGE_KEYS = ("namespace", "pod", "container", "gpu_uuid")
+_MISSING = object()
 
 
 def _usage_memory(raw: Any, file: str, index: int) -> Decimal | None:
     if raw is None:
         return None  # unknown: never compared
-    if type(raw) is int and 0 <= raw <= MAX_INT:  # the usual case, without the checks below
-        return Decimal(raw)
     where = f"{file} containers[{index}]"
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
         raise DraInputError(f"{where}: memory_bytes: {raw!r} is not a number")
@@ -137,6 +139,7 @@ def parse_usage(doc: Any, where: str) -> list[ContainerUsage]:
 def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
     usage: list[ContainerUsage] = []
     seen: set[tuple[str, str, str, str]] = set()
+    add, append = seen.add, usage.append
     for i, entry in enumerate(entries):
         if type(entry) is not dict and not isinstance(entry, Mapping):
             raise DraInputError(f"{where} containers[{i}]: expected a mapping")
@@ -150,19 +153,26 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
         ):
             missing = next(k for k in _USAGE_KEYS if not is_name(entry.get(k)))
             raise DraInputError(f"{where} containers[{i}]: {missing}: missing")
-        if "memory_bytes" not in entry:
+        raw = entry.get("memory_bytes", _MISSING)
+        if raw is _MISSING:
             raise DraInputError(f"{where} containers[{i}]: memory_bytes: missing")
         ident = (ns, pod, container, uuid)
         if ident in seen:
             raise DraInputError(f"{where} containers[{i}]: {'/'.join(ident)} listed twice")
-        seen.add(ident)
-        memory = _usage_memory(entry["memory_bytes"], where, i)
-        usage.append(new(ContainerUsage, (ns, pod, container, uuid, memory)))
+        add(ident)
+        if type(raw) is int and 0 <= raw <= MAX_INT:  # the usual case, without the checks of _usage_memory
+            memory: Decimal | None = Decimal(raw)
+        else:
+            memory = _usage_memory(raw, where, i)
+        append(new(ContainerUsage, (ns, pod, container, uuid, memory)))
     return usage
 
 
 def load_usage_file(path: Path) -> list[ContainerUsage]:
-    docs = [d for d in documents(path) if d is not None]
+    """The usage file: JSON (told by content, as a script writing Prometheus' answer would) through msgspec,
+    anything else (YAML, JSON msgspec does not read) through the general reader."""
+    read = read_json_document(path)
+    docs = [d for d in (documents(path) if read is None else read) if d is not None]
     if len(docs) != 1:
         raise DraInputError(f"{path}: expected one YAML mapping with a `containers` list")
     return parse_usage(docs[0], str(path))

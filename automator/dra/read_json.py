@@ -64,3 +64,18 @@ def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
     out: list[tuple[Mapping[str, Any], str]] = []
     _pairs(doc, f"{path} document 0", out)
     return out
+
+
+def read_json_document(path: Path) -> tuple[Any] | None:
+    """(the file's one JSON document,) decoded by msgspec into plain dicts and lists (the usage file), or
+    None when msgspec does not read it: then the general reader reports or accepts it as it always did."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if data[:4096].lstrip()[:1] not in (b"{", b"["):
+        return None
+    try:
+        return (msgspec.json.decode(data),)
+    except msgspec.DecodeError:
+        return None

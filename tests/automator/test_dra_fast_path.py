@@ -1,0 +1,193 @@
+"""The loader's fast paths against the general field-by-field readers they stand in for.
+
+ResourceClaims (automator/dra/load_claims.py `_usual_claim`) and Pods (automator/dra/load_pods.py
+`usual_pod`) of the usual shape are read by one function with inline type checks; anything else goes to
+the general reader, which turns what does not parse into `unparsable` findings. Whatever the fast path
+accepts must give the record the general reader gives, with no finding; the realistic objects must take it
+(else the fast path is dead code). Malformed objects are every realistic one with one field deleted or
+replaced by a value of another type. The JSON usage file read by msgspec against the general reader too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from automator.dra.load import DraInputError, load_usage_file, parse_usage
+from automator.dra.load_claims import ClaimLoader
+from automator.dra.load_pods import read_pod, usual_pod
+from automator.dra.model import Claim, Finding, Pod
+from automator.snapshot import documents
+from tests.automator.fixtures.dra import builders as b
+
+Obj = dict[str, Any]
+FIXTURE = Path(__file__).parent / "fixtures" / "dra" / "hami-cluster.yaml"
+
+# What a field is replaced by: other types, empty values, odd quantities.
+ODD: tuple[Any, ...] = (None, "", 0, 7, True, 1.5, "x", "-1", "1e400", [], [1], {}, {"a": 1}, {"name": 3})
+
+
+def fixture_objects(kind: str) -> list[Obj]:
+    objects = [o for doc in yaml.safe_load_all(FIXTURE.read_text()) if doc for o in doc.get("items", [doc])]
+    return [o for o in objects if o.get("kind") == kind]
+
+
+def realistic_claims() -> list[Obj]:
+    status_claim = b.claim("ml", "two", [b.result("n1", 0, {"memory": "1Gi"}), b.result("n1", 1, None)])
+    status_claim["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "p", "uid": "u1"},
+        {"apiGroup": "batch", "resource": "jobs", "name": "j", "uid": "u2"},
+    ]
+    return [
+        b.shared_claim("ml", "a-gpu", "n1", 0, "20", "16Gi", "a"),
+        b.shared_claim("ml", "b-gpu", "n1", 0, "20", str(16000 * b.MIB), "b"),
+        b.claim("ml", "pending", None),
+        b.claim("ml", "exclusive", [b.result("n1", 1, None)], ["c"]),
+        status_claim,
+        *fixture_objects("ResourceClaim"),
+    ]
+
+
+def realistic_pods() -> list[Obj]:
+    templated = b.pod("ml", "t", "n1", {"gpu": "t-gpu"})
+    templated["status"]["resourceClaimStatuses"] = [
+        {"name": "gpu", "resourceClaimName": "other"},
+        {"name": "extra", "resourceClaimName": "t-extra"},
+    ]
+    templated["spec"]["initContainers"] = [
+        {"name": "init", "resources": {"claims": [{"name": "gpu", "request": "gpu"}]}},
+        {"name": "plain", "resources": {"limits": {"cpu": "1"}}},
+        {"name": "bare"},
+    ]
+    return [
+        b.pod("ml", "a", "n1", {"gpu": "a-gpu"}),
+        b.pod("ml", "pending", None, {"gpu": "p-gpu", "more": "p-more"}),
+        b.pod("ml", "plain", "n1", {}),
+        templated,
+        *fixture_objects("Pod"),
+    ]
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every map key and list index under `value`, outermost first."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield (*prefix, key)
+        yield from paths(child, (*prefix, key))
+
+
+def variants(obj: Obj) -> Iterator[tuple[str, Obj]]:
+    """The object with one field under spec/status deleted or replaced by each of ODD."""
+    for path in paths({"spec": obj.get("spec"), "status": obj.get("status")}):
+        parent_path, key = path[:-1], path[-1]
+        for replacement in ("<deleted>", *ODD):
+            copied = copy.deepcopy(obj)
+            parent: Any = copied
+            for step in parent_path:
+                parent = parent[step]
+            if replacement == "<deleted>":
+                del parent[key]
+            else:
+                parent[key] = copy.deepcopy(replacement)
+            yield f"{'.'.join(map(str, path))}={replacement!r}", copied
+
+
+def general_claim(obj: Obj) -> tuple[Claim, list[Finding]]:
+    findings: list[Finding] = []
+    claim = ClaimLoader(findings)._read_claim(obj, obj["metadata"]["namespace"], obj["metadata"]["name"])
+    return claim, findings
+
+
+def general_pod(obj: Obj) -> tuple[Pod, list[Finding]]:
+    findings: list[Finding] = []
+    return read_pod(obj, obj["metadata"]["namespace"], obj["metadata"]["name"], findings), findings
+
+
+@pytest.mark.parametrize("index", range(len(realistic_claims())))
+def test_realistic_claims_take_the_fast_path_and_read_the_same(index: int) -> None:
+    obj = realistic_claims()[index]
+    fast = ClaimLoader([])._usual_claim(obj, obj["metadata"]["namespace"], obj["metadata"]["name"])
+    assert fast is not None
+    assert (fast, []) == general_claim(obj)
+
+
+def test_claim_variants_fast_path_agrees_with_the_general_reader() -> None:
+    taken = given_up = 0
+    for obj in realistic_claims():
+        for what, variant in variants(obj):
+            loader = ClaimLoader([])
+            meta = variant["metadata"]
+            fast = loader._usual_claim(variant, meta["namespace"], meta["name"])
+            claim, findings = general_claim(variant)
+            if fast is None:
+                given_up += 1
+            else:
+                taken += 1
+                assert (fast, []) == (claim, findings), what
+            assert loader.claim(variant, meta["namespace"], meta["name"]) == claim, what
+            assert loader.findings == (findings if fast is None else []), what
+    assert taken and given_up  # both sides exercised
+
+
+@pytest.mark.parametrize("index", range(len(realistic_pods())))
+def test_realistic_pods_take_the_fast_path_and_read_the_same(index: int) -> None:
+    obj = realistic_pods()[index]
+    fast = usual_pod(obj, obj["metadata"]["namespace"], obj["metadata"]["name"])
+    assert fast is not None
+    assert (fast, []) == general_pod(obj)
+
+
+def test_pod_variants_fast_path_agrees_with_the_general_reader() -> None:
+    taken = given_up = 0
+    for obj in realistic_pods():
+        for what, variant in variants(obj):
+            fast = usual_pod(variant, variant["metadata"]["namespace"], variant["metadata"]["name"])
+            if fast is None:
+                given_up += 1
+                continue
+            taken += 1
+            assert (fast, []) == general_pod(variant), what
+    assert taken and given_up
+
+
+def usage_outcome(path: Path, general: bool) -> Any:
+    try:
+        if general:
+            (doc,) = [d for d in documents(path) if d is not None]
+            return parse_usage(doc, str(path))
+        return load_usage_file(path)
+    except (DraInputError, ValueError) as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 2**34), b.usage("ml", "b", "GPU-1", None)]}),
+        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 1.5e9)]}, indent=2),
+        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 2**70)]}),
+        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", -1)]}),
+        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 1), b.usage("ml", "a", "GPU-1", 2)]}),
+        json.dumps({"containers": [{"namespace": "ml", "pod": "a"}]}),
+        json.dumps({"containers": {}}),
+        json.dumps([{"containers": []}]),
+        '{"containers": [{"namespace": "ml", "pod": "a", "container": "c", "gpu_uuid": "G", '
+        '"memory_bytes": NaN}]}',
+        '{"containers": [{"namespace": "ml", "pod": "a", "container": "c", "gpu_uuid": "G", '
+        '"memory_bytes": 1e400}]}',
+        '{"containers": [], "containers": [{"namespace": "ml", "pod": "a", "container": "c", '
+        '"gpu_uuid": "G", "memory_bytes": 5}]}',
+        '{"containers": [',
+        "containers: []",
+    ],
+)
+def test_json_usage_file_reads_as_the_general_reader_does(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "usage.json"
+    path.write_text(text)
+    assert usage_outcome(path, general=False) == usage_outcome(path, general=True)
