@@ -15,16 +15,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from automator import report, settings
+from automator import settings
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
 from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
-from automator.planner import plan
 from automator.resources import FieldError, parse_time
-from automator.snapshot import InputError, load_cluster, load_usage
+
+# The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
+# and the other commands start without them.
 
 
 def _now(text: str | None) -> datetime:
+    from automator.snapshot import InputError
+
     if text is None:
         return datetime.now(UTC)
     try:
@@ -34,6 +37,8 @@ def _now(text: str | None) -> datetime:
 
 
 def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage], PlannerConfig, datetime]:
+    from automator.snapshot import InputError, load_cluster, load_usage
+
     try:
         config = settings.planner_config(args)
     except settings.SettingError as exc:
@@ -44,6 +49,9 @@ def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from automator import report
+    from automator.planner import plan
+
     cluster, usage, config, now = _load(args)
     result = plan(cluster, usage, config, now)
     if args.output == "json":
@@ -54,6 +62,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from automator import report
+    from automator.planner import plan
+    from automator.snapshot import InputError
+
     try:
         key = PodKey.parse(args.pod)
     except ValueError as exc:
@@ -113,15 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dra_cli.run(args)
     if args.command == keda_cli.COMMAND:
         return keda_cli.run(args)
+    if args.command not in ("plan", "explain"):
+        return _run(args)
+    from automator.snapshot import InputError
+
     try:
-        if args.command == "plan":
-            return _cmd_plan(args)
-        if args.command == "explain":
-            return _cmd_explain(args)
+        return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)
     except InputError as exc:
         print(f"gpu-automator: error: {exc}", file=sys.stderr)
         return 2
-    return _run(args)
 
 
 if __name__ == "__main__":

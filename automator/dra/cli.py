@@ -12,11 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from automator.dra.checks import check
-from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
-from automator.dra.report import to_json, to_text
-from automator.gc_pause import gc_paused
-
 COMMAND = "dra-check"
 
 
@@ -41,6 +36,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every other `gpu-automator` command (and `--help`) starts without the DRA readers.
+    from automator.dra.checks import check
+    from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
+    from automator.dra.report import to_json, to_text
+    from automator.gc_pause import gc_paused
+
     try:
         with gc_paused():  # parsing a large List makes millions of objects and no garbage cycles
             records = load_cluster_file(Path(args.cluster))
