@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from automator.class_settings import ClassSettings, class_settings
-from automator.conventions import RECLAIM_ANNOTATION
+from automator.conventions import NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from automator.eligibility import Assessment, PdbIndex, assess, scope_verdict
 from automator.model import (
     AnnotationWarning,
@@ -40,6 +40,8 @@ from automator.resources import (
     pod_requests,
     scheduled_at,
 )
+
+_FINISHED = ("Succeeded", "Failed")  # is_finished
 
 
 @dataclass(slots=True)
@@ -186,6 +188,7 @@ class _Builder:
         default_factory=dict
     )
     terminating: set[PodKey] = field(default_factory=set)
+    scope_cache: dict[tuple[str, Any], tuple[str, str] | None] = field(default_factory=dict)
     candidates: int = 0
     unknown: int = 0
 
@@ -196,11 +199,13 @@ class _Builder:
         self._nodes()
         settings = SettingsCache(self.classes, self.config)
         for obj in self.cluster.pods:
-            terminating = is_terminating(obj)
+            # is_terminating, is_finished and node_name, each field read once (40,000 pods a pass)
+            meta = obj.get("metadata") or {}
+            terminating = meta.get("deletionTimestamp") is not None
             if terminating:
                 self.terminating.add(PodKey.of(obj))
-            if not is_finished(obj):
-                self._pod(obj, settings, terminating)
+            if (obj.get("status") or {}).get("phase") not in _FINISHED:
+                self._pod(obj, meta, settings, terminating)
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
         return ClusterIndex(
             self.nodes,
@@ -220,10 +225,11 @@ class _Builder:
             except FieldError as exc:
                 self.nodes[name] = NodeState(name, obj, Requests(0, 0, 0), error=f"Node {name}: {exc}")
 
-    def _pod(self, obj: JsonObj, settings: SettingsCache, terminating: bool) -> None:
-        bound = node_name(obj)
+    def _pod(self, obj: JsonObj, meta: JsonObj, settings: SettingsCache, terminating: bool) -> None:
+        spec = obj.get("spec") or {}
+        bound = str(spec.get("nodeName") or "")
         if not bound:
-            class_name = (obj.get("spec") or {}).get("priorityClassName")
+            class_name = spec.get("priorityClassName")
             if is_unschedulable(obj) and class_name and is_reclaim_class(self.classes.get(class_name)):
                 self._preemptor(PodKey.of(obj), obj)
             return
@@ -241,7 +247,8 @@ class _Builder:
         node.used_mem += req.memory
         if req.gpus == 0 or terminating:
             return
-        key = PodKey.of(obj)
+        ns = str(meta.get("namespace") or "default")
+        key = PodKey(ns, str(meta.get("name") or ""))
         class_name, pod_settings = settings.of(obj)
         if class_name is not None:
             self.class_pods.setdefault(class_name, []).append(key)
@@ -254,7 +261,7 @@ class _Builder:
         self.candidates += 1
         if usage is None or usage.gpu_activity is None:
             self.unknown += 1
-        pdb_ids, pdb_reason = self._covering(obj)
+        pdb_ids, pdb_reason = self._covering(obj, key.namespace)
         try:
             priority = pod_priority(obj, self.classes, self.global_default)
             scheduled = scheduled_at(obj)
@@ -262,16 +269,26 @@ class _Builder:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
             return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage)
-        scope = scope_verdict(obj, self.config)
+        scope = self._scope(obj, key.namespace)
         assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason, scope)
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
 
-    def _covering(self, obj: JsonObj) -> tuple[list[tuple[str, str]], str | None]:
-        """PdbIndex.covering, once per namespace and label set (pods of one workload share them)."""
-        meta = obj.get("metadata") or {}
+    def _scope(self, obj: JsonObj, ns: str) -> tuple[str, str] | None:
+        """scope_verdict, once per namespace and opt-out label value."""
+        cache_key = (ns, labels_of(obj).get(NEVER_RECLAIM_LABEL))
         try:
-            key = (str(meta.get("namespace") or "default"), tuple(sorted(labels_of(obj).items())))
+            return self.scope_cache[cache_key]
+        except KeyError:
+            scope = self.scope_cache[cache_key] = scope_verdict(obj, self.config)
+            return scope
+        except TypeError:  # an unhashable label value: not cached
+            return scope_verdict(obj, self.config)
+
+    def _covering(self, obj: JsonObj, ns: str) -> tuple[list[tuple[str, str]], str | None]:
+        """PdbIndex.covering, once per namespace and label set (pods of one workload share them)."""
+        try:
+            key = (ns, tuple(sorted(labels_of(obj).items())))
             cached = self.covering_cache.get(key)
         except (TypeError, AttributeError):  # unhashable or unsortable labels: no cache
             return self.pdbs.covering(obj)

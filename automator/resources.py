@@ -237,8 +237,25 @@ def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Parsed times by their text: a snapshot repeats timestamps (pods of one rollout), and parsing is most of
+# reading a pod's scheduling time. Only valid texts are kept; bounded like _AMOUNTS.
+_TIMES: dict[str, datetime] = {}
+
+
 def parse_time(value: Any, field: str) -> datetime:
     """RFC 3339 (trailing Z or a numeric offset, optional fraction); always timezone-aware, in UTC."""
+    if type(value) is str:
+        known = _TIMES.get(value)
+        if known is None:
+            known = _parse_time(value, field)
+            if len(_TIMES) >= _AMOUNTS_MAX:
+                _TIMES.clear()
+            _TIMES[value] = known
+        return known
+    return _parse_time(value, field)
+
+
+def _parse_time(value: Any, field: str) -> datetime:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, str):
