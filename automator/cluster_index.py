@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from automator.class_settings import ClassSettings, class_settings
-from automator.conventions import NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
+from automator.conventions import RECLAIM_ANNOTATION
 from automator.eligibility import Assessment, PdbIndex, assess, scope_verdict
 from automator.model import (
     AnnotationWarning,
@@ -42,6 +42,8 @@ from automator.resources import (
 )
 
 _FINISHED = ("Succeeded", "Failed")  # is_finished
+# PDBs covering a pod (read only: shared by the pods of a workload), why they protect it, its scope verdict
+_Standing = tuple[list[tuple[str, str]], str | None, tuple[str, str] | None]
 
 
 @dataclass(slots=True)
@@ -184,11 +186,9 @@ class _Builder:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     preemptors: list[Preemptor] = field(default_factory=list)
     class_pods: dict[str, list[PodKey]] = field(default_factory=dict)
-    covering_cache: dict[tuple[str, tuple[Any, ...]], tuple[list[tuple[str, str]], str | None]] = field(
-        default_factory=dict
-    )
+    # (namespace, labels) -> PDBs covering, PDB protection reason, scope verdict
+    standing_cache: dict[tuple[str, tuple[Any, ...]], _Standing] = field(default_factory=dict)
     terminating: set[PodKey] = field(default_factory=set)
-    scope_cache: dict[tuple[str, Any], tuple[str, str] | None] = field(default_factory=dict)
     candidates: int = 0
     unknown: int = 0
 
@@ -261,7 +261,7 @@ class _Builder:
         self.candidates += 1
         if usage is None or usage.gpu_activity is None:
             self.unknown += 1
-        pdb_ids, pdb_reason = self._covering(obj, key.namespace)
+        pdb_ids, pdb_reason, scope = self._standing(obj, key.namespace)
         try:
             priority = pod_priority(obj, self.classes, self.global_default)
             scheduled = scheduled_at(obj)
@@ -269,32 +269,21 @@ class _Builder:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
             return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage)
-        scope = self._scope(obj, key.namespace)
         assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason, scope)
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
 
-    def _scope(self, obj: JsonObj, ns: str) -> tuple[str, str] | None:
-        """scope_verdict, once per namespace and opt-out label value."""
-        cache_key = (ns, labels_of(obj).get(NEVER_RECLAIM_LABEL))
+    def _standing(self, obj: JsonObj, ns: str) -> _Standing:
+        """PdbIndex.covering and scope_verdict, once per namespace and labels (as the pod lists them: pods of
+        one workload share them)."""
         try:
-            return self.scope_cache[cache_key]
-        except KeyError:
-            scope = self.scope_cache[cache_key] = scope_verdict(obj, self.config)
-            return scope
-        except TypeError:  # an unhashable label value: not cached
-            return scope_verdict(obj, self.config)
-
-    def _covering(self, obj: JsonObj, ns: str) -> tuple[list[tuple[str, str]], str | None]:
-        """PdbIndex.covering, once per namespace and label set (pods of one workload share them)."""
-        try:
-            key = (ns, tuple(sorted(labels_of(obj).items())))
-            cached = self.covering_cache.get(key)
-        except (TypeError, AttributeError):  # unhashable or unsortable labels: no cache
-            return self.pdbs.covering(obj)
+            key = (ns, tuple(labels_of(obj).items()))
+            cached = self.standing_cache.get(key)
+        except TypeError:  # an unhashable label value: no cache
+            return (*self.pdbs.covering(obj), scope_verdict(obj, self.config))
         if cached is None:
-            cached = self.covering_cache[key] = self.pdbs.covering(obj)
-        return list(cached[0]), cached[1]
+            cached = self.standing_cache[key] = (*self.pdbs.covering(obj), scope_verdict(obj, self.config))
+        return cached
 
     def _preemptor(self, key: PodKey, obj: JsonObj) -> None:
         error: str | None = None
