@@ -14,7 +14,7 @@ from typing import Any
 
 from automator.class_settings import ClassSettings, class_settings
 from automator.conventions import RECLAIM_ANNOTATION
-from automator.eligibility import Assessment, PdbIndex, assess, scope_verdict
+from automator.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
 from automator.model import (
     AnnotationWarning,
     ClusterState,
@@ -60,6 +60,9 @@ class Candidate:
     assessment: Assessment
     pdbs: list[tuple[str, str]]
     usage: PodUsage | None
+    # the lowest preemptor priority it is a victim for: above its own priority and eligible_for (issue 14:
+    # one comparison where the search and the rankings sort every candidate for every preemptor priority)
+    floor: int
 
 
 @dataclass(slots=True)
@@ -268,10 +271,11 @@ class _Builder:
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
-            return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage)
+            return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage, NEVER)
         assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason, scope)
         age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
-        return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage)
+        floor = max(priority + 1, assessment.eligible_from)
+        return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage, floor)
 
     def _standing(self, obj: JsonObj, ns: str) -> _Standing:
         """PdbIndex.covering and scope_verdict, once per namespace and labels (as the pod lists them: pods of

@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import eligible_for
 from automator.model import PodKey
 from automator.resources import Requests
 
@@ -84,9 +83,8 @@ class Rankings:
         pods = [
             pod
             for pod in node.candidates
-            if pod.priority < priority
+            if pod.floor <= priority  # lower priority and eligible_for
             and not (exclude and pod.key in exclude)
-            and eligible_for(pod.assessment, priority)
         ]
         # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
         last = self.last.get(node.name)
