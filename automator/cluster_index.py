@@ -8,7 +8,7 @@ served, the PodDisruptionBudgets and the warnings about malformed PriorityClass 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -310,7 +310,7 @@ class _Builder:
             for bad in pod_settings.malformed:
                 pods = tuple(sorted(self.class_pods.get(class_name or "", [])))
                 message = bad.message + "; its pods are protected"
-                warnings.append(AnnotationWarning(str(class_name), bad.annotation, bad.value, message, pods))
+                warnings.append(replace(bad, priority_class=str(class_name), message=message, pods=pods))
         return warnings
 
 
