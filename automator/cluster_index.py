@@ -39,6 +39,7 @@ from automator.resources import (
     pod_priority,
     pod_requests,
     scheduled_at,
+    spec_requests,
 )
 
 _FINISHED = ("Succeeded", "Failed")  # is_finished
@@ -240,7 +241,7 @@ class _Builder:
         if node is None:
             return  # bound to a node we do not know: nothing to plan there
         try:
-            req = pod_requests(obj, self.config.gpu_resources)
+            req = spec_requests(spec, self.config.gpu_resources)
         except FieldError as exc:
             # Unknown usage of the node: fail safe, plan nothing there.
             node.error = f"Pod {PodKey.of(obj)}: {exc}"

@@ -136,8 +136,12 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     max(sum over app containers + restartable (sidecar) init containers, the peak during init), where an
     init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
     """
+    return spec_requests(pod.get("spec") or {}, gpu_resources)
+
+
+def spec_requests(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> Requests:
+    """pod_requests of a pod's spec (the index reads the spec once per pod)."""
     names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
-    spec = pod.get("spec") or {}
     key = _requests_key(spec, names)
     if key is not None:
         try:
