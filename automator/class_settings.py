@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from automator.conventions import (
     ANN_CPU_IDLE_SECONDS,
@@ -16,7 +16,7 @@ from automator.conventions import (
     ANN_MIN_PREEMPTABLE_PRIORITY,
     ANN_TOLERATION_SECONDS,
 )
-from automator.model import JsonObj, PlannerConfig, UsageWindow
+from automator.model import AnnotationWarning, JsonObj, PlannerConfig, UsageWindow
 from automator.resources import annotations_of
 
 # The longest usage window (and guaranteed run time) an annotation may ask for: 7 days. Longer is a typo
@@ -26,11 +26,7 @@ MAX_WINDOW_SECONDS = 7 * 86_400
 MAX_CPU_THRESHOLD_CORES = 4096.0
 
 
-@dataclass(frozen=True)
-class Malformed:
-    annotation: str
-    value: str
-    message: str
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -43,51 +39,57 @@ class ClassSettings:
     gpu_threshold: float
     cpu_idle_seconds: int
     cpu_threshold: float
-    malformed: tuple[Malformed, ...] = ()
+    # without the class name and pods (the index adds them when it warns)
+    malformed: tuple[AnnotationWarning, ...] = ()
 
     @property
     def window(self) -> UsageWindow:
         return UsageWindow(self.gpu_idle_seconds, self.cpu_idle_seconds)
 
 
+def _checked(
+    value: _N | None, problem: str | None, key: str, raw: Any, bad: list[AnnotationWarning]
+) -> _N | None:
+    """value, or None with the problem recorded (the class's pods are then protected)."""
+    if problem is None:
+        return value
+    bad.append(AnnotationWarning("", key, str(raw), f"{key}: {problem}", ()))
+    return None
+
+
 def _int(
-    raw: Any, key: str, minimum: int | None, bad: list[Malformed], maximum: int | None = None
+    raw: Any, key: str, minimum: int | None, bad: list[AnnotationWarning], maximum: int | None = None
 ) -> int | None:
-    text = str(raw).strip()
     try:
-        value = int(text)
+        value = int(str(raw).strip())
     except ValueError:
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not an integer"))
-        return None
+        return _checked(None, f"{str(raw)!r} is not an integer", key, raw, bad)
+    problem = None
     if minimum is not None and value < minimum:
-        bad.append(Malformed(key, str(raw), f"{key}: {value} is below {minimum}"))
-        return None
-    if maximum is not None and value > maximum:
-        bad.append(Malformed(key, str(raw), f"{key}: {value} is above {maximum} (7 days)"))
-        return None
-    return value
+        problem = f"{value} is below {minimum}"
+    elif maximum is not None and value > maximum:
+        problem = f"{value} is above {maximum} (7 days)"
+    return _checked(value, problem, key, raw, bad)
 
 
-def _float(raw: Any, key: str, bad: list[Malformed], upper: float | None = None) -> float | None:
+def _float(raw: Any, key: str, bad: list[AnnotationWarning], upper: float | None = None) -> float | None:
     try:
         value = float(str(raw).strip())
     except ValueError:
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a number"))
-        return None
+        return _checked(None, f"{str(raw)!r} is not a number", key, raw, bad)
+    problem = None
     if not math.isfinite(value) or value < 0:
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is not a finite number >= 0"))
-        return None
-    if upper is not None and value > upper:
+        problem = f"{str(raw)!r} is not a finite number >= 0"
+    elif upper is not None and value > upper:
         # GPU activity is a 0-1 ratio: a threshold like 5 (percent?) would make every pod idle.
-        bad.append(Malformed(key, str(raw), f"{key}: {str(raw)!r} is above {upper:g} (a 0-1 ratio)"))
-        return None
-    return value
+        problem = f"{str(raw)!r} is above {upper:g} (a 0-1 ratio)"
+    return _checked(value, problem, key, raw, bad)
 
 
 def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
     """Read the plugin's annotations: missing -> defaults, malformed -> recorded (the pod is protected)."""
     ann = annotations_of(pc) if pc is not None else {}
-    bad: list[Malformed] = []
+    bad: list[AnnotationWarning] = []
     minimum = (
         _int(ann[ANN_MIN_PREEMPTABLE_PRIORITY], ANN_MIN_PREEMPTABLE_PRIORITY, None, bad)
         if (ANN_MIN_PREEMPTABLE_PRIORITY in ann)

@@ -100,6 +100,10 @@ class PdbIndex:
 # --- rules 2-8 (preemptor-independent part) -----------------------------------------------------------
 
 
+# Above every priority (Kubernetes priorities are 32-bit): Assessment.eligible_from of a protected pod.
+NEVER = 2**62
+
+
 class Assessment:
     """A candidate victim's standing, computed once per plan.
 
@@ -109,7 +113,7 @@ class Assessment:
     explained: most candidates of a large pass never need it.
     """
 
-    __slots__ = ("_facts", "_reason", "blocked", "eligible", "min_preemptable", "rule")
+    __slots__ = ("_facts", "_reason", "blocked", "eligible", "eligible_from", "min_preemptable", "rule")
 
     def __init__(
         self,
@@ -126,6 +130,13 @@ class Assessment:
         self.rule = rule
         self._reason = reason
         self._facts = facts  # what base_reason needs, when the reason is not written yet
+        # the lowest preemptor priority it is eligible for (eligible_for), NEVER when none
+        if blocked is not None:
+            self.eligible_from = NEVER
+        elif eligible:
+            self.eligible_from = -NEVER
+        else:
+            self.eligible_from = NEVER if min_preemptable is None else min_preemptable
 
     @property
     def reason(self) -> str:
@@ -290,10 +301,7 @@ def assess(
 
 def eligible_for(assessment: Assessment, preemptor_priority: int) -> bool:
     """verdict_for's first element, without writing its reason."""
-    if assessment.blocked is not None:
-        return False
-    minimum = assessment.min_preemptable
-    return (minimum is not None and preemptor_priority >= minimum) or assessment.eligible
+    return preemptor_priority >= assessment.eligible_from
 
 
 def verdict_for(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str, str]:

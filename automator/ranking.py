@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import eligible_for
 from automator.model import PodKey
 from automator.resources import Requests
 
@@ -28,7 +27,8 @@ FITS: Bound = (0, 0, 0, 0, 0.0)
 
 
 class _Eligible:
-    """One node's eligible victims for one preemptor priority, sorted for the bounds."""
+    """One node's eligible victims for one preemptor priority, sorted for the bounds (what a bound reads
+    first is made here, the rest the first time a bound needs it)."""
 
     __slots__ = ("low_a", "low_g", "low_p", "pods", "singles", "top_c", "top_g", "top_m", "version")
 
@@ -36,16 +36,32 @@ class _Eligible:
         self.version = version
         self.pods = pods
         self.top_g = _prefix(sorted([p.req.gpus for p in pods], reverse=True))  # prefix sums, largest first
-        self.top_c = _prefix(sorted([p.req.cpu_m for p in pods], reverse=True))
-        self.top_m = _prefix(sorted([p.req.memory for p in pods], reverse=True))
+        self.top_c: list[int] | None = None  # the same for cpu and memory: most shapes need GPUs alone
+        self.top_m: list[int] = []
         # (GPUs, priority, run time rounded, cpu, memory) of each, in that order: the best single victim is
         # the first one that frees enough
-        self.singles = sorted(
-            [(p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory) for p in pods]
-        )
-        self.low_g: list[int] | None = None  # prefix sums of the smallest first, made when a bound needs them
+        self.singles: list[tuple[int, int, float, int, int]] | None = None
+        self.low_g: list[int] | None = None  # prefix sums of the smallest first
         self.low_p: list[int] = []
         self.low_a: list[float] = []
+
+    def tops(self) -> tuple[list[int], list[int]]:
+        """top_c and top_m, made the first time."""
+        if self.top_c is None:
+            self.top_c = _prefix(sorted([p.req.cpu_m for p in self.pods], reverse=True))
+            self.top_m = _prefix(sorted([p.req.memory for p in self.pods], reverse=True))
+        return self.top_c, self.top_m
+
+    def single(self, need_g: int, need_c: int, need_m: int) -> Bound | None:
+        """The key of the best single victim freeing the amounts needed; None when none does."""
+        if self.singles is None:
+            self.singles = sorted(
+                [(p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory) for p in self.pods]
+            )
+        for g, p, a, c, m in self.singles:
+            if g >= need_g and c >= need_c and m >= need_m:
+                return (1, g, p, p, a)
+        return None
 
     def lows(self) -> list[int]:
         """low_g, low_p and low_a, made the first time; returns low_g."""
@@ -84,9 +100,8 @@ class Rankings:
         pods = [
             pod
             for pod in node.candidates
-            if pod.priority < priority
+            if pod.floor <= priority  # lower priority and eligible_for
             and not (exclude and pod.key in exclude)
-            and eligible_for(pod.assessment, priority)
         ]
         # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
         last = self.last.get(node.name)
@@ -171,25 +186,24 @@ def _bound(
     if need_g <= 0 and need_c <= 0 and need_m <= 0:
         return FITS
     e = eligible(node, priority)
-    top_g, top_c, top_m = e.top_g, e.top_c, e.top_m
-    if (
-        (need_g > 0 and top_g[-1] < need_g)
-        or (need_c > 0 and top_c[-1] < need_c)
-        or (need_m > 0 and top_m[-1] < need_m)
-    ):
+    top_g = e.top_g
+    if need_g > 0 and top_g[-1] < need_g:
         return None
-    # the fewest victims (largest first) freeing each amount still needed
-    k = max(
-        1,
-        bisect.bisect_left(top_g, need_g) if need_g > 0 else 0,
-        bisect.bisect_left(top_c, need_c) if need_c > 0 else 0,
-        bisect.bisect_left(top_m, need_m) if need_m > 0 else 0,
-    )
+    k = max(1, bisect.bisect_left(top_g, need_g) if need_g > 0 else 0)  # the fewest victims, largest first
+    if need_c > 0 or need_m > 0:
+        top_c, top_m = e.tops()
+        if (need_c > 0 and top_c[-1] < need_c) or (need_m > 0 and top_m[-1] < need_m):
+            return None
+        k = max(
+            k,
+            bisect.bisect_left(top_c, need_c) if need_c > 0 else 0,
+            bisect.bisect_left(top_m, need_m) if need_m > 0 else 0,
+        )
     if k == 1:
         # One victim may do: the best single victim is exact (but for PDB budgets spent in the pass).
-        for g, p, a, c, m in e.singles:
-            if g >= need_g and c >= need_c and m >= need_m:
-                return (1, g, p, p, a)
+        single = e.single(need_g, need_c, need_m)
+        if single is not None:
+            return single
         k = 2
     low_g = e.lows()
     if k >= len(low_g):

@@ -136,8 +136,12 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     max(sum over app containers + restartable (sidecar) init containers, the peak during init), where an
     init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
     """
-    names = gpu_resources if isinstance(gpu_resources, tuple) else tuple(gpu_resources)
-    spec = pod.get("spec") or {}
+    return spec_requests(pod.get("spec") or {}, gpu_resources)
+
+
+def spec_requests(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> Requests:
+    """pod_requests of a pod's spec (the index reads the spec once per pod)."""
+    names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
     key = _requests_key(spec, names)
     if key is not None:
         try:
@@ -169,17 +173,22 @@ def _requests_key(spec: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any,
     container, as (name, literal) items; None for any other spec, which is read each time. Unhashable
     when a literal is (a list or map where a quantity belongs)."""
     containers = spec.get("containers") or []
-    if spec.get("initContainers") or spec.get("overhead") or type(containers) is not list:
+    if type(containers) is not list or spec.get("initContainers") or spec.get("overhead"):
         return None
-    parts: tuple[Any, ...] = (names,)
+    parts: list[Any] = [names]
     for container in containers:
-        resources = (container.get("resources") if type(container) is dict else None) or {}
-        limits = resources.get("limits") or {} if type(resources) is dict else None
-        requests = resources.get("requests") or {} if type(resources) is dict else None
-        if type(container) is not dict or type(limits) is not dict or type(requests) is not dict:
+        if type(container) is not dict:
             return None
-        parts += (tuple(limits.items()), tuple(requests.items()))
-    return parts
+        resources = container.get("resources") or {}
+        if type(resources) is not dict:
+            return None
+        limits = resources.get("limits") or {}
+        requests = resources.get("requests") or {}
+        if type(limits) is not dict or type(requests) is not dict:
+            return None
+        parts.append(tuple(limits.items()))
+        parts.append(tuple(requests.items()))
+    return tuple(parts)
 
 
 def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
@@ -237,8 +246,25 @@ def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# Parsed times by their text: a snapshot repeats timestamps (pods of one rollout), and parsing is most of
+# reading a pod's scheduling time. Only valid texts are kept; bounded like _AMOUNTS.
+_TIMES: dict[str, datetime] = {}
+
+
 def parse_time(value: Any, field: str) -> datetime:
     """RFC 3339 (trailing Z or a numeric offset, optional fraction); always timezone-aware, in UTC."""
+    if type(value) is str:
+        known = _TIMES.get(value)
+        if known is None:
+            known = _parse_time(value, field)
+            if len(_TIMES) >= _AMOUNTS_MAX:
+                _TIMES.clear()
+            _TIMES[value] = known
+        return known
+    return _parse_time(value, field)
+
+
+def _parse_time(value: Any, field: str) -> datetime:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, str):

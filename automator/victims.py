@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import PdbIndex, eligible_for, verdict_reason, verdict_rule
+from automator.eligibility import PdbIndex, verdict_reason, verdict_rule
 from automator.model import PodKey
 from automator.resources import Requests
 
@@ -72,7 +72,7 @@ def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) 
             result.not_lower += 1
         elif exclude and pod.key in exclude:
             protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
-        elif eligible_for(pod.assessment, priority):
+        elif pod.floor <= priority:  # eligible_for (the pod's priority is lower)
             eligible.append(pod)
             reclaimable += pod.req.gpus
         else:
