@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from automator.snapshot import is_json
+
 
 class _Metadata(msgspec.Struct):
     name: Any = None
@@ -48,16 +50,23 @@ def _pairs(obj: _Object, where: str, out: list[tuple[Mapping[str, Any], str]]) -
     out.append(({"kind": kind, "metadata": fields, "spec": obj.spec, "status": obj.status}, where))
 
 
-def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
-    """(object, where) pairs of the file's one JSON document, or None when msgspec does not read it."""
+def _json_bytes(path: Path) -> bytes | None:
+    """The file's bytes when they are JSON by content (as the general reader tells it), else None: the
+    general reader reads, reports or refuses it."""
     try:
         data = path.read_bytes()
     except OSError:
-        return None  # the general reader reports it
-    if data[:4096].lstrip()[:1] != b"{":
+        return None
+    return data if is_json(data) else None
+
+
+def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
+    """(object, where) pairs of the file's one JSON document, or None when msgspec does not read it."""
+    data = _json_bytes(path)
+    if data is None:
         return None
     try:
-        doc = _DECODER.decode(data)
+        doc = _DECODER.decode(data)  # a top-level array is no _Object: ValidationError
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     del data
@@ -69,11 +78,8 @@ def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
 def read_json_document(path: Path) -> tuple[Any] | None:
     """(the file's one JSON document,) decoded by msgspec into plain dicts and lists (the usage file), or
     None when msgspec does not read it: then the general reader reports or accepts it as it always did."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if data[:4096].lstrip()[:1] not in (b"{", b"["):
+    data = _json_bytes(path)
+    if data is None:
         return None
     try:
         return (msgspec.json.decode(data),)
