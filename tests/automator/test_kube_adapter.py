@@ -18,6 +18,7 @@ from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATI
 from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
 from automator.model import PodKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
+from tests.fakeclock import FakeClock
 from tools.fakekube import FakeApiServer
 from tools.promserver import free_port
 
@@ -393,21 +394,13 @@ def test_leader_election_respects_a_held_lease(fake_kube: FakeApiServer) -> None
         elector.stop(timeout=10)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_hanging_lease_renewal_never_leaves_two_leaders(fake_kube: FakeApiServer) -> None:
     """Replica 1 leads; its renewals then hang. It must stop leading (renew deadline, call timeouts) before
     replica 2 may take the lease (lease duration, by replica 2's own clock)."""
     cfg = client.Configuration(host=fake_kube.url)
     cfg.retries = False  # as api_client() builds it
     api = client.ApiClient(cfg)
-    c1, c2 = Clock(), Clock()
+    c1, c2 = FakeClock(), FakeClock()
     timings = {"lease_duration": 15, "renew_deadline": 10, "retry_period": 2, "request_timeout": 0.1}
     one = LeaderElector(api, "automator", "gpu-steward", "replica-1", clock=c1, **timings)  # type: ignore[arg-type]
     two = LeaderElector(api, "automator", "gpu-steward", "replica-2", clock=c2, **timings)  # type: ignore[arg-type]
@@ -416,8 +409,8 @@ def test_hanging_lease_renewal_never_leaves_two_leaders(fake_kube: FakeApiServer
     # From now on every write of replica 1 hangs longer than its request timeout, then fails: it never lands.
     fake_kube.fail("PUT", LEASE, 504, "Timeout", "etcd", times=100, delay=0.5, body_contains="replica-1")
     for _ in range(9):  # every 2 s replica 1 tries to renew; each try times out
-        c1.t += 2
-        c2.t += 2
+        c1.now += 2
+        c2.now += 2
         with contextlib.suppress(urllib3.exceptions.HTTPError):  # the renewal times out
             one.try_acquire_or_renew()
         leaders = [one.is_leader, two.is_leader or two.try_acquire_or_renew()]

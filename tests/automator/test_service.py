@@ -22,6 +22,7 @@ from automator.model import ClusterState, Mode, PlannerConfig, PodKey, PodUsage
 from automator.ports import KubernetesUnavailable
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
+from tests.fakeclock import Clock
 
 NOW = k8s.NOW
 
@@ -36,14 +37,6 @@ def cluster() -> ClusterState:
     )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 class Leader:
     def __init__(self, leading: bool = True) -> None:
         self.leading = leading
@@ -56,7 +49,7 @@ def make_service(
     prom: FakePrometheus | None = None, leader: Leader | None = None, mode: Mode = Mode.DRY_RUN
 ) -> tuple[service.Service, FakeKube, Clock]:
     kube = FakeKube(cluster())
-    clock = Clock()
+    clock = Clock(NOW)
     svc = service.Service(
         kube=kube,
         prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0, gpu_recent_max=0.0)}),
