@@ -185,7 +185,6 @@ def _run(
         result.result, result.reason = PassOutcome.CLOCK_SKEW, skew_note
         return
     result.reason = skew_note
-    interrupted: set[PodKey] = set()
     if mode is Mode.ENFORCE:
         writer = ClusterWriter(kube, {PodKey.of(p): p for p in cluster.pods}, metrics, limits.should_continue)
         enforcer = Enforcer(writer, cluster, usage, windows, config, now, state, limits.max_replans, budget)
@@ -193,9 +192,8 @@ def _run(
         result.plan = plan = enforcer.run(plan)  # the decisions acted on
         result.actions = writer.actions
         result.replans = enforcer.replans
-        interrupted = enforcer.interrupted
         if enforcer.stopped:
             result.reason = "; ".join(x for x in (result.reason, enforcer.stopped) if x)
     if metrics is not None:
         metrics.decisions.labels(mode=str(mode)).inc(len(plan.decisions))
-        metrics.set_unresolved(unresolved_by_reason(plan.unresolved, interrupted))
+        metrics.set_unresolved(unresolved_by_reason(plan.unresolved))

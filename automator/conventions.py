@@ -79,7 +79,7 @@ WORD_PREEMPTOR_CHANGED: Final = "preemptor-changed"
 
 class UnresolvedReason(StrEnum):
     """Why a preemptor stays pending, in a bounded set: the `reason` label of
-    gpu_steward_automator_unresolved_preemptors (automator/metrics.py derives it from the reason text)."""
+    gpu_steward_automator_unresolved_preemptors, set on each Unresolved where its reason text is written."""
 
     NO_FIT = "no-fit"  # no node fits even after evicting every eligible idle pod
     NO_NODE = "no-node"  # no node can run it whatever is evicted (or no node at all)
@@ -90,7 +90,6 @@ class UnresolvedReason(StrEnum):
     EVICTION_BUDGET = WORD_BUDGET
     PREEMPTOR_CHANGED = WORD_PREEMPTOR_CHANGED
     INTERRUPTED = "interrupted"  # the pass's actions stopped first (leadership, throttling, re-plans spent)
-    OTHER = "other"  # a reason text none of the above recognises (a test keeps the planner's covered)
 
 
 # Event source component and the events.k8s.io reporting controller.

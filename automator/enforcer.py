@@ -23,6 +23,7 @@ from automator.conventions import (
     REASON_VICTIM,
     WORD_BUDGET,
     WORD_GAVE_UP,
+    UnresolvedReason,
 )
 from automator.cooldown import ActuatorState, reclaim_annotations
 from automator.eviction import ClusterWriter, Stop
@@ -86,8 +87,7 @@ class Enforcer:
     placed: dict[PodKey, str] = field(default_factory=dict)
     evicted_for: dict[PodKey, list[Victim]] = field(default_factory=dict)
     last_decision: dict[PodKey, Decision] = field(default_factory=dict)
-    skipped: dict[PodKey, str] = field(default_factory=dict)  # preemptors not acted on, and why
-    interrupted: set[PodKey] = field(default_factory=set)  # unresolved because the actions stopped
+    skipped: dict[PodKey, Unresolved] = field(default_factory=dict)  # preemptors not acted on, and why
 
     def _refused(self, d: Decision, v: Victim, result: EvictionResult, dry_run: bool) -> None:
         """A victim that cannot be evicted now: never chosen again this pass; the caller re-plans."""
@@ -107,11 +107,12 @@ class Enforcer:
         self.writer.leading(f"the victims of {d.preemptor}")
         changed = self.writer.preemptor_changed(d.preemptor)
         if changed is not None:
-            log.info("nothing evicted for %s: %s", d.preemptor, changed)
+            log.info("nothing evicted for %s: %s", d.preemptor, changed.reason)
             self.skipped[d.preemptor] = changed
             return False
         if len(d.victims) > self.budget:
-            self.skipped[d.preemptor] = f"{WORD_BUDGET}: {self.budget} evictions left this pass"
+            why = f"{WORD_BUDGET}: {self.budget} evictions left this pass"
+            self.skipped[d.preemptor] = Unresolved(d.preemptor, why, UnresolvedReason.EVICTION_BUDGET)
             return False
         return True
 
@@ -213,12 +214,11 @@ class Enforcer:
             self._finish(d, complete=preemptor in self.placed)
         served = set(self.placed) | set(self.evicted_for)
         unresolved = [u for u in current.unresolved if u.preemptor not in served]
-        unresolved += [Unresolved(k, why) for k, why in self.skipped.items() if k not in served]
+        unresolved += [u for k, u in self.skipped.items() if k not in served]
         why = self.stopped or "eviction refused and re-plans exhausted"
         for d in current.decisions:
             if d.preemptor not in served and d.preemptor not in self.skipped:
-                unresolved.append(Unresolved(d.preemptor, why))
-                self.interrupted.add(d.preemptor)
+                unresolved.append(Unresolved(d.preemptor, why, UnresolvedReason.INTERRUPTED))
         return replace(plan, decisions=done, unresolved=unresolved)
 
     def _finish(self, d: Decision, complete: bool) -> None:

@@ -10,9 +10,14 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from automator.conventions import WORD_NOMINATED, WORD_PREEMPTOR_CHANGED, WRITTEN_ANNOTATIONS
+from automator.conventions import (
+    WORD_NOMINATED,
+    WORD_PREEMPTOR_CHANGED,
+    WRITTEN_ANNOTATIONS,
+    UnresolvedReason,
+)
 from automator.metrics import AutomatorMetrics
-from automator.model import JsonObj, PodKey
+from automator.model import JsonObj, PodKey, Unresolved
 from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
 from automator.resources import is_terminating
 
@@ -104,19 +109,24 @@ class ClusterWriter:
             return True, None
         return bool(uid) and _uid(now) != uid, None
 
-    def preemptor_changed(self, key: PodKey) -> str | None:
+    def preemptor_changed(self, key: PodKey) -> Unresolved | None:
         """Read the preemptor again just before its victims go: gone, scheduled, nominated or replaced."""
         try:
             now = self.kube.get_pod(key)
         except KubernetesUnavailable as e:
             raise Stop(f"preemptor {key} cannot be read again: {e}") from e
+        changed = UnresolvedReason.PREEMPTOR_CHANGED
         if now is None:
-            return f"{WORD_PREEMPTOR_CHANGED}: the preemptor is gone"
+            return Unresolved(key, f"{WORD_PREEMPTOR_CHANGED}: the preemptor is gone", changed)
         if _uid(now) != _uid(self.pods.get(key)):
-            return f"{WORD_PREEMPTOR_CHANGED}: the preemptor was replaced (new uid)"
+            return Unresolved(key, f"{WORD_PREEMPTOR_CHANGED}: the preemptor was replaced (new uid)", changed)
         if (now.get("spec") or {}).get("nodeName"):
-            return f"{WORD_PREEMPTOR_CHANGED}: the preemptor was scheduled to {now['spec']['nodeName']}"
+            node = now["spec"]["nodeName"]
+            return Unresolved(
+                key, f"{WORD_PREEMPTOR_CHANGED}: the preemptor was scheduled to {node}", changed
+            )
         nominated = (now.get("status") or {}).get("nominatedNodeName")
         if nominated:
-            return f"{WORD_NOMINATED}: the scheduler nominated node {nominated}"
+            why = f"{WORD_NOMINATED}: the scheduler nominated node {nominated}"
+            return Unresolved(key, why, UnresolvedReason.NOMINATED)
         return None

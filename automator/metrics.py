@@ -6,14 +6,14 @@ metric is written once. The KEDA endpoints' table (automator/keda/metrics.py) us
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from automator.conventions import UnresolvedReason
-from automator.model import Mode, PassOutcome, PodKey, Unresolved
+from automator.model import Mode, PassOutcome, Unresolved
 from automator.ports import EvictionOutcome
 
 PREFIX: Final = "gpu_steward_automator_"
@@ -22,7 +22,6 @@ PREFIX: Final = "gpu_steward_automator_"
 PASS_RESULTS: tuple[str, ...] = tuple(PassOutcome)
 EVICTION_RESULTS: tuple[str, ...] = tuple(EvictionOutcome)
 MODES: tuple[str, ...] = tuple(Mode)
-UNRESOLVED_REASONS: tuple[str, ...] = tuple(UnresolvedReason)
 
 Metric = Counter | Gauge | Histogram
 
@@ -66,33 +65,11 @@ def declare(owner: object, registry: CollectorRegistry, prefix: str, table: Iter
         raise TypeError(f"{type(owner).__name__}: metric table and attributes differ: {made ^ declared}")
 
 
-# Why each unresolved reason text is what it is (the planner's texts that start with no reason word).
-_REASON_PREFIXES: Final[tuple[tuple[str, UnresolvedReason], ...]] = (
-    ("no node fits", UnresolvedReason.NO_FIT),
-    ("no nodes in the cluster", UnresolvedReason.NO_NODE),
-    ("no node can run it", UnresolvedReason.NO_NODE),
-    ("malformed pod", UnresolvedReason.MALFORMED_POD),
-)
-_REASON_WORDS: Final = frozenset(UNRESOLVED_REASONS)
-
-
-def unresolved_reason(text: str) -> UnresolvedReason:
-    """The bounded reason of an unresolved preemptor, from its reason text (OTHER when not recognised)."""
-    word = text.partition(":")[0].strip()
-    if word in _REASON_WORDS:
-        return UnresolvedReason(word)
-    return next((r for prefix, r in _REASON_PREFIXES if text.startswith(prefix)), UnresolvedReason.OTHER)
-
-
-def unresolved_by_reason(
-    unresolved: Iterable[Unresolved], interrupted: Collection[PodKey] = ()
-) -> dict[UnresolvedReason, int]:
-    """How many unresolved preemptors per reason, every reason present (0 when none). `interrupted`:
-    preemptors left unresolved because the pass's actions stopped, whatever their reason text says."""
+def unresolved_by_reason(unresolved: Iterable[Unresolved]) -> dict[UnresolvedReason, int]:
+    """How many unresolved preemptors per reason, every reason present (0 when none)."""
     counts = dict.fromkeys(UnresolvedReason, 0)
     for u in unresolved:
-        reason = UnresolvedReason.INTERRUPTED if u.preemptor in interrupted else unresolved_reason(u.reason)
-        counts[reason] += 1
+        counts[u.kind] += 1
     return counts
 
 

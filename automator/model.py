@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from automator.conventions import DEFAULT_GPU_RESOURCE
+from automator.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
 from automator.series import IDLE_THRESHOLD
 
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
@@ -120,7 +120,8 @@ class Decision:
 @dataclass(frozen=True)
 class Unresolved:
     preemptor: PodKey
-    reason: str
+    reason: str  # the text the plan, report and logs show
+    kind: UnresolvedReason  # the bounded reason (the metric's `reason` label), set where the text is made
 
 
 @dataclass(frozen=True)

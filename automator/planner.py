@@ -14,7 +14,7 @@ from functools import partial
 
 from automator import plan_reasons as reasons
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
-from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET
+from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
 from automator.eligibility import verdict_reason, verdict_rule
 from automator.fit import scheduling_signature
 from automator.gc_pause import gc_paused
@@ -112,8 +112,8 @@ class _Pass:
             verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, why))
         self.verdict_count += len(result.eligible) + len(result.protected)
 
-    def _unresolved(self, pre: Preemptor, reason: str) -> None:
-        self.plan.unresolved.append(Unresolved(pre.key, reason))
+    def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
+        self.plan.unresolved.append(Unresolved(pre.key, reason, kind))
 
     def _pdb_state(self, node: NodeState) -> tuple[int, ...]:
         """What is left of the budgets of the PodDisruptionBudgets covering the node's candidates."""
@@ -156,18 +156,18 @@ class _Pass:
 
     def _standing(self, pre: Preemptor, cooldown: str | None) -> bool:
         """Whether the preemptor is searched for at all; if not, it is unresolved with the reason."""
-        reason = reasons.nominated(pre.obj)
+        reason, kind = reasons.nominated(pre.obj), UnresolvedReason.NOMINATED
         if reason is None and cooldown is not None:
             self.plan.skipped_cooldown.append(pre.key)
-            reason = cooldown
+            reason, kind = cooldown, UnresolvedReason.COOLDOWN
         if reason is None:
-            reason = reasons.gave_up(annotations_of(pre.obj), self.config)
+            reason, kind = reasons.gave_up(annotations_of(pre.obj), self.config), UnresolvedReason.GAVE_UP
             if reason is not None:
                 self.plan.gave_up.append(pre.key)
         if reason is None and (pre.error is not None or pre.req is None):
-            reason = pre.error or "malformed pod"
+            reason, kind = pre.error or "malformed pod", UnresolvedReason.MALFORMED_POD
         if reason is not None:
-            self._unresolved(pre, reason)
+            self._unresolved(pre, reason, kind)
         return reason is None
 
     def _place_full(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
@@ -239,7 +239,9 @@ class _Pass:
                 f"{WORD_BUDGET}: {self.config.max_evictions_per_pass} evictions per pass at most "
                 f"(--max-evictions-per-pass; the hourly budget may lower it), {self.budget} left"
             )
-            self._unresolved(pre, f"{self.budget_stop}; this preemptor needs {count}")
+            self._unresolved(
+                pre, f"{self.budget_stop}; this preemptor needs {count}", UnresolvedReason.EVICTION_BUDGET
+            )
             return
         self.budget -= count
         # Verdicts where the preemptor already fits say nothing about who is evicted: not recorded.
@@ -270,7 +272,7 @@ class _Pass:
         node = static.fits[amounts]
         if node is None:
             assert self.budget_stop is not None
-            self._unresolved(pre, self.budget_stop)
+            self._unresolved(pre, self.budget_stop, UnresolvedReason.EVICTION_BUDGET)
         else:
             result = NodeResult(set_key(()), (), node.free()[0], 0, [], {}, 0, None)
             self._commit(pre, req, node, result)
@@ -336,9 +338,8 @@ class _Pass:
             key=lambda nr: tie_key(nr[0].name),
         )
         cut = [node.name for node, result in results if result.cut_off]
-        self._unresolved(
-            pre, reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
-        )
+        why = reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
+        self._unresolved(pre, why, UnresolvedReason.NO_FIT)
 
     def _explain_ranked(self, pre: Preemptor, req: Requests, static: StaticFit, cut: list[str]) -> None:
         """The reason _explain_full gives, without searching every node again: the closest node comes from
@@ -350,15 +351,15 @@ class _Pass:
             return
         result = self._search(self._shape_cache(pre.priority, req), node, req, pre.priority)
         self._record(pre, result, force=True)
-        self._unresolved(
-            pre, reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
-        )
+        why = reasons.unresolved(req, node.name, result, cut, self._ruled_out(req, static, too_small))
+        self._unresolved(pre, why, UnresolvedReason.NO_FIT)
 
     def _no_node(self, pre: Preemptor, req: Requests, static: StaticFit, too_small: list[NodeState]) -> None:
         if not self.index.nodes:
-            self._unresolved(pre, "no nodes in the cluster")
+            self._unresolved(pre, "no nodes in the cluster", UnresolvedReason.NO_NODE)
         else:
-            self._unresolved(pre, f"no node can run it: {self._ruled_out(req, static, too_small)}")
+            why = f"no node can run it: {self._ruled_out(req, static, too_small)}"
+            self._unresolved(pre, why, UnresolvedReason.NO_NODE)
 
     @staticmethod
     def _ruled_out(req: Requests, static: StaticFit, too_small: list[NodeState]) -> str:

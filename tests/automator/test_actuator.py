@@ -16,6 +16,7 @@ from automator.conventions import (
     REASON_INVALID_ANNOTATION,
     REASON_PREEMPTOR,
     REASON_VICTIM,
+    UnresolvedReason,
 )
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
@@ -185,6 +186,7 @@ def test_replans_are_bounded() -> None:
     assert len(kube.eviction_calls) == 3  # the first try and two re-plans
     assert kube.evicted == [] and kube.annotations == {}
     assert result.plan is not None and [u.preemptor for u in result.plan.unresolved] == [PRE]
+    assert result.plan.unresolved[0].kind is UnresolvedReason.INTERRUPTED
 
 
 def test_conflict_is_not_the_pod_judged_skipped_not_retried_not_freed() -> None:
@@ -255,6 +257,7 @@ def test_busy_and_pdb_protected_pods_are_not_evicted() -> None:
     result = run_pass(kube, FakePrometheus(usage), CONFIG, Mode.ENFORCE, NOW)
     assert kube.eviction_calls == []
     assert result.plan is not None and [u.preemptor for u in result.plan.unresolved] == [PRE]
+    assert result.plan.unresolved[0].kind is UnresolvedReason.NO_FIT
 
 
 def test_cooldown_holds_even_when_the_annotation_could_not_be_written() -> None:
@@ -322,6 +325,7 @@ def test_lost_leadership_stops_before_acting() -> None:
     )
     assert kube.eviction_calls == []
     assert result.plan is not None and [u.preemptor for u in result.plan.unresolved] == [PRE]
+    assert result.plan.unresolved[0].kind is UnresolvedReason.INTERRUPTED
 
 
 def test_event_failures_do_not_stop_the_pass(metrics: AutomatorMetrics) -> None:

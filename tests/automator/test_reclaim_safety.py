@@ -26,6 +26,7 @@ from automator.conventions import (
     RECLAIM_NODE_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
     WRITTEN_ANNOTATIONS,
+    UnresolvedReason,
 )
 from automator.metrics import AutomatorMetrics
 from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
@@ -296,6 +297,7 @@ def test_hourly_eviction_budget_is_kept_across_passes() -> None:
     )  # fmt: skip
     assert kube.eviction_calls == [] and result.plan is not None
     assert result.plan.unresolved[0].reason.startswith("eviction-budget")
+    assert result.plan.unresolved[0].kind is UnresolvedReason.EVICTION_BUDGET
     assert metrics.registry.get_sample_value("gpu_steward_automator_evictions_last_hour") == 60
     # 31 minutes later the window has slid past them: one eviction is allowed again.
     later = NOW + timedelta(minutes=31)
@@ -418,6 +420,8 @@ def test_preemptor_is_read_again_before_its_victims_go(change: str | None) -> No
     assert bool(kube.evicted) is (change is None)
     if change is not None:
         assert result.plan is not None and [u.preemptor for u in result.plan.unresolved] == [PRE]
+        kind = UnresolvedReason.NOMINATED if change == "nominated" else UnresolvedReason.PREEMPTOR_CHANGED
+        assert result.plan.unresolved[0].kind is kind
 
 
 def test_api_throttling_ends_the_pass_instead_of_excluding_the_victim() -> None:
