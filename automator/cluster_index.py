@@ -288,8 +288,9 @@ class _Builder:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
             return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage, NEVER)
-        assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason, scope)
-        age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
+        since = (self.now - scheduled).total_seconds() if scheduled is not None else None
+        assessment = assess(pod_settings, usage, since, self.config, pdb_reason, scope)
+        age = max(0.0, since) if since is not None else 0.0
         floor = max(priority + 1, assessment.eligible_from)
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage, floor)
 

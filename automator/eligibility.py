@@ -280,12 +280,12 @@ def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None
 def assess(
     settings: ClassSettings,
     usage: PodUsage | None,
-    scheduled: datetime | None,
-    now: datetime,
+    age: float | None,
     config: PlannerConfig,
     pdb_reason: str | None,
     scope: tuple[str, str] | None = None,
 ) -> Assessment:
+    """age: seconds since the pod was scheduled (now - scheduled), None when it is not scheduled."""
     blocked: tuple[str, str] | None = None
     if pdb_reason is not None:
         blocked = ("0-pdb", pdb_reason)
@@ -293,7 +293,6 @@ def assess(
         blocked = scope
     elif settings.malformed:
         blocked = ("annotation-malformed", "; ".join(m.message for m in settings.malformed) + ": protected")
-    age = (now - scheduled).total_seconds() if scheduled is not None else None
     rule = base_rule(settings, usage, age, config.min_coverage)
     facts = (settings, usage, age, config.min_coverage, config.recent_window_seconds)
     return Assessment(blocked, settings.min_preemptable, rule == "8-idle", rule, None, facts)

@@ -24,6 +24,7 @@ from automator.resources import Requests
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
 FITS: Bound = (0, 0, 0, 0, 0.0)
+_Entry = tuple[Bound, str, int]  # (bound, node name, node version)
 
 
 class _Eligible:
@@ -130,16 +131,36 @@ class Rankings:
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            sort, gpus = self._sorted, req.gpus
-            entries = [
-                (b, node.name, node.version)
-                for node in nodes.values()
-                if node.error is None
-                and node.alloc.gpus >= gpus
-                and (b := _bound(node, req, sort, priority)) is not None
-            ]
-            entries.sort()
-            self.by_shape[shape] = entries
+            entries = self.by_shape[shape] = self._rank_all(nodes, priority, req)
+        return entries
+
+    def _rank_all(
+        self, nodes: dict[str, NodeState], priority: int, req: Requests
+    ) -> list[tuple[Bound, str, int]]:
+        """Every node's entry for a new shape: _bound inlined up to the eligible victims (a pass ranks
+        every node for every shape)."""
+        entries: list[_Entry] = []
+        table = self.eligible.setdefault(priority, {})
+        gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+        for node in nodes.values():
+            name, alloc = node.name, node.alloc
+            if node.error is not None or alloc.gpus < gpus:
+                continue
+            need_g = gpus - alloc.gpus + node.used_gpus
+            need_c = cpu - alloc.cpu_m + node.used_cpu
+            need_m = mem - alloc.memory + node.used_mem
+            if need_g <= 0 and need_c <= 0 and need_m <= 0:
+                entries.append((FITS, name, node.version))
+                continue
+            e = table.get(name)
+            if e is None or e.version != node.version:
+                e = self._sorted(node, priority)
+            if need_g > e.top_g[-1]:
+                continue  # not enough GPUs whatever is evicted
+            b = _bound_of(e, need_g, need_c, need_m)
+            if b is not None:
+                entries.append((b, name, node.version))
+        entries.sort()
         return entries
 
     def changed(self, node: NodeState) -> None:
@@ -185,7 +206,11 @@ def _bound(
     need_m = req.memory - node.alloc.memory + node.used_mem
     if need_g <= 0 and need_c <= 0 and need_m <= 0:
         return FITS
-    e = eligible(node, priority)
+    return _bound_of(eligible(node, priority), need_g, need_c, need_m)
+
+
+def _bound_of(e: _Eligible, need_g: int, need_c: int, need_m: int) -> Bound | None:
+    """_bound once the amounts still needed are known (some are > 0)."""
     top_g = e.top_g
     if need_g > 0 and top_g[-1] < need_g:
         return None
