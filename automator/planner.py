@@ -103,13 +103,21 @@ class _Pass:
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
         if not force and self.verdict_count >= VERDICT_LIMIT:
             return
-        verdicts, priority = self.plan.verdicts, pre.priority
+        verdicts, priority, preemptor = self.plan.verdicts, pre.priority, pre.key
         for pod in result.eligible:
             rule = verdict_rule(pod.assessment, priority)[1]
-            reason = partial(verdict_reason, pod.assessment, priority)
-            verdicts.setdefault(pod.key, []).append(Verdict(pre.key, True, rule, reason))
+            verdict = Verdict(preemptor, True, rule, partial(verdict_reason, pod.assessment, priority))
+            known = verdicts.get(pod.key)
+            if known is None:
+                verdicts[pod.key] = [verdict]
+            else:
+                known.append(verdict)
         for key, (rule, why) in result.protected.items():
-            verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, why))
+            known = verdicts.get(key)
+            if known is None:
+                verdicts[key] = [Verdict(preemptor, False, rule, why)]
+            else:
+                known.append(Verdict(preemptor, False, rule, why))
         self.verdict_count += len(result.eligible) + len(result.protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:

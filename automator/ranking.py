@@ -89,6 +89,8 @@ class Rankings:
     reach: dict[int, list[tuple[int, int, str, int]]] = field(default_factory=dict)
     tie_rank: dict[str, int] = field(default_factory=dict)
     last: dict[str, _Eligible] = field(default_factory=dict)  # per node, the entry built last
+    # per preemptor priority, per readable node (name order): (free + reclaimable GPUs, node), kept by changed
+    gains: dict[int, dict[str, tuple[int, NodeState]]] = field(default_factory=dict)
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
         table = self.eligible.get(priority)
@@ -138,14 +140,15 @@ class Rankings:
         self, nodes: dict[str, NodeState], priority: int, req: Requests
     ) -> list[tuple[Bound, str, int]]:
         """Every node's entry for a new shape: _bound inlined up to the eligible victims (a pass ranks
-        every node for every shape)."""
+        every node for every shape), nodes whose free plus reclaimable GPUs fall short skipped first."""
         entries: list[_Entry] = []
         table = self.eligible.setdefault(priority, {})
         gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
-        for node in nodes.values():
-            name, alloc = node.name, node.alloc
-            if node.error is not None or alloc.gpus < gpus:
-                continue
+        for most, node in self._gains(nodes, priority).values():
+            alloc = node.alloc
+            if most < gpus or alloc.gpus < gpus:
+                continue  # no set frees enough GPUs
+            name = node.name
             need_g = gpus - alloc.gpus + node.used_gpus
             need_c = cpu - alloc.cpu_m + node.used_cpu
             need_m = mem - alloc.memory + node.used_mem
@@ -155,16 +158,27 @@ class Rankings:
             e = table.get(name)
             if e is None or e.version != node.version:
                 e = self._sorted(node, priority)
-            if need_g > e.top_g[-1]:
-                continue  # not enough GPUs whatever is evicted
             b = _bound_of(e, need_g, need_c, need_m)
             if b is not None:
                 entries.append((b, name, node.version))
         entries.sort()
         return entries
 
+    def _gains(self, nodes: dict[str, NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
+        """gains for this priority, made the first time."""
+        gains = self.gains.get(priority)
+        if gains is None:
+            gains = self.gains[priority] = {
+                node.name: (node.free()[0] + self._sorted(node, priority).top_g[-1], node)
+                for node in nodes.values()
+                if node.error is None
+            }
+        return gains
+
     def changed(self, node: NodeState) -> None:
         """A decision changed the node: rank it again in every shape (its old entries are now stale)."""
+        for priority, gains in self.gains.items():
+            gains[node.name] = (node.free()[0] + self._sorted(node, priority).top_g[-1], node)
         for (priority, *amounts), entries in self.by_shape.items():
             b = self.bound(node, priority, Requests(*amounts))
             if b is not None:
