@@ -86,6 +86,7 @@ class Rankings:
     eligible: dict[int, dict[str, _Eligible]] = field(default_factory=dict)  # priority -> node name -> ...
     by_shape: dict[tuple[int, int, int, int], list[tuple[Bound, str, int]]] = field(default_factory=dict)
     # per preemptor priority: (-(free + reclaimable GPUs), tie rank, node name, node version), in order
+    # (made from gains, the first time closest needs it)
     reach: dict[int, list[tuple[int, int, str, int]]] = field(default_factory=dict)
     tie_rank: dict[str, int] = field(default_factory=dict)
     last: dict[str, _Eligible] = field(default_factory=dict)  # per node, the entry built last
@@ -178,17 +179,15 @@ class Rankings:
     def changed(self, node: NodeState) -> None:
         """A decision changed the node: rank it again in every shape (its old entries are now stale)."""
         for priority, gains in self.gains.items():
-            gains[node.name] = (node.free()[0] + self._sorted(node, priority).top_g[-1], node)
+            most = node.free()[0] + self._sorted(node, priority).top_g[-1]
+            gains[node.name] = (most, node)
+            reach = self.reach.get(priority)
+            if reach is not None:
+                bisect.insort(reach, (-most, self.tie_rank[node.name], node.name, node.version))
         for (priority, *amounts), entries in self.by_shape.items():
             b = self.bound(node, priority, Requests(*amounts))
             if b is not None:
                 bisect.insort(entries, (b, node.name, node.version))
-        for priority, reach in self.reach.items():
-            bisect.insort(reach, self._reach(node, priority))
-
-    def _reach(self, node: NodeState, priority: int) -> tuple[int, int, str, int]:
-        reclaimable = self._sorted(node, priority).top_g[-1]
-        return (-(node.free()[0] + reclaimable), self.tie_rank[node.name], node.name, node.version)
 
     def closest(
         self, nodes: dict[str, NodeState], priority: int, gpus: int, names: Collection[str]
@@ -201,8 +200,10 @@ class Rankings:
             if not self.tie_rank:
                 by_tie = sorted(nodes, key=tie_key, reverse=True)
                 self.tie_rank = {name: i for i, name in enumerate(by_tie)}
+            tie_rank = self.tie_rank
             entries = self.reach[priority] = sorted(
-                self._reach(node, priority) for node in nodes.values() if node.error is None
+                (-most, tie_rank[name], name, node.version)
+                for name, (most, node) in self._gains(nodes, priority).items()
             )
         for _, _, name, version in entries:
             node = nodes[name]
