@@ -34,7 +34,7 @@ from automator.plan_reasons import StaticFit, static_fit
 from automator.ranking import Rankings, tie_key
 from automator.report import explain, plan_to_json
 from automator.resources import Requests, annotations_of
-from automator.victims import NodeResult, SetKey, search_node, set_key
+from automator.victims import NO_VICTIMS, NodeResult, SetKey, search_node
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -134,7 +134,7 @@ class _Pass:
         if not ids[1]:
             return ()
         remaining = self.index.pdbs.remaining
-        return tuple(remaining.get(p, 0) for p in ids[1])
+        return tuple([remaining.get(p, 0) for p in ids[1]])
 
     def _shape_cache(self, priority: int, req: Requests) -> _Cache:
         return self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
@@ -282,7 +282,7 @@ class _Pass:
             assert self.budget_stop is not None
             self._unresolved(pre, self.budget_stop, UnresolvedReason.EVICTION_BUDGET)
         else:
-            result = NodeResult(set_key(()), (), node.free()[0], 0, [], {}, 0, None)
+            result = NodeResult(NO_VICTIMS, (), node.free()[0], 0, [], {}, 0, None)
             self._commit(pre, req, node, result)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:

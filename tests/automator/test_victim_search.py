@@ -290,3 +290,8 @@ def test_the_ranked_search_keeps_the_eviction_budget(budget: int, monkeypatch: p
     assert len(full[0]) == min(budget, 4)
     monkeypatch.setattr(planner_module, "VERDICT_LIMIT", 0)
     assert _full_plan(state, usage, config) == full
+
+
+def test_no_victims_key_is_the_key_of_the_empty_set() -> None:
+    # the constant a node that fits as it is gets (victims.NO_VICTIMS) is set_key of no victims
+    assert victims_module.set_key(()) == victims_module.NO_VICTIMS
