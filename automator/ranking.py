@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
@@ -92,6 +92,7 @@ class Rankings:
     last: dict[str, _Eligible] = field(default_factory=dict)  # per node, the entry built last
     # per preemptor priority, per readable node (name order): (free + reclaimable GPUs, node), kept by changed
     gains: dict[int, dict[str, tuple[int, NodeState]]] = field(default_factory=dict)
+    partial: set[tuple[int, int, int, int]] = field(default_factory=set)  # shapes ranked up to FITS only
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
         table = self.eligible.get(priority)
@@ -127,15 +128,23 @@ class Rankings:
             return None
         return _bound(node, req, self._sorted, priority)
 
-    def ranking(
-        self, nodes: dict[str, NodeState], priority: int, req: Requests
-    ) -> list[tuple[Bound, str, int]]:
-        """Entries (bound, node name, node version) in order; entries of an older version are stale."""
+    def ranking(self, nodes: dict[str, NodeState], priority: int, req: Requests) -> Iterator[_Entry]:
+        """Entries (bound, node name, node version) in order; entries of an older version are stale.
+
+        The nodes the shape fits as they are come first (bound FITS, in name order), and while one of them
+        is left a preemptor stops there: a shape's other nodes are ranked only when a preemptor reads past
+        its fitting ones (until then its list holds those alone, `partial`)."""
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
+            entries = self.by_shape[shape] = _fitting(nodes, req)
+            self.partial.add(shape)
+        yield from entries
+        if shape in self.partial:
+            self.partial.discard(shape)
             entries = self.by_shape[shape] = self._rank_all(nodes, priority, req)
-        return entries
+            # the fitting nodes were all read above (nothing changes a node while a preemptor reads)
+            yield from itertools.dropwhile(lambda entry: entry[0] == FITS, entries)
 
     def _rank_all(
         self, nodes: dict[str, NodeState], priority: int, req: Requests
@@ -184,9 +193,10 @@ class Rankings:
             reach = self.reach.get(priority)
             if reach is not None:
                 bisect.insort(reach, (-most, self.tie_rank[node.name], node.name, node.version))
-        for (priority, *amounts), entries in self.by_shape.items():
+        for shape, entries in self.by_shape.items():
+            priority, *amounts = shape
             b = self.bound(node, priority, Requests(*amounts))
-            if b is not None:
+            if b is not None and (b == FITS or shape not in self.partial):
                 bisect.insort(entries, (b, node.name, node.version))
 
     def closest(
@@ -210,6 +220,22 @@ class Rankings:
             if version == node.version and name in names and node.alloc.gpus >= gpus:
                 return node
         return None
+
+
+def _fitting(nodes: dict[str, NodeState], req: Requests) -> list[_Entry]:
+    """The entries of the readable nodes the shape fits as they are."""
+    gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+    entries = [
+        (FITS, node.name, node.version)
+        for node in nodes.values()
+        if node.error is None
+        and node.alloc.gpus >= gpus
+        and node.alloc.gpus - node.used_gpus >= gpus
+        and node.alloc.cpu_m - node.used_cpu >= cpu
+        and node.alloc.memory - node.used_mem >= mem
+    ]
+    entries.sort()
+    return entries
 
 
 def _bound(
