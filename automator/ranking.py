@@ -101,13 +101,7 @@ class Rankings:
         cached = table.get(node.name)
         if cached is not None and cached.version == node.version:
             return cached
-        exclude = self.exclude
-        pods = [
-            pod
-            for pod in node.candidates
-            if pod.floor <= priority  # lower priority and eligible_for
-            and not (exclude and pod.key in exclude)
-        ]
+        pods = self._victims(node, priority)
         # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
         last = self.last.get(node.name)
         if (
@@ -121,6 +115,23 @@ class Rankings:
             cached = self.last[node.name] = _Eligible(node.version, pods)
         table[node.name] = cached
         return cached
+
+    def _victims(self, node: NodeState, priority: int) -> list[Candidate]:
+        exclude = self.exclude
+        return [
+            pod
+            for pod in node.candidates
+            if pod.floor <= priority  # lower priority and eligible_for
+            and not (exclude and pod.key in exclude)
+        ]
+
+    def _most(self, node: NodeState, priority: int) -> int:
+        """The node's free plus reclaimable GPUs for this priority (without sorting its victims: most nodes
+        then rank for no shape)."""
+        known = self.eligible.get(priority, {}).get(node.name)
+        if known is not None and known.version == node.version:
+            return node.alloc.gpus - node.used_gpus + known.top_g[-1]
+        return node.alloc.gpus - node.used_gpus + sum([p.req.gpus for p in self._victims(node, priority)])
 
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
@@ -179,16 +190,14 @@ class Rankings:
         gains = self.gains.get(priority)
         if gains is None:
             gains = self.gains[priority] = {
-                node.name: (node.free()[0] + self._sorted(node, priority).top_g[-1], node)
-                for node in nodes.values()
-                if node.error is None
+                node.name: (self._most(node, priority), node) for node in nodes.values() if node.error is None
             }
         return gains
 
     def changed(self, node: NodeState) -> None:
         """A decision changed the node: rank it again in every shape (its old entries are now stale)."""
         for priority, gains in self.gains.items():
-            most = node.free()[0] + self._sorted(node, priority).top_g[-1]
+            most = self._most(node, priority)
             gains[node.name] = (most, node)
             reach = self.reach.get(priority)
             if reach is not None:
