@@ -33,12 +33,11 @@ from automator.resources import (
     is_finished,
     is_terminating,
     is_unschedulable,
-    labels_of,
     node_allocatable,
     node_name,
     pod_priority,
     pod_requests,
-    scheduled_at,
+    scheduled_in,
     spec_requests,
 )
 
@@ -136,11 +135,15 @@ class SettingsCache:
         self.cache: dict[str | None, ClassSettings] = {}
 
     def of(self, pod: JsonObj) -> tuple[str | None, ClassSettings]:
-        raw = (pod.get("spec") or {}).get("priorityClassName")
+        return self.named((pod.get("spec") or {}).get("priorityClassName"))
+
+    def named(self, raw: Any) -> tuple[str | None, ClassSettings]:
+        """The settings of a pod's spec.priorityClassName as given."""
         name = str(raw) if raw in self.classes else None  # no (known) class: the defaults
-        if name not in self.cache:
-            self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
-        return name, self.cache[name]
+        cached = self.cache.get(name)
+        if cached is None:
+            cached = self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
+        return name, cached
 
 
 def is_victim_candidate(pod: JsonObj) -> bool:
@@ -195,8 +198,10 @@ class _Builder:
     terminating: set[PodKey] = field(default_factory=set)
     candidates: int = 0
     unknown: int = 0
+    gpu_resources: tuple[str, ...] = ()
 
     def build(self) -> ClusterIndex:
+        self.gpu_resources = tuple(self.config.gpu_resources)
         self.classes = classes_by_name(self.cluster.priority_classes)
         self.global_default = find_global_default(self.cluster.priority_classes)
         self.pdbs = PdbIndex.build(self.cluster.pdbs)
@@ -208,8 +213,9 @@ class _Builder:
             terminating = meta.get("deletionTimestamp") is not None
             if terminating:
                 self.terminating.add(PodKey.of(obj))
-            if (obj.get("status") or {}).get("phase") not in _FINISHED:
-                self._pod(obj, meta, settings, terminating)
+            status = obj.get("status") or {}
+            if status.get("phase") not in _FINISHED:
+                self._pod(obj, meta, status, settings, terminating)
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
         return ClusterIndex(
             self.nodes,
@@ -229,19 +235,20 @@ class _Builder:
             except FieldError as exc:
                 self.nodes[name] = NodeState(name, obj, Requests(0, 0, 0), error=f"Node {name}: {exc}")
 
-    def _pod(self, obj: JsonObj, meta: JsonObj, settings: SettingsCache, terminating: bool) -> None:
+    def _pod(self, obj: JsonObj, meta: JsonObj, status: JsonObj, cache: SettingsCache, dying: bool) -> None:
+        """The metadata and status of the pod as build read them (each field of a pod read once)."""
         spec = obj.get("spec") or {}
-        bound = str(spec.get("nodeName") or "")
+        bound = spec.get("nodeName")
         if not bound:
             class_name = spec.get("priorityClassName")
             if is_unschedulable(obj) and class_name and is_reclaim_class(self.classes.get(class_name)):
                 self._preemptor(PodKey.of(obj), obj)
             return
-        node = self.nodes.get(bound)
+        node = self.nodes.get(bound if type(bound) is str else str(bound))
         if node is None:
             return  # bound to a node we do not know: nothing to plan there
         try:
-            req = spec_requests(spec, self.config.gpu_resources)
+            req = spec_requests(spec, self.gpu_resources)
         except FieldError as exc:
             # Unknown usage of the node: fail safe, plan nothing there.
             node.error = f"Pod {PodKey.of(obj)}: {exc}"
@@ -249,40 +256,49 @@ class _Builder:
         node.used_gpus += req.gpus
         node.used_cpu += req.cpu_m
         node.used_mem += req.memory
-        if req.gpus == 0 or terminating:
+        if req.gpus == 0 or dying:
             return
-        ns = str(meta.get("namespace") or "default")
-        key = PodKey(ns, str(meta.get("name") or ""))
-        class_name, pod_settings = settings.of(obj)
+        key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        class_name, pod_settings = cache.named(spec.get("priorityClassName"))
         if class_name is not None:
             self.class_pods.setdefault(class_name, []).append(key)
-        node.candidates.append(self._candidate(key, obj, bound, req, pod_settings))
+        node.candidates.append(self._candidate(key, obj, (meta, spec, status), node.name, req, pod_settings))
 
     def _candidate(
-        self, key: PodKey, obj: JsonObj, bound: str, req: Requests, pod_settings: ClassSettings
+        self,
+        key: PodKey,
+        obj: JsonObj,
+        parts: tuple[JsonObj, JsonObj, JsonObj],  # its metadata, spec and status
+        bound: str,
+        req: Requests,
+        pod_settings: ClassSettings,
     ) -> Candidate:
         usage = self.usage.get(key)
         self.candidates += 1
         if usage is None or usage.gpu_activity is None:
             self.unknown += 1
-        pdb_ids, pdb_reason, scope = self._standing(obj, key.namespace)
+        meta, spec, status = parts
+        pdb_ids, pdb_reason, scope = self._standing(obj, meta, key.namespace)
         try:
-            priority = pod_priority(obj, self.classes, self.global_default)
-            scheduled = scheduled_at(obj)
+            priority = spec.get("priority")
+            if type(priority) is not int:  # not set by admission (or malformed): pod_priority decides
+                priority = pod_priority(obj, self.classes, self.global_default)
+            scheduled = scheduled_in(status)
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
             return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, pdb_ids, usage, NEVER)
-        assessment = assess(pod_settings, usage, scheduled, self.now, self.config, pdb_reason, scope)
-        age = max(0.0, (self.now - scheduled).total_seconds()) if scheduled else 0.0
+        since = (self.now - scheduled).total_seconds() if scheduled is not None else None
+        assessment = assess(pod_settings, usage, since, self.config, pdb_reason, scope)
+        age = max(0.0, since) if since is not None else 0.0
         floor = max(priority + 1, assessment.eligible_from)
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage, floor)
 
-    def _standing(self, obj: JsonObj, ns: str) -> _Standing:
+    def _standing(self, obj: JsonObj, meta: JsonObj, ns: str) -> _Standing:
         """PdbIndex.covering and scope_verdict, once per namespace and labels (as the pod lists them: pods of
         one workload share them)."""
         try:
-            key = (ns, tuple(labels_of(obj).items()))
+            key = (ns, tuple((meta.get("labels") or {}).items()))
             cached = self.standing_cache.get(key)
         except TypeError:  # an unhashable label value: no cache
             return (*self.pdbs.covering(obj), scope_verdict(obj, self.config))

@@ -54,6 +54,8 @@ class PdbIndex:
     remaining: dict[tuple[str, str], int] = field(default_factory=dict)
     # per namespace, (name, selector) of its PDBs: read the first time a pod of the namespace is covered
     selectors: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
+    # per namespace, which of its PDBs a pod's labels may select (_Anchors), made with selectors
+    anchors: dict[str, _Anchors] = field(default_factory=dict)
 
     @classmethod
     def build(cls, pdbs: Iterable[JsonObj]) -> PdbIndex:
@@ -81,7 +83,9 @@ class PdbIndex:
                 (str((pdb.get("metadata") or {}).get("name")), (pdb.get("spec") or {}).get("selector"))
                 for pdb in self.by_namespace.get(ns, ())
             ]
-        for name, selector in selectors:
+            self.anchors[ns] = _anchors(selectors)
+        for i in _maybe_selecting(self.anchors[ns], len(selectors), pod_labels):
+            name, selector = selectors[i]
             try:
                 selected = selector_matches(selector, pod_labels)
             except ValueError as exc:
@@ -95,6 +99,39 @@ class PdbIndex:
             if self.remaining.get(pdb_id, 0) <= 0:
                 return ids, f"PodDisruptionBudget {pdb_id[0]}/{pdb_id[1]} allows 0 disruptions"
         return ids, None
+
+
+# (the PDBs checked for every pod, {(label, value): the PDBs only a pod with that label may select}), as
+# indices into a namespace's selectors: a PDB whose selector is matchLabels alone is filed under its first
+# label (a pod without it is not selected), every other one is checked for every pod
+_Anchors = tuple[list[int], dict[tuple[Any, Any], list[int]]]
+
+
+def _anchors(selectors: list[tuple[str, Any]]) -> _Anchors:
+    always: list[int] = []
+    by_label: dict[tuple[Any, Any], list[int]] = {}
+    for i, (_, selector) in enumerate(selectors):
+        labels = selector.get("matchLabels") if type(selector) is dict else None
+        if type(labels) is dict and labels and not selector.get("matchExpressions"):
+            first = next(iter(labels.items()))
+            # a None value is also met by a pod without the label (pod_labels.get gives None)
+            if first[1] is not None and first[1].__hash__ is not None:
+                by_label.setdefault(first, []).append(i)
+                continue
+        always.append(i)
+    return always, by_label
+
+
+def _maybe_selecting(anchors: _Anchors, count: int, pod_labels: Mapping[str, Any]) -> Iterable[int]:
+    """The indices of the PDBs that may select a pod with these labels, in order."""
+    always, by_label = anchors
+    if not by_label:
+        return range(count)
+    try:
+        found = [i for label in pod_labels.items() for i in by_label.get(label, ())]
+    except TypeError:  # an unhashable label value: every PDB is checked
+        return range(count)
+    return sorted(always + found) if found else always
 
 
 # --- rules 2-8 (preemptor-independent part) -----------------------------------------------------------
@@ -280,12 +317,12 @@ def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None
 def assess(
     settings: ClassSettings,
     usage: PodUsage | None,
-    scheduled: datetime | None,
-    now: datetime,
+    age: float | None,
     config: PlannerConfig,
     pdb_reason: str | None,
     scope: tuple[str, str] | None = None,
 ) -> Assessment:
+    """age: seconds since the pod was scheduled (now - scheduled), None when it is not scheduled."""
     blocked: tuple[str, str] | None = None
     if pdb_reason is not None:
         blocked = ("0-pdb", pdb_reason)
@@ -293,7 +330,6 @@ def assess(
         blocked = scope
     elif settings.malformed:
         blocked = ("annotation-malformed", "; ".join(m.message for m in settings.malformed) + ": protected")
-    age = (now - scheduled).total_seconds() if scheduled is not None else None
     rule = base_rule(settings, usage, age, config.min_coverage)
     facts = (settings, usage, age, config.min_coverage, config.recent_window_seconds)
     return Assessment(blocked, settings.min_preemptable, rule == "8-idle", rule, None, facts)

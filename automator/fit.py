@@ -23,7 +23,7 @@ def node_ready(node: JsonObj) -> bool:
     hand-written snapshot lacks it; a real node that is not ready also carries the not-ready taint.
     """
     for condition in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+        if (type(condition) is dict or isinstance(condition, Mapping)) and condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return True
 
@@ -76,13 +76,21 @@ def _term_matches(term: Mapping[str, Any], node_labels: Mapping[str, Any], name:
 
 def affinity_matches(pod: JsonObj, node: JsonObj) -> bool:
     spec = pod.get("spec") or {}
-    node_labels = labels_of(node)
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if node_labels.get(key) != value:
-            return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+    return _selected(list((spec.get("nodeSelector") or {}).items()), _required(spec), node)
+
+
+def _required(spec: Mapping[str, Any]) -> Any:
+    return ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
+
+
+def _selected(selector: list[tuple[Any, Any]], required: Any, node: JsonObj) -> bool:
+    """affinity_matches with the pod's nodeSelector items and required node affinity read."""
+    node_labels = labels_of(node)
+    for key, value in selector:
+        if node_labels.get(key) != value:
+            return False
     if required is None:
         return True
     name = str((node.get("metadata") or {}).get("name"))
@@ -104,7 +112,10 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 
 def untolerated_taint(pod: JsonObj, node: JsonObj) -> dict[str, Any] | None:
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    return _untolerated((pod.get("spec") or {}).get("tolerations") or [], node)
+
+
+def _untolerated(tolerations: Any, node: JsonObj) -> dict[str, Any] | None:
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue  # PreferNoSchedule is a preference only
@@ -115,17 +126,44 @@ def untolerated_taint(pod: JsonObj, node: JsonObj) -> dict[str, Any] | None:
 
 def static_misfit(pod: JsonObj, node: JsonObj) -> tuple[str, str] | None:
     """(category, detail) why the pod can never run on the node whatever is evicted, or None."""
-    if (node.get("spec") or {}).get("unschedulable") is True:
-        return CORDONED, "node is cordoned (spec.unschedulable)"
-    if not node_ready(node):
-        return NOT_READY, "node is not Ready"
-    if not affinity_matches(pod, node):
-        return SELECTOR, "nodeSelector or required node affinity does not match"
-    taint = untolerated_taint(pod, node)
-    if taint is not None:
-        value = f"={taint.get('value')}" if taint.get("value") else ""
-        return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
-    return None
+    return PodFit(pod).misfit(node)
+
+
+class PodFit:
+    """static_misfit of one pod on many nodes, the pod's side read the first time a node needs it (a
+    preemptor is checked against every node; reading it then fails where static_misfit would)."""
+
+    __slots__ = ("pod", "read", "required", "selector", "tolerations")
+
+    def __init__(self, pod: JsonObj) -> None:
+        self.pod = pod
+        self.read = False
+        self.selector: list[tuple[Any, Any]] = []
+        self.required: Any = None
+        self.tolerations: Any = None
+
+    def _read(self) -> None:
+        spec = self.pod.get("spec") or {}
+        self.selector = list((spec.get("nodeSelector") or {}).items())
+        self.required = _required(spec)
+        self.read = True
+
+    def misfit(self, node: JsonObj) -> tuple[str, str] | None:
+        if (node.get("spec") or {}).get("unschedulable") is True:
+            return CORDONED, "node is cordoned (spec.unschedulable)"
+        if not node_ready(node):
+            return NOT_READY, "node is not Ready"
+        if not self.read:
+            self._read()
+        if not _selected(self.selector, self.required, node):
+            return SELECTOR, "nodeSelector or required node affinity does not match"
+        if self.tolerations is None:
+            self.tolerations = (self.pod.get("spec") or {}).get("tolerations") or []
+        taint = _untolerated(self.tolerations, node)
+        if taint is not None:
+            value = f"={taint.get('value')}" if taint.get("value") else ""
+            return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
+        return None
 
 
 def scheduling_signature(pod: JsonObj) -> str:

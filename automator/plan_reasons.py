@@ -24,7 +24,7 @@ from automator.conventions import (
     WORD_GAVE_UP,
     WORD_NOMINATED,
 )
-from automator.fit import static_misfit
+from automator.fit import PodFit
 from automator.model import JsonObj, PlannerConfig, PodKey
 from automator.resources import FieldError, Requests, parse_time
 from automator.victims import NodeResult, protected_summary
@@ -46,8 +46,9 @@ def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
     """The nodes (in the order given) the pod may use whatever is evicted (selectors, taints, readiness),
     and the others counted by reason."""
     fit = StaticFit([], Counter())
+    check = PodFit(pod).misfit
     for node in nodes:
-        misfit = static_misfit(pod, node.obj) if node.error is None else ("unreadable", node.error)
+        misfit = check(node.obj) if node.error is None else ("unreadable", node.error)
         if misfit is None:
             fit.feasible.append(node)
             fit.names.add(node.name)

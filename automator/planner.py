@@ -34,7 +34,7 @@ from automator.plan_reasons import StaticFit, static_fit
 from automator.ranking import Rankings, tie_key
 from automator.report import explain, plan_to_json
 from automator.resources import Requests, annotations_of
-from automator.victims import NodeResult, SetKey, search_node, set_key
+from automator.victims import NO_VICTIMS, NodeResult, SetKey, search_node
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -103,13 +103,21 @@ class _Pass:
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
         if not force and self.verdict_count >= VERDICT_LIMIT:
             return
-        verdicts, priority = self.plan.verdicts, pre.priority
+        verdicts, priority, preemptor = self.plan.verdicts, pre.priority, pre.key
         for pod in result.eligible:
             rule = verdict_rule(pod.assessment, priority)[1]
-            reason = partial(verdict_reason, pod.assessment, priority)
-            verdicts.setdefault(pod.key, []).append(Verdict(pre.key, True, rule, reason))
+            verdict = Verdict(preemptor, True, rule, partial(verdict_reason, pod.assessment, priority))
+            known = verdicts.get(pod.key)
+            if known is None:
+                verdicts[pod.key] = [verdict]
+            else:
+                known.append(verdict)
         for key, (rule, why) in result.protected.items():
-            verdicts.setdefault(key, []).append(Verdict(pre.key, False, rule, why))
+            known = verdicts.get(key)
+            if known is None:
+                verdicts[key] = [Verdict(preemptor, False, rule, why)]
+            else:
+                known.append(Verdict(preemptor, False, rule, why))
         self.verdict_count += len(result.eligible) + len(result.protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
@@ -126,7 +134,7 @@ class _Pass:
         if not ids[1]:
             return ()
         remaining = self.index.pdbs.remaining
-        return tuple(remaining.get(p, 0) for p in ids[1])
+        return tuple([remaining.get(p, 0) for p in ids[1]])
 
     def _shape_cache(self, priority: int, req: Requests) -> _Cache:
         return self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
@@ -274,7 +282,7 @@ class _Pass:
             assert self.budget_stop is not None
             self._unresolved(pre, self.budget_stop, UnresolvedReason.EVICTION_BUDGET)
         else:
-            result = NodeResult(set_key(()), (), node.free()[0], 0, [], {}, 0, None)
+            result = NodeResult(NO_VICTIMS, (), node.free()[0], 0, [], {}, 0, None)
             self._commit(pre, req, node, result)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:

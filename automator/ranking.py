@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
@@ -24,6 +24,7 @@ from automator.resources import Requests
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
 FITS: Bound = (0, 0, 0, 0, 0.0)
+_Entry = tuple[Bound, str, int]  # (bound, node name, node version)
 
 
 class _Eligible:
@@ -85,9 +86,13 @@ class Rankings:
     eligible: dict[int, dict[str, _Eligible]] = field(default_factory=dict)  # priority -> node name -> ...
     by_shape: dict[tuple[int, int, int, int], list[tuple[Bound, str, int]]] = field(default_factory=dict)
     # per preemptor priority: (-(free + reclaimable GPUs), tie rank, node name, node version), in order
+    # (made from gains, the first time closest needs it)
     reach: dict[int, list[tuple[int, int, str, int]]] = field(default_factory=dict)
     tie_rank: dict[str, int] = field(default_factory=dict)
     last: dict[str, _Eligible] = field(default_factory=dict)  # per node, the entry built last
+    # per preemptor priority, per readable node (name order): (free + reclaimable GPUs, node), kept by changed
+    gains: dict[int, dict[str, tuple[int, NodeState]]] = field(default_factory=dict)
+    partial: set[tuple[int, int, int, int]] = field(default_factory=set)  # shapes ranked up to FITS only
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
         table = self.eligible.get(priority)
@@ -96,13 +101,7 @@ class Rankings:
         cached = table.get(node.name)
         if cached is not None and cached.version == node.version:
             return cached
-        exclude = self.exclude
-        pods = [
-            pod
-            for pod in node.candidates
-            if pod.floor <= priority  # lower priority and eligible_for
-            and not (exclude and pod.key in exclude)
-        ]
+        pods = self._victims(node, priority)
         # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
         last = self.last.get(node.name)
         if (
@@ -117,43 +116,97 @@ class Rankings:
         table[node.name] = cached
         return cached
 
+    def _victims(self, node: NodeState, priority: int) -> list[Candidate]:
+        exclude = self.exclude
+        return [
+            pod
+            for pod in node.candidates
+            if pod.floor <= priority  # lower priority and eligible_for
+            and not (exclude and pod.key in exclude)
+        ]
+
+    def _most(self, node: NodeState, priority: int) -> int:
+        """The node's free plus reclaimable GPUs for this priority (without sorting its victims: most nodes
+        then rank for no shape)."""
+        known = self.eligible.get(priority, {}).get(node.name)
+        if known is not None and known.version == node.version:
+            return node.alloc.gpus - node.used_gpus + known.top_g[-1]
+        return node.alloc.gpus - node.used_gpus + sum([p.req.gpus for p in self._victims(node, priority)])
+
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
         if node.error is not None or node.alloc.gpus < req.gpus:
             return None
         return _bound(node, req, self._sorted, priority)
 
-    def ranking(
-        self, nodes: dict[str, NodeState], priority: int, req: Requests
-    ) -> list[tuple[Bound, str, int]]:
-        """Entries (bound, node name, node version) in order; entries of an older version are stale."""
+    def ranking(self, nodes: dict[str, NodeState], priority: int, req: Requests) -> Iterator[_Entry]:
+        """Entries (bound, node name, node version) in order; entries of an older version are stale.
+
+        The nodes the shape fits as they are come first (bound FITS, in name order), and while one of them
+        is left a preemptor stops there: a shape's other nodes are ranked only when a preemptor reads past
+        its fitting ones (until then its list holds those alone, `partial`)."""
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            sort, gpus = self._sorted, req.gpus
-            entries = [
-                (b, node.name, node.version)
-                for node in nodes.values()
-                if node.error is None
-                and node.alloc.gpus >= gpus
-                and (b := _bound(node, req, sort, priority)) is not None
-            ]
-            entries.sort()
-            self.by_shape[shape] = entries
+            entries = self.by_shape[shape] = _fitting(nodes, req)
+            self.partial.add(shape)
+        yield from entries
+        if shape in self.partial:
+            self.partial.discard(shape)
+            entries = self.by_shape[shape] = self._rank_all(nodes, priority, req)
+            # the fitting nodes were all read above (nothing changes a node while a preemptor reads)
+            yield from itertools.dropwhile(lambda entry: entry[0] == FITS, entries)
+
+    def _rank_all(
+        self, nodes: dict[str, NodeState], priority: int, req: Requests
+    ) -> list[tuple[Bound, str, int]]:
+        """Every node's entry for a new shape: _bound inlined up to the eligible victims (a pass ranks
+        every node for every shape), nodes whose free plus reclaimable GPUs fall short skipped first."""
+        entries: list[_Entry] = []
+        table = self.eligible.setdefault(priority, {})
+        gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+        for most, node in self._gains(nodes, priority).values():
+            alloc = node.alloc
+            if most < gpus or alloc.gpus < gpus:
+                continue  # no set frees enough GPUs
+            name = node.name
+            need_g = gpus - alloc.gpus + node.used_gpus
+            need_c = cpu - alloc.cpu_m + node.used_cpu
+            need_m = mem - alloc.memory + node.used_mem
+            if need_g <= 0 and need_c <= 0 and need_m <= 0:
+                entries.append((FITS, name, node.version))
+                continue
+            e = table.get(name)
+            if e is None or e.version != node.version:
+                e = self._sorted(node, priority)
+            b = _bound_of(e, need_g, need_c, need_m)
+            if b is not None:
+                entries.append((b, name, node.version))
+        entries.sort()
         return entries
+
+    def _gains(self, nodes: dict[str, NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
+        """gains for this priority, made the first time."""
+        gains = self.gains.get(priority)
+        if gains is None:
+            gains = self.gains[priority] = {
+                node.name: (self._most(node, priority), node) for node in nodes.values() if node.error is None
+            }
+        return gains
 
     def changed(self, node: NodeState) -> None:
         """A decision changed the node: rank it again in every shape (its old entries are now stale)."""
-        for (priority, *amounts), entries in self.by_shape.items():
+        for priority, gains in self.gains.items():
+            most = self._most(node, priority)
+            gains[node.name] = (most, node)
+            reach = self.reach.get(priority)
+            if reach is not None:
+                bisect.insort(reach, (-most, self.tie_rank[node.name], node.name, node.version))
+        for shape, entries in self.by_shape.items():
+            priority, *amounts = shape
             b = self.bound(node, priority, Requests(*amounts))
-            if b is not None:
+            if b is not None and (b == FITS or shape not in self.partial):
                 bisect.insort(entries, (b, node.name, node.version))
-        for priority, reach in self.reach.items():
-            bisect.insort(reach, self._reach(node, priority))
-
-    def _reach(self, node: NodeState, priority: int) -> tuple[int, int, str, int]:
-        reclaimable = self._sorted(node, priority).top_g[-1]
-        return (-(node.free()[0] + reclaimable), self.tie_rank[node.name], node.name, node.version)
 
     def closest(
         self, nodes: dict[str, NodeState], priority: int, gpus: int, names: Collection[str]
@@ -166,14 +219,32 @@ class Rankings:
             if not self.tie_rank:
                 by_tie = sorted(nodes, key=tie_key, reverse=True)
                 self.tie_rank = {name: i for i, name in enumerate(by_tie)}
+            tie_rank = self.tie_rank
             entries = self.reach[priority] = sorted(
-                self._reach(node, priority) for node in nodes.values() if node.error is None
+                (-most, tie_rank[name], name, node.version)
+                for name, (most, node) in self._gains(nodes, priority).items()
             )
         for _, _, name, version in entries:
             node = nodes[name]
             if version == node.version and name in names and node.alloc.gpus >= gpus:
                 return node
         return None
+
+
+def _fitting(nodes: dict[str, NodeState], req: Requests) -> list[_Entry]:
+    """The entries of the readable nodes the shape fits as they are."""
+    gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+    entries = [
+        (FITS, node.name, node.version)
+        for node in nodes.values()
+        if node.error is None
+        and node.alloc.gpus >= gpus
+        and node.alloc.gpus - node.used_gpus >= gpus
+        and node.alloc.cpu_m - node.used_cpu >= cpu
+        and node.alloc.memory - node.used_mem >= mem
+    ]
+    entries.sort()
+    return entries
 
 
 def _bound(
@@ -185,7 +256,11 @@ def _bound(
     need_m = req.memory - node.alloc.memory + node.used_mem
     if need_g <= 0 and need_c <= 0 and need_m <= 0:
         return FITS
-    e = eligible(node, priority)
+    return _bound_of(eligible(node, priority), need_g, need_c, need_m)
+
+
+def _bound_of(e: _Eligible, need_g: int, need_c: int, need_m: int) -> Bound | None:
+    """_bound once the amounts still needed are known (some are > 0)."""
     top_g = e.top_g
     if need_g > 0 and top_g[-1] < need_g:
         return None

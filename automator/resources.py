@@ -89,6 +89,14 @@ def scaled(value: Any, scale: int, field: str) -> int:
     return _remember(key, math.ceil(quantity(value, field) * scale))
 
 
+def floored(value: Any, scale: int, field: str) -> int:
+    """A quantity times `scale`, rounded down (what a node offers: 5,000 nodes repeat a few literals)."""
+    key, cached = _recall(value, -scale)  # negative: not scaled's rounding up
+    if cached is not None:
+        return cached
+    return _remember(key, math.floor(quantity(value, field) * scale))
+
+
 def _amount(value: Any, scale: int, field: str, i: int, where: str, name: str) -> int:
     """whole (scale 0) or scaled, the field path built only when the literal is not already known."""
     if type(value) in (str, int, float):
@@ -226,9 +234,8 @@ def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
         for name in gpu_resources
         if name in allocatable
     )
-    cpu = quantity(allocatable.get("cpu", 0), "status.allocatable.cpu")
-    memory = quantity(allocatable.get("memory", 0), "status.allocatable.memory")
-    return Requests(gpus, math.floor(cpu * 1000), math.floor(memory))
+    cpu = floored(allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
+    return Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
 
 
 def integer(value: Any, field: str) -> int:
@@ -319,16 +326,23 @@ def node_name(pod: JsonObj) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
-def _condition(pod: JsonObj, kind: str) -> Mapping[str, Any] | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == kind:
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The first condition of this type in a pod's status."""
+    for condition in status.get("conditions") or []:
+        # (type() first: isinstance against Mapping is slow, and JSON gives dicts)
+        if (type(condition) is dict or isinstance(condition, Mapping)) and condition.get("type") == kind:
             return condition
     return None
 
 
 def scheduled_at(pod: JsonObj) -> datetime | None:
     """When the pod was scheduled: PodScheduled=True lastTransitionTime; None when not (yet) scheduled."""
-    condition = _condition(pod, "PodScheduled")
+    return scheduled_in(pod.get("status") or {})
+
+
+def scheduled_in(status: Mapping[str, Any]) -> datetime | None:
+    """scheduled_at of a pod's status (the index reads the status once per pod)."""
+    condition = _condition(status, "PodScheduled")
     if condition is None or condition.get("status") != "True" or not condition.get("lastTransitionTime"):
         return None
     return parse_time(condition["lastTransitionTime"], "status.conditions[PodScheduled].lastTransitionTime")
@@ -338,7 +352,7 @@ def is_unschedulable(pod: JsonObj) -> bool:
     """Pending, not bound, and the scheduler said Unschedulable."""
     if (pod.get("status") or {}).get("phase") != "Pending" or node_name(pod) or is_terminating(pod):
         return False
-    condition = _condition(pod, "PodScheduled")
+    condition = _condition(pod.get("status") or {}, "PodScheduled")
     return (
         condition is not None
         and condition.get("status") == "False"

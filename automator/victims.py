@@ -62,9 +62,13 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
     )
 
 
+# set_key(()): the preemptor fits as the node is
+NO_VICTIMS: SetKey = (0, 0, 0, 0, 0.0, ())
+
+
 def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
     """Split the node's candidates into eligible and protected for this preemptor priority."""
-    result = NodeResult(None, (), node.free()[0], 0, [], {}, 0, None)
+    result = NodeResult(None, (), node.alloc.gpus - node.used_gpus, 0, [], {}, 0, None)
     eligible, protected = result.eligible, result.protected
     reclaimable = 0
     for pod in node.candidates:
@@ -91,7 +95,7 @@ def search_node(
     free_g, free_c, free_m = node.free()
     result = sort_candidates(node, priority, exclude)
     if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
-        result.key = set_key(())
+        result.key = NO_VICTIMS
         return result
     need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
     if need[0] > result.reclaimable or not result.eligible:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
+from automator import eligibility
+from automator.eligibility import PdbIndex
 from automator.model import PlannerConfig, PodKey, PodUsage, Verdict
 from automator.planner import plan, usage_windows
 from tests.automator import k8s
@@ -268,3 +271,43 @@ def test_global_default_priority_applies_to_pods_without_class() -> None:
     )
     result = plan(state, k8s.idle("v"), PlannerConfig(), k8s.NOW)
     assert result.decisions == []  # the victim's default priority 2000 is not lower
+
+
+def _random_selector(rng: random.Random, labels: Any) -> Any:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return None  # selects nothing
+    if kind == 1:
+        return {}  # selects every pod
+    selector: dict[str, Any] = {"matchLabels": labels()}
+    if kind >= 3:
+        operator = rng.choice(("In", "NotIn", "Exists", "Bogus"))
+        selector["matchExpressions"] = [{"key": "app", "operator": operator, "values": ["a"]}]
+    return selector
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pdbs_filed_by_their_first_label_cover_the_pods_checking_every_pdb_covers(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 14: a PDB whose selector is matchLabels alone is only checked for pods with its first label
+    # (eligibility._anchors); the PDBs covering a pod, their order and the protection reason must be those of
+    # checking every PDB, whatever the selectors (null, empty, None or unhashable values, bad operators).
+    rng = random.Random(seed)
+    values = ("a", "b", None, 1, True, 1.0, ["x"])
+
+    def labels() -> dict[str, Any]:
+        return {k: rng.choice(values) for k in rng.sample(["app", "tier", "team"], rng.randrange(4))}
+
+    pdbs = [
+        {
+            "metadata": {"name": f"pdb-{i}", "namespace": "ml"},
+            "spec": {"selector": _random_selector(rng, labels)},
+            "status": {"disruptionsAllowed": rng.randrange(2)},
+        }
+        for i in range(rng.randrange(1, 9))
+    ]
+    pods = [{"metadata": {"namespace": "ml", "labels": labels()}} for _ in range(20)]
+    filed = [PdbIndex.build(pdbs).covering(pod) for pod in pods]
+    monkeypatch.setattr(eligibility, "_maybe_selecting", lambda anchors, count, pod_labels: range(count))
+    assert filed == [PdbIndex.build(pdbs).covering(pod) for pod in pods]

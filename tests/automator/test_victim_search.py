@@ -290,3 +290,33 @@ def test_the_ranked_search_keeps_the_eviction_budget(budget: int, monkeypatch: p
     assert len(full[0]) == min(budget, 4)
     monkeypatch.setattr(planner_module, "VERDICT_LIMIT", 0)
     assert _full_plan(state, usage, config) == full
+
+
+def test_no_victims_key_is_the_key_of_the_empty_set() -> None:
+    # the constant a node that fits as it is gets (victims.NO_VICTIMS) is set_key of no victims
+    assert victims_module.set_key(()) == victims_module.NO_VICTIMS
+
+
+def test_the_ranked_search_reads_past_fitting_nodes_the_preemptor_may_not_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 14: a shape's nodes that fit as they are come first in its ranking and the other nodes are
+    # ranked only when a preemptor reads past them. Here the shape's only fitting node (a0, where p0 already
+    # fits) is ruled out for p1 by its nodeSelector: the h100 nodes are then ranked and searched, and p1
+    # gets the victim the full search gives it.
+    objs: list[JsonObj] = [k8s.node("a0", labels={"gpu": "a100"})]
+    names = []
+    for n in range(2):
+        objs.append(k8s.node(f"h{n}", labels={"gpu": "h100"}))
+        for i in range(2):
+            names.append(f"v{n}{i}")
+            objs.append(k8s.pod(names[-1], gpus=4, node_name=f"h{n}", scheduled_ago=7200 + 10 * n + i))
+    selective = k8s.preemptor("p1", gpus=1, created_ago=100)
+    selective["spec"]["nodeSelector"] = {"gpu": "h100"}
+    objs += [k8s.preemptor("p0", gpus=1, created_ago=200), selective]
+    state, usage = k8s.cluster(*objs), k8s.idle(*names)
+    full = _full_plan(state, usage, PlannerConfig())
+    assert [d.node for d in full[1]] == ["a0"]
+    assert [(d.preemptor.name, d.node, len(d.victims)) for d in full[0]] == [("p1", "h0", 1)]
+    monkeypatch.setattr(planner_module, "VERDICT_LIMIT", 0)
+    assert _full_plan(state, usage, PlannerConfig()) == full
