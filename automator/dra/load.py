@@ -17,10 +17,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from automator.dra.cache import RecordCache
 from automator.dra.fields import MAX_AMOUNT, MAX_INT, is_name, new
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_pods import load_node, read_pod, usual_pod
-from automator.dra.load_slices import SliceLoader
+from automator.dra.load_slices import SliceLoader, parse_slice
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
 from automator.dra.read_json import read_json_document, read_json_objects
 from automator.gc_pause import gc_paused
@@ -34,7 +35,7 @@ DraInputError = InputError
 
 
 class _Loader:
-    def __init__(self) -> None:
+    def __init__(self, cache: RecordCache | None = None) -> None:
         self.records = Records()
         self._slices = SliceLoader()
         self._claims = ClaimLoader(self.records.findings)
@@ -43,6 +44,7 @@ class _Loader:
             self.records.claims,
             self.records.pods,
         )
+        self._cache = cache
 
     def add(self, obj: Mapping[str, Any], where: str) -> None:
         kind = obj.get("kind")
@@ -54,20 +56,52 @@ class _Loader:
         name, namespace = meta.get("name"), meta.get("namespace")
         if type(name) is not str or not name:
             self._missing(kind, where, "metadata.name")
-        elif kind == "ResourceClaim" or kind == "Pod":
-            if type(namespace) is not str or not namespace:
-                self._missing(kind, where, "metadata.namespace")
-            elif kind == "ResourceClaim":
-                self._claim_list.append(self._claims.claim(obj, namespace, name))
-            else:
-                pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
-                self._pods[f"{namespace}/{name}"] = pod
-        elif kind == "ResourceSlice":
-            self._slices.add_slice(obj, f"ResourceSlice {name}", self._findings)
-        elif kind == "Node":
-            self.records.nodes[name] = load_node(obj, f"Node {name}", name, self._findings)
-        else:
+        elif (kind == "ResourceClaim" or kind == "Pod") and (type(namespace) is not str or not namespace):
+            self._missing(kind, where, "metadata.namespace")
+        elif kind == "DeviceClass":
             self._slices.add_device_class(obj, name)
+        elif self._cache is None:
+            self._use(kind, self._read(obj, kind, name, namespace), namespace, name)
+        else:
+            self._cached(obj, kind, meta, name, namespace)
+
+    def _cached(self, obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any], name: str, ns: Any) -> None:
+        """As `_read` then `_use`, through the cache when the object names its version."""
+        assert self._cache is not None
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not (type(uid) is str and uid and type(version) is str and version):
+            self._use(kind, self._read(obj, kind, name, ns), ns, name)
+            return
+        entry = self._cache.get(kind, uid, version)
+        if entry is None:
+            before = len(self._findings)
+            made = self._read(obj, kind, name, ns)
+            found = tuple(self._findings[before:])
+            del self._findings[before:]
+            entry = (kind, made, found)
+            self._cache.put(kind, uid, version, made, found)
+        self._findings.extend(entry[2])
+        self._use(kind, entry[1], ns, name)
+
+    def _read(self, obj: Mapping[str, Any], kind: str, name: str, namespace: Any) -> Any:
+        """What the object's records are, read from it alone (its findings appended)."""
+        if kind == "ResourceClaim":
+            return self._claims.claim(obj, namespace, name)
+        if kind == "Pod":
+            return usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
+        if kind == "ResourceSlice":
+            return parse_slice(obj, f"ResourceSlice {name}")
+        return load_node(obj, f"Node {name}", name, self._findings)
+
+    def _use(self, kind: str, made: Any, namespace: Any, name: str) -> None:
+        if kind == "ResourceClaim":
+            self._claim_list.append(made)
+        elif kind == "Pod":
+            self._pods[f"{namespace}/{name}"] = made
+        elif kind == "ResourceSlice":
+            self._slices.add_parsed(made, self._findings)
+        else:
+            self.records.nodes[name] = made
 
     def _missing(self, kind: str, where: str, field: str) -> None:
         self._findings.append(
@@ -79,13 +113,22 @@ class _Loader:
         return self.records
 
 
-def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
-    """Records from (object, where it came from) pairs; other kinds are ignored."""
-    loader = _Loader()
+def load_objects(
+    objects: Iterable[tuple[Mapping[str, Any], str]], cache: RecordCache | None = None
+) -> Records:
+    """Records from (object, where it came from) pairs; other kinds are ignored. With a cache (the
+    service's API objects, automator/dra/cache.py), an object version loaded in the previous pass is not
+    read again."""
+    loader = _Loader(cache)
+    if cache is not None:
+        cache.start()
     with gc_paused():
         for obj, where in objects:
             loader.add(obj, where)
-        return loader.finish()
+        records = loader.finish()
+    if cache is not None:
+        cache.finish()
+    return records
 
 
 # --- files ---------------------------------------------------------------------------------------------
