@@ -18,6 +18,7 @@ the loader or the checks (automator/dra/model.py: they are read-only once loaded
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from automator.dra.model import Finding
@@ -25,44 +26,42 @@ from automator.dra.model import Finding
 # One pass's objects at most: a bound on what is kept even if a cluster lists millions of objects.
 MAX_OBJECTS = 1_000_000
 
-# (kind, what loading the object made: a record or a parsed slice, the findings it gave)
-Entry = tuple[str, Any, tuple[Finding, ...]]
+# (uid, resourceVersion): one version of one object (a uid names one object, of one kind)
+Key = tuple[Any, Any]
+# (its kind, what loading it made: a record or a parsed slice, the findings it gave, the key the records
+# know it by: namespace/name of a pod, a node's name)
+Entry = tuple[str, Any, tuple[Finding, ...], str]
 
 
 class RecordCache:
-    """Loaded records by (uid, resourceVersion): the previous pass's, and the current pass's as it goes."""
+    """Loaded records by uid and resourceVersion: the previous pass's, and the current pass's as it goes.
+
+    The loader's loop (automator/dra/load.py) reads `previous` and fills `current` itself, inline."""
 
     def __init__(self, max_objects: int = MAX_OBJECTS) -> None:
         self.max_objects = max_objects
-        self._previous: dict[tuple[str, str], Entry] = {}
-        self._current: dict[tuple[str, str], Entry] = {}
-        self.hits = 0  # of the last pass, for the benchmark and the tests
+        self.previous: dict[Key, Entry] = {}
+        self.current: dict[Key, Entry] = {}
+        self.hits = 0  # of the last pass: objects not read again, and objects read and kept
         self.misses = 0
 
     def start(self) -> None:
         """A new pass: what it does not see again is forgotten when it finishes."""
-        self._current = {}
+        self.current = {}
         self.hits = self.misses = 0
 
-    def get(self, kind: str, uid: str, version: str) -> Entry | None:
-        """What loading this version of the object made in the previous pass, or None."""
-        key = (uid, version)
-        entry = self._previous.get(key)
-        if entry is None or entry[0] != kind:
-            self.misses += 1
-            return None
-        self.hits += 1
-        if len(self._current) < self.max_objects:
-            self._current[key] = entry
-        return entry
-
-    def put(self, kind: str, uid: str, version: str, made: Any, findings: tuple[Finding, ...]) -> None:
-        if len(self._current) < self.max_objects:
-            self._current[(uid, version)] = (kind, made, findings)
+    def put(self, key: Key, entry: Entry) -> None:
+        """An object version read in this pass."""
+        self.misses += 1
+        if len(self.current) < self.max_objects:
+            self.current[key] = entry
 
     def finish(self) -> None:
         """The pass is over: its versions are what the next pass looks up; the others are dropped."""
-        self._previous, self._current = self._current, {}
+        current = self.current
+        if len(current) > self.max_objects:
+            current = dict(islice(current.items(), self.max_objects))
+        self.previous, self.current = current, {}
 
     def __len__(self) -> int:
-        return len(self._previous)
+        return len(self.previous)

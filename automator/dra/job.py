@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from automator.dra.cache import RecordCache
 from automator.dra.checks import check
-from automator.dra.load import KINDS, DraInputError, load_objects, read_objects
+from automator.dra.load import KINDS, DraInputError, load_api_objects, load_objects, read_objects
 from automator.dra.metrics import DraCheckMetrics, DraCollector
 from automator.dra.model import (
     USAGE_OVER_CLAIM,
@@ -176,7 +176,10 @@ class DraCheckJob:
             except PrometheusUnavailable as e:
                 status.usage_reason = f"measured GPU memory unavailable: {e.reason}"
         with gc_paused():
-            records = load_objects(((obj, "API") for obj in objects), self.record_cache)
+            if self.record_cache is None:
+                records = load_objects((obj, "API") for obj in objects)
+            else:
+                records = load_api_objects(objects, self.record_cache)
             status.report = check(records, usage)
         uuids = {d.uuid for d in records.devices.values() if d.uuid is not None}
         if status.usage_checked and uuids and not any(u.gpu_uuid in uuids for u in usage):

@@ -12,7 +12,8 @@ field helpers they share are in fields.py. Here: the dispatch by kind, the files
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from operator import itemgetter
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from automator.gc_pause import gc_paused
 from automator.snapshot import InputError, documents, flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
+
+_METADATA = itemgetter("metadata")
+_VERSION = itemgetter("uid", "resourceVersion")
 
 # Input that is not a set of objects at all; the message names the file and the place. The same error as
 # the snapshot loader's, whose List flattening is reused.
@@ -60,48 +64,88 @@ class _Loader:
             self._missing(kind, where, "metadata.namespace")
         elif kind == "DeviceClass":
             self._slices.add_device_class(obj, name)
-        elif self._cache is None:
-            self._use(kind, self._read(obj, kind, name, namespace), namespace, name)
         else:
-            self._cached(obj, kind, meta, name, namespace)
+            key = f"{namespace}/{name}" if kind == "Pod" else name
+            self._use(kind, self._read(obj, kind, meta, name, namespace), key)
 
-    def _cached(self, obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any], name: str, ns: Any) -> None:
-        """As `_read` then `_use`, through the cache when the object names its version."""
-        assert self._cache is not None
-        uid, version = meta.get("uid"), meta.get("resourceVersion")
-        if not (type(uid) is str and uid and type(version) is str and version):
-            self._use(kind, self._read(obj, kind, name, ns), ns, name)
+    def add_versioned(self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache) -> None:
+        """As `add` for each object, but an object version the previous pass loaded is not read again.
+
+        It runs for every object of every pass of the service, so the versions are looked up in C (`map`
+        over item getters) when every object names its uid and resourceVersion, as the API server's do
+        (a uid names one object of one kind: the entry says which); otherwise object by object."""
+        previous, current = cache.previous, cache.current
+        try:
+            keys = list(map(_VERSION, map(_METADATA, objects)))
+            entries = list(map(previous.get, keys))
+        except (LookupError, TypeError):  # a field missing, an object or metadata that is no map, ...
+            for obj in objects:
+                self._add_entry(obj, where, cache)
             return
-        entry = self._cache.get(kind, uid, version)
-        if entry is None:
-            before = len(self._findings)
-            made = self._read(obj, kind, name, ns)
-            found = tuple(self._findings[before:])
-            del self._findings[before:]
-            entry = (kind, made, found)
-            self._cache.put(kind, uid, version, made, found)
+        findings, claims, pods, use = self._findings, self._claim_list, self._pods, self._use
+        hits = 0
+        for obj, key, entry in zip(objects, keys, entries, strict=True):
+            if entry is None or entry[0] != obj["kind"]:
+                self.add(obj, where)
+                continue
+            hits += 1
+            current[key] = entry
+            kind, made, found = entry[0], entry[1], entry[2]
+            if found:
+                findings.extend(found)
+            if kind == "ResourceClaim":
+                claims.append(made)
+            elif kind == "Pod":
+                pods[entry[3]] = made
+            else:
+                use(kind, made, entry[3])
+        cache.hits = hits
+
+    def _add_entry(self, obj: Mapping[str, Any], where: str, cache: RecordCache) -> None:
+        """One object of any shape: from the cache when it names its version and that was loaded before."""
+        meta = obj.get("metadata")
+        uid, version = (meta.get("uid"), meta.get("resourceVersion")) if type(meta) is dict else (None, None)
+        entry = None
+        if type(uid) is str and type(version) is str:
+            entry = cache.previous.get((uid, version))
+        if entry is None or entry[0] != obj.get("kind"):
+            self.add(obj, where)
+            return
+        cache.hits += 1
+        cache.current[(uid, version)] = entry
         self._findings.extend(entry[2])
-        self._use(kind, entry[1], ns, name)
+        self._use(entry[0], entry[1], entry[3])
 
-    def _read(self, obj: Mapping[str, Any], kind: str, name: str, namespace: Any) -> Any:
-        """What the object's records are, read from it alone (its findings appended)."""
+    def _read(self, obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any], name: str, ns: Any) -> Any:
+        """What the object's records are, read from it alone, with its findings; kept in the cache when
+        the object names its version."""
+        before = len(self._findings)
         if kind == "ResourceClaim":
-            return self._claims.claim(obj, namespace, name)
-        if kind == "Pod":
-            return usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
-        if kind == "ResourceSlice":
-            return parse_slice(obj, f"ResourceSlice {name}")
-        return load_node(obj, f"Node {name}", name, self._findings)
+            made: Any = self._claims.claim(obj, ns, name)
+        elif kind == "Pod":
+            made = usual_pod(obj, ns, name) or read_pod(obj, ns, name, self._findings)
+        elif kind == "ResourceSlice":
+            made = parse_slice(obj, f"ResourceSlice {name}")
+        else:
+            made = load_node(obj, f"Node {name}", name, self._findings)
+        cache = self._cache
+        if cache is not None:
+            uid, version = meta.get("uid"), meta.get("resourceVersion")
+            if type(uid) is str and uid and type(version) is str and version:
+                key = f"{ns}/{name}" if kind == "Pod" else name
+                cache.put((uid, version), (kind, made, tuple(self._findings[before:]), key))
+        return made
 
-    def _use(self, kind: str, made: Any, namespace: Any, name: str) -> None:
+    def _use(self, kind: str, made: Any, key: str) -> None:
+        """The records of one object into the pass's records (key: namespace/name of a pod, a node's name)."""
         if kind == "ResourceClaim":
             self._claim_list.append(made)
         elif kind == "Pod":
-            self._pods[f"{namespace}/{name}"] = made
+            self._pods[key] = made
         elif kind == "ResourceSlice":
             self._slices.add_parsed(made, self._findings)
         else:
-            self.records.nodes[name] = made
+            self.records.nodes[key] = made
 
     def _missing(self, kind: str, where: str, field: str) -> None:
         self._findings.append(
@@ -113,21 +157,24 @@ class _Loader:
         return self.records
 
 
-def load_objects(
-    objects: Iterable[tuple[Mapping[str, Any], str]], cache: RecordCache | None = None
-) -> Records:
-    """Records from (object, where it came from) pairs; other kinds are ignored. With a cache (the
-    service's API objects, automator/dra/cache.py), an object version loaded in the previous pass is not
-    read again."""
-    loader = _Loader(cache)
-    if cache is not None:
-        cache.start()
+def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
+    """Records from (object, where it came from) pairs; other kinds are ignored."""
+    loader = _Loader()
     with gc_paused():
         for obj, where in objects:
             loader.add(obj, where)
+        return loader.finish()
+
+
+def load_api_objects(objects: Sequence[Mapping[str, Any]], cache: RecordCache, where: str = "API") -> Records:
+    """Records from the API server's objects, as load_objects; an object version the previous call loaded
+    is not read again (automator/dra/cache.py: the service lists the same objects every pass)."""
+    loader = _Loader(cache)
+    cache.start()
+    with gc_paused():
+        loader.add_versioned(objects, where, cache)
         records = loader.finish()
-    if cache is not None:
-        cache.finish()
+    cache.finish()
     return records
 
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from automator.dra.cache import RecordCache
 from automator.dra.checks import check
 from automator.dra.job import DraCheckJob
-from automator.dra.load import load_objects, parse_usage
+from automator.dra.load import load_api_objects, load_objects, parse_usage
 from automator.dra.model import OVERCOMMITTED, UNPARSABLE, Report
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter
 from tests.automator.fixtures.dra import builders as b
@@ -36,7 +36,10 @@ def versioned(objects: list[Obj]) -> list[Obj]:
 
 
 def run(objects: list[Obj], cache: RecordCache | None = None) -> Report:
-    records = load_objects(((obj, f"object {i}") for i, obj in enumerate(objects)), cache)
+    if cache is None:
+        records = load_objects((obj, "API") for obj in objects)
+    else:
+        records = load_api_objects(objects, cache)
     return check(records, parse_usage({"containers": hami_usage()}, "usage"))
 
 
