@@ -12,9 +12,9 @@ field helpers they share are in fields.py. Here: the dispatch by kind, the files
 from __future__ import annotations
 
 import math
-from operator import itemgetter
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
