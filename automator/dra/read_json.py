@@ -5,9 +5,9 @@ namespace, uid, and of its spec and status only the fields the loader reads (aut
 the rest (managedFields, labels, annotations, container images and env, container statuses, allocation
 node selectors: most of a dump) is never built. Each object is then one small dict of those fields, which
 the loader reads as it reads any object, with where it was in the file as automator/snapshot.py's flatten
-says it. A document of another shape (not JSON, a number out of range, metadata that is not a map, ...) gives None,
-and the caller reads the file with the general reader (automator/snapshot.py), which reports or accepts it
-as it always did: what this reader accepts, it reads the same.
+says it. A document of another shape (not JSON, a number out of range, metadata that is not a map, ...)
+gives None, and the caller reads the file with the general reader (automator/snapshot.py), which reports or
+accepts it as it always did: what this reader accepts, it reads the same.
 """
 
 from __future__ import annotations
