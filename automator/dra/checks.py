@@ -20,7 +20,6 @@ from automator.dra.model import (
     UNKNOWN_DEVICE,
     USAGE_OVER_CLAIM,
     Allocation,
-    Capacity,
     Claim,
     ContainerUsage,
     Device,
@@ -31,59 +30,13 @@ from automator.dra.model import (
     Records,
     Report,
 )
+from automator.dra.policy import consumption_problems, fmt
 from automator.gc_pause import gc_paused
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
 _ZERO = Decimal(0)
 _NO_CLAIMS: dict[str, Claim] = {}
 _NO_ALLOCATIONS: list[tuple[Claim, Allocation]] = []
-
-_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-
-
-def fmt(amount: Decimal) -> str:
-    """An exact amount, with its binary-suffix form when it has one: 17179869184 (16Gi)."""
-    text = format(amount.normalize(), "f") if amount != amount.to_integral_value() else str(int(amount))
-    if amount == amount.to_integral_value() and amount > 0:
-        for suffix, size in _BINARY:
-            if int(amount) % size == 0:
-                return f"{text} ({int(amount) // size}{suffix})"
-    return text
-
-
-def _policy_problem(amount: Decimal, cap: Capacity) -> str | None:
-    """Why the capacity's requestPolicy does not allow `amount`, or None when it does."""
-    if amount < 0:
-        return "is negative"
-    if cap.valid_values is not None:
-        if amount not in cap.valid_values:
-            return f"is not one of the validValues {', '.join(fmt(v) for v in cap.valid_values)}"
-        return None
-    if cap.range_min is None:
-        return None
-    if amount < cap.range_min:
-        return f"is below the validRange min {fmt(cap.range_min)}"
-    if cap.range_max is not None and amount > cap.range_max:
-        return f"is above the validRange max {fmt(cap.range_max)}"
-    if cap.range_step is not None and (amount - cap.range_min) % cap.range_step != 0:
-        return f"is not min {fmt(cap.range_min)} + n * step {fmt(cap.range_step)}"
-    return None
-
-
-def _consumption_problems(
-    consumed: dict[str, Decimal], capacity: dict[str, Capacity]
-) -> list[tuple[str, Decimal, str]]:
-    """(capacity name, amount, why) for each consumed amount the device's capacities do not allow."""
-    problems = []
-    for name, amount in consumed.items():
-        cap = capacity.get(name)
-        if cap is None:
-            problems.append((name, amount, "names a capacity the device does not publish"))
-        elif cap.policy_known:  # else the policy did not parse: reported as unparsable already
-            problem = _policy_problem(amount, cap)
-            if problem:
-                problems.append((name, amount, problem))
-    return problems
 
 
 class _Checker:
@@ -142,7 +95,7 @@ class _Checker:
                 pair = (id(device.capacity), id(alloc.consumed))
                 problems = judged.get(pair)
                 if problems is None:
-                    problems = judged[pair] = _consumption_problems(alloc.consumed, device.capacity)
+                    problems = judged[pair] = consumption_problems(alloc.consumed, device.capacity)
                 if problems:
                     self._invalid(claim, device, problems)
             if not live and not claim.other_consumers:
