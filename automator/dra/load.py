@@ -25,6 +25,8 @@ from automator.dra.load_pods import load_node, read_pod, usual_pod
 from automator.dra.load_slices import SliceLoader, parse_slice
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
 from automator.dra.read_json import read_json_document, read_json_objects
+from automator.dra.read_typed import ClaimRecords, TypedClaim, TypedPod, as_dict, pod_record, read_typed
+from automator.dra.read_typed import Objects as TypedObjects
 from automator.gc_pause import gc_paused
 from automator.snapshot import InputError, documents, flatten
 
@@ -116,6 +118,26 @@ class _Loader:
         self._findings.extend(entry[2])
         self._use(entry[0], entry[1], entry[3])
 
+    def add_typed(self, objects: TypedObjects, where: str) -> None:
+        """The typed reader's objects: claims and pods of the usual shape straight into records, the rest
+        (other kinds, a name missing, an amount that is not a quantity) through `add`."""
+        claim_records = ClaimRecords(self._claims)
+        claims, pods = self._claim_list, self._pods
+        for i, obj in enumerate(objects):
+            meta = obj.metadata
+            if meta is not None:
+                name, namespace = meta.name, meta.namespace
+                if type(name) is str and name and type(namespace) is str and namespace:
+                    if type(obj) is TypedClaim:
+                        claim = claim_records.claim(obj, namespace, name)
+                        if claim is not None:
+                            claims.append(claim)
+                            continue
+                    elif type(obj) is TypedPod:
+                        pods[f"{namespace}/{name}"] = pod_record(obj, namespace, name)
+                        continue
+            self.add(as_dict(obj), f"{where} items[{i}]")
+
     def _read(self, obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any], name: str, ns: Any) -> Any:
         """What the object's records are, read from it alone, with its findings; kept in the cache when
         the object names its version."""
@@ -196,8 +218,17 @@ def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
 
 
 def load_cluster_file(path: Path) -> Records:
-    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
-    return load_objects(read_objects(path))
+    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds.
+
+    A JSON List the typed reader describes (automator/dra/read_typed.py) goes straight into records;
+    anything else through read_objects and load_objects."""
+    typed = read_typed(path)
+    if typed is None:
+        return load_objects(read_objects(path))
+    loader = _Loader()
+    with gc_paused():
+        loader.add_typed(*typed)
+        return loader.finish()
 
 
 _USAGE_KEYS = ("namespace", "pod", "container", "gpu_uuid")
