@@ -79,9 +79,21 @@ class _Checker:
 
     def claims(self) -> None:
         devices, on_device, judged = self.records.devices, self.on_device, self._judged
-        index_consumers = self._index_consumers
+        pods, pod_claims = self.records.pods, self.pod_claims
         for claim in self.records.claims:
-            live = index_consumers(claim)
+            # the claim under each pod it is reserved for; live: one of those pods exists
+            live = False
+            for ref in claim.pods:
+                key = f"{claim.namespace}/{ref.name}"
+                by_pod = pod_claims.get(key)
+                if by_pod is None:
+                    pod_claims[key] = {claim.name: claim}
+                else:
+                    by_pod[claim.name] = claim
+                if not live:
+                    pod = pods.get(key)
+                    # a pod of the same name with another uid is a new pod, not the consumer
+                    live = pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
             if not claim.allocated:
                 continue
             for alloc in claim.allocations:
@@ -112,23 +124,6 @@ class _Checker:
                 f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
                 f"which {problem}",
             )
-
-    def _index_consumers(self, claim: Claim) -> bool:
-        """The claim under each pod it is reserved for; whether one of those pods exists."""
-        pods, pod_claims = self.records.pods, self.pod_claims
-        live = False
-        for ref in claim.pods:
-            key = f"{claim.namespace}/{ref.name}"
-            by_pod = pod_claims.get(key)
-            if by_pod is None:
-                pod_claims[key] = {claim.name: claim}
-            else:
-                by_pod[claim.name] = claim
-            if not live:
-                pod = pods.get(key)
-                # a pod of the same name with another uid is a new pod, not the consumer
-                live = pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
-        return live
 
     def _unknown_device(self, claim: Claim, alloc: Allocation) -> None:
         pod_key, pod_node = self.consumer(claim)
