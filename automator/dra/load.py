@@ -87,7 +87,7 @@ class _Loader:
         findings, claims, pods, use = self._findings, self._claim_list, self._pods, self._use
         hits = 0
         for obj, key, entry in zip(objects, keys, entries, strict=True):
-            if entry is None or entry[0] != obj["kind"]:
+            if entry is None or entry[0] != obj.get("kind"):
                 self.add(obj, where)
                 continue
             hits += 1

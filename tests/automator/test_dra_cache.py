@@ -160,3 +160,17 @@ def test_the_job_over_the_api_reads_changed_claims_again(fake_kube: FakeApiServe
     assert any(f.kind == OVERCOMMITTED for f in changed.report.findings)
     plain.run_once()
     assert changed.report == plain.last_ok.report  # type: ignore[union-attr]
+
+
+def test_a_version_of_another_kind_is_not_taken_from_the_cache() -> None:
+    objects, cache = versioned(hami_objects()), RecordCache()
+    run(objects, cache)
+    claim = next(o for o in objects if o["kind"] == "ResourceClaim")
+    impostor = b.node("impostor", {"nvidia.com/gpu": "1"})
+    impostor["metadata"].update(
+        uid=claim["metadata"]["uid"], resourceVersion=claim["metadata"]["resourceVersion"]
+    )
+    kindless = {"metadata": dict(claim["metadata"])}
+    rest = [o for o in objects if o is not claim]
+    assert run([*rest, impostor, kindless], cache) == fresh([*rest, impostor, kindless])
+    assert cache.misses == 1  # the node, read
