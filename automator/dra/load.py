@@ -64,6 +64,11 @@ class _Loader:
             self._missing(kind, where, "metadata.name")
         elif (kind == "ResourceClaim" or kind == "Pod") and (type(namespace) is not str or not namespace):
             self._missing(kind, where, "metadata.namespace")
+        elif kind == "ResourceClaim" and self._cache is None:  # the two most numerous kinds, directly
+            self._claim_list.append(self._claims.claim(obj, namespace, name))
+        elif kind == "Pod" and self._cache is None:
+            pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
+            self._pods[f"{namespace}/{name}"] = pod
         elif kind == "DeviceClass":
             self._slices.add_device_class(obj, name)
         else:
