@@ -62,18 +62,21 @@ class _Loader:
         name, namespace = meta.get("name"), meta.get("namespace")
         if type(name) is not str or not name:
             self._missing(kind, where, "metadata.name")
-        elif (kind == "ResourceClaim" or kind == "Pod") and (type(namespace) is not str or not namespace):
-            self._missing(kind, where, "metadata.namespace")
-        elif kind == "ResourceClaim" and self._cache is None:  # the two most numerous kinds, directly
-            self._claim_list.append(self._claims.claim(obj, namespace, name))
-        elif kind == "Pod" and self._cache is None:
-            pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
-            self._pods[f"{namespace}/{name}"] = pod
+        elif kind == "ResourceClaim" or kind == "Pod":
+            if type(namespace) is not str or not namespace:
+                self._missing(kind, where, "metadata.namespace")
+            elif self._cache is not None:
+                key = f"{namespace}/{name}"
+                self._use(kind, self._read(obj, kind, meta, name, namespace), key)
+            elif kind == "ResourceClaim":  # the two most numerous kinds, directly
+                self._claim_list.append(self._claims.claim(obj, namespace, name))
+            else:
+                pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
+                self._pods[f"{namespace}/{name}"] = pod
         elif kind == "DeviceClass":
             self._slices.add_device_class(obj, name)
         else:
-            key = f"{namespace}/{name}" if kind == "Pod" else name
-            self._use(kind, self._read(obj, kind, meta, name, namespace), key)
+            self._use(kind, self._read(obj, kind, meta, name, namespace), name)
 
     def add_versioned(self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache) -> None:
         """As `add` for each object, but an object version the previous pass loaded is not read again.
