@@ -109,6 +109,48 @@ def best_of(rounds: int, fn: Any, clock: Any = time.process_time) -> tuple[float
     return best, result
 
 
+def write_files(objects: list[dict[str, Any]], usage: list[dict[str, Any]], stem: Path) -> tuple[Path, ...]:
+    """End to end as a user runs it: a `kubectl get -o json` List, a usage YAML and the same as JSON (as a
+    script writing Prometheus' answer would: one json.dump)."""
+    cluster_file, usage_file, usage_json = (
+        stem.with_name(f"{stem.name}-{s}") for s in ("cluster.json", "usage.yaml", "usage.json")
+    )
+    cluster_file.write_text(json.dumps(b.as_list(objects), indent=2))
+    usage_file.write_text(yaml.safe_dump({"containers": usage}, width=200))
+    usage_json.write_text(json.dumps({"containers": usage}))
+    return cluster_file, usage_file, usage_json
+
+
+def files_and_cli(objects: list[dict[str, Any]], usage: list[dict[str, Any]], stem: Path) -> dict[str, Any]:
+    """Reading the files, and `dra-check` end to end on them, with the usage YAML and JSON."""
+    cluster_file, usage_file, usage_json = write_files(objects, usage, stem)
+
+    def read(fn: Any, path: Path) -> Any:
+        with gc_paused():  # as `dra-check` reads them
+            return fn(path)
+
+    out = {
+        "read_cluster_cpu": best_of(2, lambda: read(read_objects, cluster_file))[0],
+        "read_usage_cpu": best_of(2, lambda: read(load_usage_file, usage_file))[0],
+        "read_usage_json_cpu": best_of(3, lambda: read(load_usage_file, usage_json))[0],
+        "cluster_mb": cluster_file.stat().st_size / 1e6,
+    }
+    parser = dra_cli.add_parser(argparse.ArgumentParser().add_subparsers())
+
+    def cli_run(usage_path: Path) -> int:
+        argv = ["--cluster", str(cluster_file), "--usage", str(usage_path), "--output", "json"]
+        with redirect_stdout(StringIO()):
+            return dra_cli.run(parser.parse_args(argv))
+
+    out["cli_cpu"], code = best_of(2, lambda: cli_run(usage_file))
+    assert code == 0
+    out["cli_wall"], _ = best_of(2, lambda: cli_run(usage_file), time.perf_counter)
+    out["cli_json_cpu"], code = best_of(3, lambda: cli_run(usage_json))
+    assert code == 0
+    out["cli_json_wall"], _ = best_of(3, lambda: cli_run(usage_json), time.perf_counter)
+    return out
+
+
 def measure(nodes: int, workdir: Path, rounds: int) -> dict[str, Any]:
     objects, usage = cluster(nodes)
     # CPU time of this process (the checks are single-threaded; on a shared machine the wall time also
@@ -128,34 +170,7 @@ def measure(nodes: int, workdir: Path, rounds: int) -> dict[str, Any]:
     pass_cpu, _ = best_of(rounds, lambda: run_check(objects, usage))
     pass_wall, _ = best_of(rounds, lambda: run_check(objects, usage), time.perf_counter)
     json_cpu, _ = best_of(rounds, lambda: json_text(report))
-    # end to end as a user runs it: a `kubectl get -o json` List, a usage YAML or JSON (as a script writing
-    # Prometheus' answer would: one json.dump), JSON out
-    cluster_file, usage_file = workdir / f"cluster-{nodes}.json", workdir / f"usage-{nodes}.yaml"
-    usage_json = workdir / f"usage-{nodes}.json"
-    cluster_file.write_text(json.dumps(b.as_list(objects), indent=2))
-    usage_file.write_text(yaml.safe_dump({"containers": usage}, width=200))
-    usage_json.write_text(json.dumps({"containers": usage}))
-
-    def read(fn: Any, path: Path) -> Any:
-        with gc_paused():  # as `dra-check` reads them
-            return fn(path)
-
-    read_cluster_cpu, _ = best_of(2, lambda: read(read_objects, cluster_file))
-    read_usage_cpu, _ = best_of(2, lambda: read(load_usage_file, usage_file))
-    read_usage_json_cpu, _ = best_of(3, lambda: read(load_usage_file, usage_json))
-    parser = dra_cli.add_parser(argparse.ArgumentParser().add_subparsers())
-
-    def cli_run(usage_path: Path) -> int:
-        argv = ["--cluster", str(cluster_file), "--usage", str(usage_path), "--output", "json"]
-        with redirect_stdout(StringIO()):
-            return dra_cli.run(parser.parse_args(argv))
-
-    cli_cpu, code = best_of(2, lambda: cli_run(usage_file))
-    assert code == 0
-    cli_wall, _ = best_of(2, lambda: cli_run(usage_file), time.perf_counter)
-    cli_json_cpu, code = best_of(3, lambda: cli_run(usage_json))
-    assert code == 0
-    cli_json_wall, _ = best_of(3, lambda: cli_run(usage_json), time.perf_counter)
+    files = files_and_cli(objects, usage, workdir / str(nodes))
     return {
         "nodes": nodes,
         "devices": len(report.devices),
@@ -170,14 +185,7 @@ def measure(nodes: int, workdir: Path, rounds: int) -> dict[str, Any]:
         "unchanged_cpu": unchanged_cpu,
         "changed_cpu": changed_cpu,
         "json_cpu": json_cpu,
-        "read_cluster_cpu": read_cluster_cpu,
-        "read_usage_cpu": read_usage_cpu,
-        "read_usage_json_cpu": read_usage_json_cpu,
-        "cli_cpu": cli_cpu,
-        "cli_wall": cli_wall,
-        "cli_json_cpu": cli_json_cpu,
-        "cli_json_wall": cli_json_wall,
-        "cluster_mb": cluster_file.stat().st_size / 1e6,
+        **files,
         "findings": Counter(f.kind for f in report.findings),
     }
 
