@@ -27,6 +27,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from automator.conventions import COMPONENT
+from automator.dra.cache import RecordCache
 from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
 from automator.keda import wiring as keda
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector, api_client
@@ -145,6 +146,8 @@ def _add_dra_check(
         is_leader=wiring.service.is_leader,
         write_events=not settings.cluster_snapshot,
         instance=kube.identity if isinstance(kube, KubernetesAdapter) else COMPONENT,
+        # API objects carry the server's resourceVersions: unchanged ones are not read again each pass
+        record_cache=None if settings.cluster_snapshot else RecordCache(),
     )
     add_dra_route(wiring.app, wiring.dra, access)
     wiring.jobs.append(Job("dra-check", wiring.dra.run_once, wiring.dra.interval))

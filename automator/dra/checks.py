@@ -20,7 +20,6 @@ from automator.dra.model import (
     UNKNOWN_DEVICE,
     USAGE_OVER_CLAIM,
     Allocation,
-    Capacity,
     Claim,
     ContainerUsage,
     Device,
@@ -31,59 +30,13 @@ from automator.dra.model import (
     Records,
     Report,
 )
+from automator.dra.policy import consumption_problems, fmt
 from automator.gc_pause import gc_paused
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
 _ZERO = Decimal(0)
 _NO_CLAIMS: dict[str, Claim] = {}
 _NO_ALLOCATIONS: list[tuple[Claim, Allocation]] = []
-
-_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-
-
-def fmt(amount: Decimal) -> str:
-    """An exact amount, with its binary-suffix form when it has one: 17179869184 (16Gi)."""
-    text = format(amount.normalize(), "f") if amount != amount.to_integral_value() else str(int(amount))
-    if amount == amount.to_integral_value() and amount > 0:
-        for suffix, size in _BINARY:
-            if int(amount) % size == 0:
-                return f"{text} ({int(amount) // size}{suffix})"
-    return text
-
-
-def _policy_problem(amount: Decimal, cap: Capacity) -> str | None:
-    """Why the capacity's requestPolicy does not allow `amount`, or None when it does."""
-    if amount < 0:
-        return "is negative"
-    if cap.valid_values is not None:
-        if amount not in cap.valid_values:
-            return f"is not one of the validValues {', '.join(fmt(v) for v in cap.valid_values)}"
-        return None
-    if cap.range_min is None:
-        return None
-    if amount < cap.range_min:
-        return f"is below the validRange min {fmt(cap.range_min)}"
-    if cap.range_max is not None and amount > cap.range_max:
-        return f"is above the validRange max {fmt(cap.range_max)}"
-    if cap.range_step is not None and (amount - cap.range_min) % cap.range_step != 0:
-        return f"is not min {fmt(cap.range_min)} + n * step {fmt(cap.range_step)}"
-    return None
-
-
-def _consumption_problems(
-    consumed: dict[str, Decimal], capacity: dict[str, Capacity]
-) -> list[tuple[str, Decimal, str]]:
-    """(capacity name, amount, why) for each consumed amount the device's capacities do not allow."""
-    problems = []
-    for name, amount in consumed.items():
-        cap = capacity.get(name)
-        if cap is None:
-            problems.append((name, amount, "names a capacity the device does not publish"))
-        elif cap.policy_known:  # else the policy did not parse: reported as unparsable already
-            problem = _policy_problem(amount, cap)
-            if problem:
-                problems.append((name, amount, problem))
-    return problems
 
 
 class _Checker:
@@ -96,6 +49,9 @@ class _Checker:
         # pod key -> claims reserved for it or named by its spec/status
         self.pod_claims: dict[str, dict[str, Claim]] = {}
         self.claims_by_key = {c.key: c for c in records.claims}
+        # (capacity map, consumed map) -> what the policies do not allow; both maps are held by the records
+        # for the whole check, so their ids stay unique
+        self._judged: dict[tuple[int, int], list[tuple[str, Decimal, str]]] = {}
 
     def consumer(self, claim: Claim) -> tuple[str | None, str | None]:
         """(pod, node) of a claim's first pod consumer, for findings."""
@@ -122,14 +78,22 @@ class _Checker:
     # --- claims: unknown devices, invalid consumption, orphans ------------------------------------------
 
     def claims(self) -> None:
-        devices = self.records.devices
-        on_device = self.on_device
-        # (capacity map, consumed map) -> what the policies do not allow. Devices of one model share one
-        # capacity map and claims of one size one consumed map (load_slices.py, load_claims.py), so each
-        # distinct pair is judged once; both are held by the records for the whole check (ids stay unique).
-        judged: dict[tuple[int, int], list[tuple[str, Decimal, str]]] = {}
+        devices, on_device, judged = self.records.devices, self.on_device, self._judged
+        pods, pod_claims = self.records.pods, self.pod_claims
         for claim in self.records.claims:
-            live = self._index_consumers(claim)
+            # the claim under each pod it is reserved for; live: one of those pods exists
+            live = False
+            for ref in claim.pods:
+                key = f"{claim.namespace}/{ref.name}"
+                by_pod = pod_claims.get(key)
+                if by_pod is None:
+                    pod_claims[key] = {claim.name: claim}
+                else:
+                    by_pod[claim.name] = claim
+                if not live:
+                    pod = pods.get(key)
+                    # a pod of the same name with another uid is a new pod, not the consumer
+                    live = pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid)
             if not claim.allocated:
                 continue
             for alloc in claim.allocations:
@@ -138,38 +102,28 @@ class _Checker:
                     self._unknown_device(claim, alloc)
                     continue
                 on_device[alloc.device].append((claim, alloc))
+                # Devices of one model share one capacity map and claims of one size one consumed map
+                # (load_slices.py, load_claims.py): each distinct pair is judged once.
                 pair = (id(device.capacity), id(alloc.consumed))
                 problems = judged.get(pair)
                 if problems is None:
-                    problems = judged[pair] = _consumption_problems(alloc.consumed, device.capacity)
-                for name, amount, problem in problems:
-                    self.add(
-                        INVALID_CONSUMPTION,
-                        device.node,
-                        device.id,
-                        claim.key,
-                        self.consumer(claim)[0],
-                        f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
-                        f"which {problem}",
-                    )
+                    problems = judged[pair] = consumption_problems(alloc.consumed, device.capacity)
+                if problems:
+                    self._invalid(claim, device, problems)
             if not live and not claim.other_consumers:
                 self._orphaned(claim)
 
-    def _index_consumers(self, claim: Claim) -> bool:
-        """The claim under each pod it is reserved for; whether one of those pods exists."""
-        pods, pod_claims = self.records.pods, self.pod_claims
-        live = False
-        for ref in claim.pods:
-            key = f"{claim.namespace}/{ref.name}"
-            by_pod = pod_claims.get(key)
-            if by_pod is None:
-                pod_claims[key] = {claim.name: claim}
-            else:
-                by_pod[claim.name] = claim
-            pod = pods.get(key)
-            # a pod of the same name with another uid is a new pod, not the consumer
-            live = live or (pod is not None and (ref.uid is None or pod.uid is None or ref.uid == pod.uid))
-        return live
+    def _invalid(self, claim: Claim, device: Device, problems: list[tuple[str, Decimal, str]]) -> None:
+        for name, amount, problem in problems:
+            self.add(
+                INVALID_CONSUMPTION,
+                device.node,
+                device.id,
+                claim.key,
+                self.consumer(claim)[0],
+                f"ResourceClaim {claim.key} consumes {name} {fmt(amount)} of device {device.id}, "
+                f"which {problem}",
+            )
 
     def _unknown_device(self, claim: Claim, alloc: Allocation) -> None:
         pod_key, pod_node = self.consumer(claim)
@@ -306,31 +260,65 @@ class _Checker:
 
     def usage_over_claim(self) -> None:
         by_uuid = {d.uuid: d for d in self.records.devices.values() if d.uuid is not None}
-        pods = self.records.pods
+        pods, pod_claims, claims_by_key = self.records.pods, self.pod_claims, self.claims_by_key
         for use in self.usage:
             device = by_uuid.get(use.gpu_uuid)
-            if device is None or use.memory_bytes is None:
+            used = use.memory_bytes
+            if device is None or used is None:
                 continue  # not a DRA device (a device-plugin GPU), or usage unknown
             pod_key = f"{use.namespace}/{use.pod}"
-            holding, claimed = self.claimed_memory(pods.get(pod_key), pod_key, use.container, device.id)
-            if claimed is None or use.memory_bytes <= claimed:
-                continue
-            if holding:
-                claim = ", ".join(c.key for c in holding)
-                how = f"its claim {claim} consumed {fmt(claimed)} of memory on that device"
-            else:
-                claim = None
-                how = "none of its pod's claims is allocated that device"
-            self.add(
-                USAGE_OVER_CLAIM,
-                device.node,
-                device.id,
-                claim,
-                pod_key,
-                f"container {pod_key}/{use.container} uses GPU memory {fmt(use.memory_bytes)} on device "
-                f"{device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
-                key=f"{pod_key}/{use.container}",
-            )
+            pod = pods.get(pod_key)
+            holding: list[Claim] | None = None
+            # The usual case inline, as claimed_memory finds it: the container names one claim of its pod,
+            # which holds this one device (for the request named, if any).
+            refs = pod.containers.get(use.container) if pod is not None else None
+            if refs is not None and len(refs) == 1:
+                assert pod is not None
+                ref = refs[0]
+                name = pod.claim_names.get(ref.claim)
+                if name:
+                    claim = (pod_claims.get(pod_key) or _NO_CLAIMS).get(name) or claims_by_key.get(
+                        f"{pod.namespace}/{name}"
+                    )
+                    if claim is not None and len(claim.allocations) == 1:
+                        alloc, request = claim.allocations[0], ref.request
+                        if alloc.device == device.id and (
+                            request is None
+                            or alloc.request == request
+                            or alloc.request.startswith(request + "/")
+                        ):
+                            amount = alloc.consumed.get(MEMORY)
+                            holding, claimed = [claim], None if amount is None else _ZERO + amount
+            if holding is None:
+                holding, claimed = self.claimed_memory(pod, pod_key, use.container, device.id)
+            if claimed is not None and used > claimed:
+                self._usage_over(use, used, device, pod_key, holding, claimed)
+
+    def _usage_over(
+        self,
+        use: ContainerUsage,
+        used: Decimal,
+        device: Device,
+        pod_key: str,
+        holding: list[Claim],
+        claimed: Decimal,
+    ) -> None:
+        if holding:
+            claim: str | None = ", ".join(c.key for c in holding)
+            how = f"its claim {claim} consumed {fmt(claimed)} of memory on that device"
+        else:
+            claim = None
+            how = "none of its pod's claims is allocated that device"
+        self.add(
+            USAGE_OVER_CLAIM,
+            device.node,
+            device.id,
+            claim,
+            pod_key,
+            f"container {pod_key}/{use.container} uses GPU memory {fmt(used)} on device "
+            f"{device.id} ({use.gpu_uuid}), but {how}: enforcement is failing or bypassed",
+            key=f"{pod_key}/{use.container}",
+        )
 
     # --- nodes -----------------------------------------------------------------------------------------
 

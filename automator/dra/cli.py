@@ -7,7 +7,6 @@ file and the place). Fields that do not parse inside the objects are `unparsable
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: every other `gpu-automator` command (and `--help`) starts without the DRA readers.
     from automator.dra.checks import check
     from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
-    from automator.dra.report import to_json, to_text
+    from automator.dra.report import json_text, to_text
     from automator.gc_pause import gc_paused
 
     try:
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-automator: error: {exc}", file=sys.stderr)
         return 2
     if args.output == "json":
-        print(json.dumps(to_json(report), indent=2))
+        print(json_text(report))
     else:
         print(to_text(report))
     return 0

@@ -25,8 +25,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from automator.dra.cache import RecordCache
 from automator.dra.checks import check
-from automator.dra.load import KINDS, DraInputError, load_objects, read_objects
+from automator.dra.load import KINDS, DraInputError, load_api_objects, load_objects, read_objects
 from automator.dra.metrics import DraCheckMetrics, DraCollector
 from automator.dra.model import (
     USAGE_OVER_CLAIM,
@@ -126,6 +127,9 @@ class DraCheckJob:
     instance: str = EVENT_COMPONENT
     max_events_per_check: int = MAX_EVENTS_PER_CHECK
     event_repeat_seconds: float = EVENT_REPEAT_SECONDS
+    # The previous pass's records by object version (automator/dra/cache.py): only for a cluster whose
+    # resourceVersions come from an API server (the Kubernetes adapter), never for a file.
+    record_cache: RecordCache | None = None
     last: CheckStatus | None = None  # the last check, whatever its result
     last_ok: CheckStatus | None = None  # the last check that read the cluster
     _announced: dict[str, datetime] = field(default_factory=dict)  # Event name -> when written
@@ -172,7 +176,10 @@ class DraCheckJob:
             except PrometheusUnavailable as e:
                 status.usage_reason = f"measured GPU memory unavailable: {e.reason}"
         with gc_paused():
-            records = load_objects((obj, "API") for obj in objects)
+            if self.record_cache is None:
+                records = load_objects((obj, "API") for obj in objects)
+            else:
+                records = load_api_objects(objects, self.record_cache)
             status.report = check(records, usage)
         uuids = {d.uuid for d in records.devices.values() if d.uuid is not None}
         if status.usage_checked and uuids and not any(u.gpu_uuid in uuids for u in usage):

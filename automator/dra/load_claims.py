@@ -27,16 +27,16 @@ from automator.dra.fields import (
 from automator.dra.model import Allocation, Claim, DeviceId, Finding, PodConsumer
 
 _MAX_CONSUMED = 4096  # distinct consumedCapacity maps remembered per load
-_NOTHING_CONSUMED: dict[str, Decimal] = {}  # no consumedCapacity: one map for all (never changed)
+NOTHING_CONSUMED: dict[str, Decimal] = {}  # no consumedCapacity: one map for all (never changed)
 
 
 class ClaimLoader:
     def __init__(self, findings: list[Finding]) -> None:
         self.findings = findings
         # one DeviceId per device named by allocations (thousands of claims name the same devices)
-        self._device_ids: dict[tuple[str, str, str], DeviceId] = {}
+        self.device_ids: dict[tuple[str, str, str], DeviceId] = {}
         # consumedCapacity's (name, text) pairs -> the parsed map, shared by the claims (never changed)
-        self._consumed: dict[tuple[tuple[str, str], ...], dict[str, Decimal]] = {}
+        self.consumed: dict[tuple[tuple[str, str], ...], dict[str, Decimal]] = {}
 
     def claim(self, obj: Mapping[str, Any], namespace: str, name: str) -> Claim:
         claim = self._usual_claim(obj, namespace, name)
@@ -44,9 +44,9 @@ class ClaimLoader:
 
     def device_id(self, driver: str, pool: str, device: str) -> DeviceId:
         key = (driver, pool, device)
-        device_id = self._device_ids.get(key)
+        device_id = self.device_ids.get(key)
         if device_id is None:
-            device_id = self._device_ids[key] = DeviceId(driver, pool, device)
+            device_id = self.device_ids[key] = DeviceId(driver, pool, device)
         return device_id
 
     # --- the usual shape -------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ class ClaimLoader:
 
     def _usual_results(self, results: list[Any], allocations: list[Allocation]) -> bool:
         """`status.allocation.devices.results` of the usual shape into `allocations`; False otherwise."""
-        ids, shared = self._device_ids, self._consumed
+        ids, shared = self.device_ids, self.consumed
         for result in results:
             if type(result) is not dict:
                 return False
@@ -107,14 +107,14 @@ class ClaimLoader:
             ):
                 return False
             if raw is None:
-                consumed: dict[str, Decimal] | None = _NOTHING_CONSUMED
+                consumed: dict[str, Decimal] | None = NOTHING_CONSUMED
             elif type(raw) is dict:
                 try:
                     consumed = shared.get(tuple(raw.items()))
                 except TypeError:  # an unhashable amount (a map, a list): not a quantity
                     return False
                 if consumed is None:
-                    consumed = self._usual_consumed(raw)
+                    consumed = self.usual_consumed(raw)
                     if consumed is None:
                         return False
             else:
@@ -126,7 +126,7 @@ class ClaimLoader:
             allocations.append(new(Allocation, (request, device_id, consumed, raw is not None)))
         return True
 
-    def _usual_consumed(self, raw: Any) -> dict[str, Decimal] | None:
+    def usual_consumed(self, raw: Any) -> dict[str, Decimal] | None:
         """The parsed consumedCapacity, shared with every identical one; None unless all are strings."""
         if raw is None:
             return {}
@@ -134,7 +134,7 @@ class ClaimLoader:
             return None
         key = tuple(raw.items())
         try:
-            consumed = self._consumed.get(key)
+            consumed = self.consumed.get(key)
         except TypeError:  # an unhashable amount (a map, a list): not a quantity
             return None
         if consumed is not None:
@@ -148,8 +148,8 @@ class ClaimLoader:
                 consumed[cap_name] = parse_text(amount, True)
             except ValueError:
                 return None
-        if len(self._consumed) < _MAX_CONSUMED:
-            self._consumed[key] = consumed
+        if len(self.consumed) < _MAX_CONSUMED:
+            self.consumed[key] = consumed
         return consumed
 
     # --- field by field, with findings -----------------------------------------------------------------

@@ -172,6 +172,64 @@ def _device(
     return Device(device_id, node, allow, capacity, uuid, bool(GPU_WORD.search(device_id.driver)))
 
 
+# A ResourceSlice read on its own (from the object alone, so it can be kept across passes: dra/cache.py):
+# its pool (driver, pool name), the pool generation, its devices and their findings; or, when the slice's
+# own fields do not parse, the one finding that says so.
+ParsedSlice = tuple[tuple[str, str], int, list[Device], list[Finding]] | Finding
+
+
+def parse_slice(obj: Mapping[str, Any], label: str) -> ParsedSlice:
+    node: str | None = None
+    try:
+        spec = map_field(obj, "spec")
+        node = str_field(spec, "nodeName", "spec.", required=False)
+        driver = str_field(spec, "driver", "spec.")
+        pool = map_field(spec, "pool", "spec.")
+        pool_name = str_field(pool, "name", "spec.pool.")
+        generation = pool.get("generation", 0)
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise Unparsable("spec.pool.generation", f"{generation!r} is not an integer >= 0")
+        devices = list_field(spec, "devices", "spec.")
+    except Unparsable as exc:
+        return unparsable_finding(exc, label, node=node)
+    assert driver is not None and pool_name is not None
+    published: list[Device] = []
+    found: list[Finding] = []
+    pool_id = DeviceId(driver, pool_name, "")
+    for i, raw in enumerate(devices):
+        _add_device(raw, i, label, node, pool_id, published, found)
+    return (driver, pool_name), generation, published, found
+
+
+def _add_device(
+    raw: Any,
+    index: int,
+    label: str,
+    node: str | None,
+    pool_id: DeviceId,
+    published: list[Device],
+    found: list[Finding],
+) -> None:
+    try:
+        name = str_field(item(raw), "name")
+    except Unparsable as exc:
+        found.append(unparsable_finding(exc.under(f"spec.devices[{index}]."), label, node=node))
+        return
+    assert name is not None
+    device_id = pool_id._replace(device=name)
+    problems: list[Unparsable] = []
+    published.append(_device(raw, device_id, node, problems))
+    for problem in problems:
+        found.append(
+            unparsable_finding(
+                problem.under(f"spec.devices[{index}]."),
+                f"{label} device {name}",
+                node=node,
+                device=str(device_id),
+            )
+        )
+
+
 class SliceLoader:
     """The devices of every pool's current generation, and the drivers GPU DeviceClasses select."""
 
@@ -181,58 +239,22 @@ class SliceLoader:
         self._class_drivers: set[str] = set()
 
     def add_slice(self, obj: Mapping[str, Any], label: str, findings: list[Finding]) -> None:
-        node: str | None = None
-        try:
-            spec = map_field(obj, "spec")
-            node = str_field(spec, "nodeName", "spec.", required=False)
-            driver = str_field(spec, "driver", "spec.")
-            pool = map_field(spec, "pool", "spec.")
-            pool_name = str_field(pool, "name", "spec.pool.")
-            generation = pool.get("generation", 0)
-            if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
-                raise Unparsable("spec.pool.generation", f"{generation!r} is not an integer >= 0")
-            devices = list_field(spec, "devices", "spec.")
-        except Unparsable as exc:
-            findings.append(unparsable_finding(exc, label, node=node))
+        self.add_parsed(parse_slice(obj, label), findings)
+
+    def add_parsed(self, parsed: ParsedSlice, findings: list[Finding]) -> None:
+        """One slice as parse_slice read it (never changed here: it may be kept for the next pass)."""
+        if isinstance(parsed, Finding):
+            findings.append(parsed)
             return
-        assert driver is not None and pool_name is not None
-        key = (driver, pool_name)
+        key, generation, devices, found = parsed
         current = self._pools.get(key)
         if current is not None and current[0] > generation:
             return  # an older generation of the pool: superseded, as the scheduler ignores it
         if current is None or current[0] < generation:
             current = (generation, [], [])
             self._pools[key] = current
-        for i, raw in enumerate(devices):
-            self._add_device(raw, i, label, node, DeviceId(driver, pool_name, ""), current)
-
-    @staticmethod
-    def _add_device(
-        raw: Any,
-        index: int,
-        label: str,
-        node: str | None,
-        pool_id: DeviceId,
-        current: tuple[int, list[Device], list[Finding]],
-    ) -> None:
-        try:
-            name = str_field(item(raw), "name")
-        except Unparsable as exc:
-            current[2].append(unparsable_finding(exc.under(f"spec.devices[{index}]."), label, node=node))
-            return
-        assert name is not None
-        device_id = pool_id._replace(device=name)
-        problems: list[Unparsable] = []
-        current[1].append(_device(raw, device_id, node, problems))
-        for problem in problems:
-            current[2].append(
-                unparsable_finding(
-                    problem.under(f"spec.devices[{index}]."),
-                    f"{label} device {name}",
-                    node=node,
-                    device=str(device_id),
-                )
-            )
+        current[1].extend(devices)
+        current[2].extend(found)
 
     def add_device_class(self, obj: Mapping[str, Any], name: str) -> None:
         spec = obj.get("spec")
