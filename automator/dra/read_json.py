@@ -91,7 +91,7 @@ def _pairs(obj: _Object, where: str, out: list[tuple[Mapping[str, Any], str]]) -
     out.append(({"kind": kind, "metadata": fields, "spec": obj.spec, "status": obj.status}, where))
 
 
-def _json_bytes(path: Path) -> bytes | None:
+def json_bytes(path: Path) -> bytes | None:
     """The file's bytes when they are JSON by content (as the general reader tells it), else None: the
     general reader reads, reports or refuses it."""
     try:
@@ -103,7 +103,7 @@ def _json_bytes(path: Path) -> bytes | None:
 
 def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
     """(object, where) pairs of the file's one JSON document, or None when msgspec does not read it."""
-    data = _json_bytes(path)
+    data = json_bytes(path)
     if data is None:
         return None
     try:
@@ -119,7 +119,7 @@ def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
 def read_json_document(path: Path) -> tuple[Any] | None:
     """(the file's one JSON document,) decoded by msgspec into plain dicts and lists (the usage file), or
     None when msgspec does not read it: then the general reader reports or accepts it as it always did."""
-    data = _json_bytes(path)
+    data = json_bytes(path)
     if data is None:
         return None
     try:

@@ -23,6 +23,7 @@ import msgspec
 from automator.dra.fields import new
 from automator.dra.load_claims import NOTHING_CONSUMED, ClaimLoader
 from automator.dra.model import Allocation, Claim, ContainerClaimRef, DeviceId, Pod, PodConsumer
+from automator.dra.read_json import json_bytes
 
 Name = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -219,10 +220,10 @@ class ClaimRecords:
 
 
 def read_typed(path: Path) -> tuple[Objects, str] | None:
-    """(the objects, where the List is) of a JSON List file the types describe; None otherwise."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+    """(the objects, where the List is) of a JSON List file the types describe; None otherwise (YAML is
+    told by content and not decoded here at all)."""
+    data = json_bytes(path)
+    if data is None:
         return None
     objects = typed_objects(data)
     return None if objects is None else (objects, f"{path} document 0")
