@@ -166,6 +166,12 @@ def spec_requests(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> Requ
     return result
 
 
+def remembered_requests() -> Mapping[tuple[Any, ...], Requests]:
+    """spec_requests' memo, for a caller that makes the key of a one-container spec inline (the index):
+    (gpu resource names, tuple(limits.items()), tuple(requests.items()))."""
+    return _REQUESTS
+
+
 def _all_text(key: tuple[Any, ...]) -> bool:
     """Whether every literal in a _requests_key is a string: only such keys are remembered, so a key
     holding 1, 1.0 or True (equal to one another) never meets a remembered one (no string equals them)."""
@@ -256,6 +262,11 @@ def rfc3339(t: datetime) -> str:
 # Parsed times by their text: a snapshot repeats timestamps (pods of one rollout), and parsing is most of
 # reading a pod's scheduling time. Only valid texts are kept; bounded like _AMOUNTS.
 _TIMES: dict[str, datetime] = {}
+
+
+def remembered_times() -> Mapping[str, datetime]:
+    """parse_time's memo of valid texts, for a caller that looks up inline (the index)."""
+    return _TIMES
 
 
 def parse_time(value: Any, field: str) -> datetime:
