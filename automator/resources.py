@@ -235,13 +235,36 @@ def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
 
 def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     allocatable = (node.get("status") or {}).get("allocatable") or {}
+    names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
+    key: tuple[Any, ...] | None = None
+    if type(allocatable) is dict:
+        # What this function reads, as literals: a fleet's nodes repeat a few (5,000 nodes a pass)
+        key = (names, *[allocatable.get(n, _ABSENT) for n in names])
+        key += (allocatable.get("cpu", 0), allocatable.get("memory", 0))
+        try:
+            known = _ALLOCATABLE.get(key)
+        except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
+            known = key = None
+        if known is not None:
+            return known
     gpus = sum(
         whole(allocatable[name], f"status.allocatable.{name}")
         for name in gpu_resources
         if name in allocatable
     )
     cpu = floored(allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
-    return Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
+    result = Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
+    # Only string literals are remembered (as in spec_requests: 1, 1.0 and True are equal keys)
+    if key is not None and all(type(v) is str or v is _ABSENT for v in key[1:]):
+        if len(_ALLOCATABLE) >= _AMOUNTS_MAX:
+            _ALLOCATABLE.clear()
+        _ALLOCATABLE[key] = result
+    return result
+
+
+_ABSENT = object()  # a GPU resource the node does not list (not the same as a null value)
+# Requests by node_allocatable's key; bounded like _AMOUNTS.
+_ALLOCATABLE: dict[tuple[Any, ...], Requests] = {}
 
 
 def integer(value: Any, field: str) -> int:
