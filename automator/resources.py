@@ -150,20 +150,32 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
 def spec_requests(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> Requests:
     """pod_requests of a pod's spec (the index reads the spec once per pod)."""
     names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
-    key = _requests_key(spec, names)
-    if key is not None:
-        try:
-            known = _REQUESTS.get(key)
-        except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
-            known = key = None
-        if known is not None:
-            return known
+    key, known = _look_up(_REQUESTS, _requests_key(spec, names))
+    if known is not None:
+        return known
     result = _pod_requests(spec, names)
     if key is not None and _all_text(key):
-        if len(_REQUESTS) >= _AMOUNTS_MAX:
-            _REQUESTS.clear()
-        _REQUESTS[key] = result
+        _keep(_REQUESTS, key, result)
     return result
+
+
+def _look_up(
+    memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...] | None
+) -> tuple[tuple[Any, ...] | None, Requests | None]:
+    """(key, memo[key]); the key None when it cannot be one (a list or map where a quantity belongs: read,
+    and refused, each time)."""
+    if key is None:
+        return None, None
+    try:
+        return key, memo.get(key)
+    except TypeError:
+        return None, None
+
+
+def _keep(memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...], value: Requests) -> None:
+    if len(memo) >= _AMOUNTS_MAX:  # bounded like _AMOUNTS
+        memo.clear()
+    memo[key] = value
 
 
 def remembered_requests() -> Mapping[tuple[Any, ...], Requests]:
@@ -239,12 +251,10 @@ def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     key: tuple[Any, ...] | None = None
     if type(allocatable) is dict:
         # What this function reads, as literals: a fleet's nodes repeat a few (5,000 nodes a pass)
-        key = (names, *[allocatable.get(n, _ABSENT) for n in names])
-        key += (allocatable.get("cpu", 0), allocatable.get("memory", 0))
-        try:
-            known = _ALLOCATABLE.get(key)
-        except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
-            known = key = None
+        gpus_read = [allocatable.get(n, _ABSENT) for n in names]
+        key, known = _look_up(
+            _ALLOCATABLE, (names, *gpus_read, allocatable.get("cpu", 0), allocatable.get("memory", 0))
+        )
         if known is not None:
             return known
     gpus = sum(
@@ -256,9 +266,7 @@ def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     result = Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
     # Only string literals are remembered (as in spec_requests: 1, 1.0 and True are equal keys)
     if key is not None and all(type(v) is str or v is _ABSENT for v in key[1:]):
-        if len(_ALLOCATABLE) >= _AMOUNTS_MAX:
-            _ALLOCATABLE.clear()
-        _ALLOCATABLE[key] = result
+        _keep(_ALLOCATABLE, key, result)
     return result
 
 
