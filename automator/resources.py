@@ -150,20 +150,38 @@ def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
 def spec_requests(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> Requests:
     """pod_requests of a pod's spec (the index reads the spec once per pod)."""
     names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
-    key = _requests_key(spec, names)
-    if key is not None:
-        try:
-            known = _REQUESTS.get(key)
-        except TypeError:  # a list or map where a quantity belongs: read (and refused) each time
-            known = key = None
-        if known is not None:
-            return known
+    key, known = _look_up(_REQUESTS, _requests_key(spec, names))
+    if known is not None:
+        return known
     result = _pod_requests(spec, names)
     if key is not None and _all_text(key):
-        if len(_REQUESTS) >= _AMOUNTS_MAX:
-            _REQUESTS.clear()
-        _REQUESTS[key] = result
+        _keep(_REQUESTS, key, result)
     return result
+
+
+def _look_up(
+    memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...] | None
+) -> tuple[tuple[Any, ...] | None, Requests | None]:
+    """(key, memo[key]); the key None when it cannot be one (a list or map where a quantity belongs: read,
+    and refused, each time)."""
+    if key is None:
+        return None, None
+    try:
+        return key, memo.get(key)
+    except TypeError:
+        return None, None
+
+
+def _keep(memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...], value: Requests) -> None:
+    if len(memo) >= _AMOUNTS_MAX:  # bounded like _AMOUNTS
+        memo.clear()
+    memo[key] = value
+
+
+def remembered_requests() -> Mapping[tuple[Any, ...], Requests]:
+    """spec_requests' memo, for a caller that makes the key of a one-container spec inline (the index):
+    (gpu resource names, tuple(limits.items()), tuple(requests.items()))."""
+    return _REQUESTS
 
 
 def _all_text(key: tuple[Any, ...]) -> bool:
@@ -229,13 +247,32 @@ def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
 
 def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     allocatable = (node.get("status") or {}).get("allocatable") or {}
+    names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
+    key: tuple[Any, ...] | None = None
+    if type(allocatable) is dict:
+        # What this function reads, as literals: a fleet's nodes repeat a few (5,000 nodes a pass)
+        gpus_read = [allocatable.get(n, _ABSENT) for n in names]
+        key, known = _look_up(
+            _ALLOCATABLE, (names, *gpus_read, allocatable.get("cpu", 0), allocatable.get("memory", 0))
+        )
+        if known is not None:
+            return known
     gpus = sum(
         whole(allocatable[name], f"status.allocatable.{name}")
         for name in gpu_resources
         if name in allocatable
     )
     cpu = floored(allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
-    return Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
+    result = Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
+    # Only string literals are remembered (as in spec_requests: 1, 1.0 and True are equal keys)
+    if key is not None and all(type(v) is str or v is _ABSENT for v in key[1:]):
+        _keep(_ALLOCATABLE, key, result)
+    return result
+
+
+_ABSENT = object()  # a GPU resource the node does not list (not the same as a null value)
+# Requests by node_allocatable's key; bounded like _AMOUNTS.
+_ALLOCATABLE: dict[tuple[Any, ...], Requests] = {}
 
 
 def integer(value: Any, field: str) -> int:
@@ -256,6 +293,11 @@ def rfc3339(t: datetime) -> str:
 # Parsed times by their text: a snapshot repeats timestamps (pods of one rollout), and parsing is most of
 # reading a pod's scheduling time. Only valid texts are kept; bounded like _AMOUNTS.
 _TIMES: dict[str, datetime] = {}
+
+
+def remembered_times() -> Mapping[str, datetime]:
+    """parse_time's memo of valid texts, for a caller that looks up inline (the index)."""
+    return _TIMES
 
 
 def parse_time(value: Any, field: str) -> datetime:

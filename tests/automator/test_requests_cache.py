@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from automator.resources import FieldError, Requests, pod_requests
+from automator.resources import FieldError, Requests, node_allocatable, pod_requests
 
 GPU = ("nvidia.com/gpu",)
 
@@ -51,3 +51,26 @@ def test_malformed_specs_are_refused_every_time(pod: dict[str, Any]) -> None:
     for _ in range(2):
         with pytest.raises(FieldError):
             pod_requests(pod, GPU)
+
+
+def _node(allocatable: Any) -> dict[str, Any]:
+    return {"status": {"allocatable": allocatable}}
+
+
+def test_node_allocatable_is_remembered_only_for_what_reading_it_again_gives() -> None:
+    usual = {"nvidia.com/gpu": "8", "cpu": "127900m", "memory": "1Ti", "pods": "110"}
+    expected = Requests(8, 127_900, 2**40)
+    assert node_allocatable(_node(dict(usual)), GPU) == expected
+    assert node_allocatable(_node(dict(usual)), GPU) == expected  # from the memo
+    assert node_allocatable(_node(dict(usual)), ("other/gpu",)) == Requests(0, 127_900, 2**40)
+    assert node_allocatable(_node({**usual, "cpu": "1.5"}), GPU) == Requests(8, 1_500, 2**40)
+    # an absent GPU resource is none; a null one is malformed, every time
+    assert node_allocatable(_node({"cpu": "2", "memory": "1Gi"}), GPU) == Requests(0, 2_000, 2**30)
+    assert node_allocatable(_node({**usual, "nvidia.com/gpu": 1}), GPU) == Requests(1, 127_900, 2**40)
+    for _ in range(2):
+        with pytest.raises(FieldError):
+            node_allocatable(_node({**usual, "nvidia.com/gpu": None}), GPU)
+        with pytest.raises(FieldError):
+            node_allocatable(_node({**usual, "nvidia.com/gpu": True}), GPU)
+        with pytest.raises(FieldError):
+            node_allocatable(_node({**usual, "cpu": ["1"]}), GPU)
