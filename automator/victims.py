@@ -163,6 +163,8 @@ def best_set(eligible: Sequence[Candidate], need: tuple[int, int, int], pdbs: Pd
     """The first set in the contract's order that frees `need` (GPUs, cpu, memory still missing; <= 0 when
     none) within the PDB budgets: an exact branch and bound, by set size. [] when no set fits, CUT_OFF when
     the search exceeded SEARCH_BUDGET steps."""
+    if len(eligible) <= _FEW and 1 << len(eligible) <= SEARCH_BUDGET:
+        return _few_best(eligible, need, pdbs.remaining)
     classes = _classes(eligible)
     pods = [p for c in classes for p in c.pods]
     n = len(pods)
@@ -191,6 +193,37 @@ def best_set(eligible: Sequence[Candidate], need: tuple[int, int, int], pdbs: Pd
             return CUT_OFF
         if search.best is not None:
             return sorted(search.best[1], key=_rank)
+    return []
+
+
+# Up to this many eligible pods every subset is tried (at most 16): the same set as the branch and bound
+# (the first in the contract's order), without its set-up, for the nodes of a few large pods.
+_FEW = 4
+
+
+def _few_best(
+    eligible: Sequence[Candidate], need: tuple[int, int, int], remaining: dict[tuple[str, str], int]
+) -> list[Candidate]:
+    """best_set by trying every subset, smallest first (a few eligible pods)."""
+    ranked = sorted(eligible, key=_rank)  # combinations keep this order: each set comes sorted by _rank
+    need_g, need_c, need_m = need
+    for size in range(1, len(ranked) + 1):
+        best: tuple[SetKey, tuple[Candidate, ...]] | None = None
+        for combo in itertools.combinations(ranked, size):
+            if (
+                sum([p.req.gpus for p in combo]) < need_g
+                or sum([p.req.cpu_m for p in combo]) < need_c
+                or sum([p.req.memory for p in combo]) < need_m
+            ):
+                continue
+            taken = Counter(b for p in combo for b in p.pdbs)
+            if any(remaining.get(b, 0) < n for b, n in taken.items()):
+                continue
+            key = set_key(combo)
+            if best is None or key < best[0]:
+                best = (key, combo)
+        if best is not None:
+            return list(best[1])
     return []
 
 
