@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
-from automator.model import PodKey
 from automator.resources import Requests
+from automator.victims import Splits
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
@@ -82,7 +82,7 @@ def _prefix(values: list[int]) -> list[int]:
 class Rankings:
     """The node rankings of one pass, per search shape."""
 
-    exclude: frozenset[PodKey]
+    splits: Splits
     eligible: dict[int, dict[str, _Eligible]] = field(default_factory=dict)  # priority -> node name -> ...
     by_shape: dict[tuple[int, int, int, int], list[tuple[Bound, str, int]]] = field(default_factory=dict)
     # per preemptor priority: (-(free + reclaimable GPUs), tie rank, node name, node version), in order
@@ -93,6 +93,9 @@ class Rankings:
     # per preemptor priority, per readable node (name order): (free + reclaimable GPUs, node), kept by changed
     gains: dict[int, dict[str, tuple[int, NodeState]]] = field(default_factory=dict)
     partial: set[tuple[int, int, int, int]] = field(default_factory=set)  # shapes ranked up to FITS only
+    # the readable nodes with a free GPU when the first shape was ranked: no decision gives a node free GPUs
+    # (they stay reserved for its preemptor), so the only ones a shape may fit as they are
+    spare: list[NodeState] | None = None
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
         table = self.eligible.get(priority)
@@ -101,7 +104,7 @@ class Rankings:
         cached = table.get(node.name)
         if cached is not None and cached.version == node.version:
             return cached
-        pods = self._victims(node, priority)
+        pods = self.splits.of(node, priority).eligible
         # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
         last = self.last.get(node.name)
         if (
@@ -116,22 +119,10 @@ class Rankings:
         table[node.name] = cached
         return cached
 
-    def _victims(self, node: NodeState, priority: int) -> list[Candidate]:
-        exclude = self.exclude
-        return [
-            pod
-            for pod in node.candidates
-            if pod.floor <= priority  # lower priority and eligible_for
-            and not (exclude and pod.key in exclude)
-        ]
-
     def _most(self, node: NodeState, priority: int) -> int:
         """The node's free plus reclaimable GPUs for this priority (without sorting its victims: most nodes
         then rank for no shape)."""
-        known = self.eligible.get(priority, {}).get(node.name)
-        if known is not None and known.version == node.version:
-            return node.alloc.gpus - node.used_gpus + known.top_g[-1]
-        return node.alloc.gpus - node.used_gpus + sum([p.req.gpus for p in self._victims(node, priority)])
+        return node.alloc.gpus - node.used_gpus + self.splits.of(node, priority).reclaimable
 
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
@@ -148,7 +139,9 @@ class Rankings:
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            entries = self.by_shape[shape] = _fitting(nodes, req)
+            if self.spare is None:
+                self.spare = [n for n in nodes.values() if n.error is None and n.alloc.gpus > n.used_gpus]
+            entries = self.by_shape[shape] = _fitting(self.spare, req)
             self.partial.add(shape)
         yield from entries
         if shape in self.partial:
@@ -231,12 +224,12 @@ class Rankings:
         return None
 
 
-def _fitting(nodes: dict[str, NodeState], req: Requests) -> list[_Entry]:
+def _fitting(nodes: list[NodeState], req: Requests) -> list[_Entry]:
     """The entries of the readable nodes the shape fits as they are."""
     gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
     entries = [
         (FITS, node.name, node.version)
-        for node in nodes.values()
+        for node in nodes
         if node.error is None
         and node.alloc.gpus >= gpus
         and node.alloc.gpus - node.used_gpus >= gpus

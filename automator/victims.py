@@ -18,24 +18,83 @@ from automator.eligibility import PdbIndex, verdict_reason, verdict_rule
 from automator.model import PodKey
 from automator.resources import Requests
 
-# Short names of protection rules for unresolved reasons.
-_SHORT = {
-    "0-pdb": "pdb",
-    "annotation-malformed": "malformed annotation",
-    "resources-malformed": "malformed fields",
-    "excluded": "eviction refused",
-    "2-toleration-negative": "never preempted",
-    "3-not-scheduled": "not scheduled",
-    "4-too-young": "too young",
-    "5-usage-unknown": "usage unknown",
-    "5-coverage-low": "low coverage",
-    "6-gpu-busy": "busy",
-    "7-cpu-unknown": "cpu unknown",
-    "7-cpu-busy": "cpu busy",
-}
-
 # (count, gpus freed, highest priority, sum of priorities, seconds of run time lost, victim names)
 SetKey = tuple[int, int, int, int, float, tuple[str, ...]]
+# pod, eligible, rule, reason (or how to write it): one verdict of a split, without its preemptor
+Row = tuple[PodKey, bool, str, str | Callable[[], str]]
+_EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
+
+
+class Split:
+    """A node's candidates for one preemptor priority, at one node version: the eligible ones (in the
+    node's order) and their GPUs, how many are not of lower priority, and the protected ones. Read-only once
+    made, shared by every search shape of the priority and by the rankings; the verdicts are written the
+    first time they are read (most splits are never recorded)."""
+
+    __slots__ = ("_protected", "_rows", "eligible", "exclude", "not_lower", "pods", "priority", "reclaimable")
+
+    def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
+        self.priority, self.exclude = priority, exclude
+        self.eligible: list[Candidate] = []
+        self.pods: list[Candidate] = []  # protected (excluded or not eligible_for), in the node's order
+        self.not_lower = self.reclaimable = 0
+        self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
+        self._rows: list[Row] | None = None
+        eligible, protected = self.eligible, self.pods
+        for pod in candidates:
+            if pod.priority >= priority:
+                self.not_lower += 1
+            elif pod.floor <= priority and not (exclude and pod.key in exclude):  # eligible_for
+                eligible.append(pod)
+                self.reclaimable += pod.req.gpus
+            else:
+                protected.append(pod)
+
+    @property
+    def protected(self) -> dict[PodKey, tuple[str, str | Callable[[], str]]]:
+        """The protected pods' rules and reasons (or how to write them)."""
+        if self._protected is None:
+            exclude, priority = self.exclude, self.priority
+            self._protected = {
+                pod.key: (_EXCLUDED if exclude and pod.key in exclude else _why(pod, priority))
+                for pod in self.pods
+            }
+        return self._protected
+
+    def rows(self) -> list[Row]:
+        """The verdicts of the split: the eligible pods, then the protected ones."""
+        if self._rows is None:
+            priority = self.priority
+            self._rows = [(pod.key, True, *_why(pod, priority)) for pod in self.eligible]
+            self._rows += [(key, False, rule, why) for key, (rule, why) in self.protected.items()]
+        return self._rows
+
+
+def _why(pod: Candidate, priority: int) -> tuple[str, Callable[[], str]]:
+    """The rule of the pod's verdict for the preemptor priority, and how to write its reason."""
+    return verdict_rule(pod.assessment, priority)[1], partial(verdict_reason, pod.assessment, priority)
+
+
+NO_SPLIT = Split([], 0, frozenset())
+
+
+class Splits:
+    """The splits of one pass, per preemptor priority and node, kept until a decision changes the node."""
+
+    def __init__(self, exclude: frozenset[PodKey]) -> None:
+        self.exclude = exclude
+        self.table: dict[int, dict[str, tuple[int, Split]]] = {}
+
+    def of(self, node: NodeState, priority: int) -> Split:
+        table = self.table.get(priority)
+        if table is None:
+            table = self.table[priority] = {}
+        known = table.get(node.name)
+        if known is not None and known[0] == node.version:
+            return known[1]
+        split = Split(node.candidates, priority, self.exclude)
+        table[node.name] = (node.version, split)
+        return split
 
 
 @dataclass(slots=True)
@@ -43,12 +102,21 @@ class NodeResult:
     key: SetKey | None  # None: no set fits on this node
     victims: tuple[Candidate, ...]
     free_gpus: int
-    reclaimable: int
-    eligible: list[Candidate]
-    protected: dict[PodKey, tuple[str, str | Callable[[], str]]]  # rule, reason (or how to write it)
-    not_lower: int
+    split: Split
     misfit: str | None
     cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
+
+    @property
+    def reclaimable(self) -> int:
+        return self.split.reclaimable
+
+    @property
+    def eligible(self) -> list[Candidate]:
+        return self.split.eligible
+
+    @property
+    def not_lower(self) -> int:
+        return self.split.not_lower
 
 
 def set_key(victims: Sequence[Candidate]) -> SetKey:
@@ -66,51 +134,28 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
 NO_VICTIMS: SetKey = (0, 0, 0, 0, 0.0, ())
 
 
-def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
-    """Split the node's candidates into eligible and protected for this preemptor priority."""
-    result = NodeResult(None, (), node.alloc.gpus - node.used_gpus, 0, [], {}, 0, None)
-    eligible, protected = result.eligible, result.protected
-    reclaimable = 0
-    for pod in node.candidates:
-        if pod.priority >= priority:
-            result.not_lower += 1
-        elif exclude and pod.key in exclude:
-            protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
-        elif pod.floor <= priority:  # eligible_for (the pod's priority is lower)
-            eligible.append(pod)
-            reclaimable += pod.req.gpus
-        else:
-            protected[pod.key] = (
-                verdict_rule(pod.assessment, priority)[1],
-                partial(verdict_reason, pod.assessment, priority),
-            )
-    result.reclaimable = reclaimable
-    return result
-
-
-def search_node(
-    node: NodeState, req: Requests, priority: int, pdbs: PdbIndex, exclude: frozenset[PodKey]
-) -> NodeResult:
-    """Best victim set on one node for a preemptor with these requests and priority."""
+def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) -> NodeResult:
+    """Best victim set on one node for a preemptor with these requests (split: the node's candidates for
+    the preemptor's priority)."""
     free_g, free_c, free_m = node.free()
-    result = sort_candidates(node, priority, exclude)
+    result = NodeResult(None, (), free_g, split, None)
     if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
         result.key = NO_VICTIMS
         return result
     need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
-    if need[0] > result.reclaimable or not result.eligible:
+    if need[0] > split.reclaimable or not split.eligible:
         return result
-    found = best_set(result.eligible, need, pdbs)
+    found = best_set(split.eligible, need, pdbs)
     if found is CUT_OFF:
         result.cut_off = True
         result.misfit = (
-            f"search cut off after {SEARCH_BUDGET:,} steps among {len(result.eligible)} eligible pods: "
+            f"search cut off after {SEARCH_BUDGET:,} steps among {len(split.eligible)} eligible pods: "
             "node skipped for this preemptor"
         )
     elif found:
         result.key, result.victims = set_key(found), tuple(found)
     else:
-        eligible = result.eligible
+        eligible = split.eligible
         cpu = free_c + sum(p.req.cpu_m for p in eligible)
         mem = free_m + sum(p.req.memory for p in eligible)
         result.misfit = _misfit(req, len(eligible), (free_c, cpu), (free_m, mem))
@@ -375,14 +420,3 @@ def _misfit(req: Requests, size: int, cpu: tuple[int, int], mem: tuple[int, int]
     if mem[1] < req.memory:
         return f"memory: needs {req.memory} B, {mem[0]} B free + {mem[1] - mem[0]} B from victims"
     return "PodDisruptionBudget disruptionsAllowed would be exceeded by the victim set"
-
-
-def protected_summary(result: NodeResult) -> str:
-    counts = Counter(_SHORT.get(rule, rule) for rule, _ in result.protected.values())
-    if result.not_lower:
-        counts["not lower priority"] += result.not_lower
-    if not counts:
-        return "no protected pods"
-    total = sum(counts.values())
-    parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"{total} pods protected: {parts}"
