@@ -87,13 +87,7 @@ def _required(spec: Mapping[str, Any]) -> Any:
 
 def _selected(selector: list[tuple[Any, Any]], required: Any, node: JsonObj) -> bool:
     """affinity_matches with the pod's nodeSelector items and required node affinity read."""
-    return _labels_selected(selector, required, labels_of(node), node)
-
-
-def _labels_selected(
-    selector: list[tuple[Any, Any]], required: Any, node_labels: Mapping[str, Any], node: JsonObj
-) -> bool:
-    """_selected with the node's labels read."""
+    node_labels = labels_of(node)
     for key, value in selector:
         if node_labels.get(key) != value:
             return False
@@ -126,6 +120,7 @@ def _untolerated(tolerations: Any, node: JsonObj) -> dict[str, Any] | None:
 
 
 def _first_untolerated(tolerations: Any, taints: Any) -> dict[str, Any] | None:
+    """The first NoSchedule or NoExecute taint of the list not tolerated, or None."""
     for taint in taints:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue  # PreferNoSchedule is a preference only
@@ -137,31 +132,6 @@ def _first_untolerated(tolerations: Any, taints: Any) -> dict[str, Any] | None:
 def static_misfit(pod: JsonObj, node: JsonObj) -> tuple[str, str] | None:
     """(category, detail) why the pod can never run on the node whatever is evicted, or None."""
     return PodFit(pod).misfit(node)
-
-
-class NodeFit:
-    """What PodFit.misfit reads of one node, read once (a pass checks every preemptor signature against
-    every node) and in the order misfit reads it: cordon and readiness, then the labels, the taints the
-    first time a pod's selection matches."""
-
-    __slots__ = ("_taints", "blocked", "labels", "node")
-
-    def __init__(self, node: JsonObj) -> None:
-        self.node = node
-        self.blocked: tuple[str, str] | None = None
-        self.labels: Mapping[str, Any] = {}
-        self._taints: Any = None
-        if (node.get("spec") or {}).get("unschedulable") is True:
-            self.blocked = CORDONED, "node is cordoned (spec.unschedulable)"
-        elif not node_ready(node):
-            self.blocked = NOT_READY, "node is not Ready"
-        else:
-            self.labels = labels_of(node)
-
-    def taints(self) -> Any:
-        if self._taints is None:
-            self._taints = (self.node.get("spec") or {}).get("taints") or []
-        return self._taints
 
 
 class PodFit:
@@ -184,19 +154,19 @@ class PodFit:
         self.read = True
 
     def misfit(self, node: JsonObj) -> tuple[str, str] | None:
-        return self.misfit_on(NodeFit(node))
-
-    def misfit_on(self, node: NodeFit) -> tuple[str, str] | None:
-        """misfit with the node read (NodeFit)."""
-        if node.blocked is not None:
-            return node.blocked
+        spec = node.get("spec") or {}
+        if spec.get("unschedulable") is True:
+            return CORDONED, "node is cordoned (spec.unschedulable)"
+        if not node_ready(node):
+            return NOT_READY, "node is not Ready"
         if not self.read:
             self._read()
-        if not _labels_selected(self.selector, self.required, node.labels, node.node):
+        # a pod with no nodeSelector and no required node affinity is selected by every node
+        if (self.selector or self.required is not None) and not _selected(self.selector, self.required, node):
             return SELECTOR, "nodeSelector or required node affinity does not match"
         if self.tolerations is None:
             self.tolerations = (self.pod.get("spec") or {}).get("tolerations") or []
-        taint = _first_untolerated(self.tolerations, node.taints())
+        taint = _first_untolerated(self.tolerations, spec.get("taints") or [])
         if taint is not None:
             value = f"={taint.get('value')}" if taint.get("value") else ""
             return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"

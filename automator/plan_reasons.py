@@ -24,7 +24,7 @@ from automator.conventions import (
     WORD_GAVE_UP,
     WORD_NOMINATED,
 )
-from automator.fit import NodeFit, PodFit
+from automator.fit import PodFit
 from automator.model import JsonObj, PlannerConfig, PodKey
 from automator.resources import FieldError, Requests, parse_time
 from automator.victims import NodeResult
@@ -66,19 +66,13 @@ class StaticFit:
         return known
 
 
-def static_fit(nodes: Iterable[NodeState], pod: JsonObj, reads: dict[str, NodeFit]) -> StaticFit:
+def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
     """The nodes (in the order given) the pod may use whatever is evicted (selectors, taints, readiness),
-    and the others counted by reason. reads: each node as misfit reads it, kept across calls."""
+    and the others counted by reason."""
     fit = StaticFit([], Counter())
-    check = PodFit(pod).misfit_on
+    check = PodFit(pod).misfit
     for node in nodes:
-        if node.error is None:
-            read = reads.get(node.name)
-            if read is None:
-                read = reads[node.name] = NodeFit(node.obj)
-            misfit = check(read)
-        else:
-            misfit = ("unreadable", node.error)
+        misfit = check(node.obj) if node.error is None else ("unreadable", node.error)
         if misfit is None:
             fit.feasible.append(node)
             fit.names.add(node.name)

@@ -14,7 +14,7 @@ from datetime import datetime
 from automator import plan_reasons as reasons
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
-from automator.fit import NodeFit, scheduling_signature
+from automator.fit import scheduling_signature
 from automator.gc_pause import gc_paused
 from automator.model import (
     ClusterState,
@@ -60,7 +60,6 @@ class _Pass:
     # PDB -> pdb_version of its last change
     pdb_changed: dict[tuple[str, str], int] = field(default_factory=dict)
     static_cache: dict[str, StaticFit] = field(default_factory=dict)
-    node_reads: dict[str, NodeFit] = field(default_factory=dict)  # what static_fit reads of each node
     # (priority, requests) -> node name -> (node version, pdb_version, result): alike preemptors share them
     search_cache: dict[tuple[int, int, int, int], _Cache] = field(default_factory=dict)
     node_pdbs: dict[str, tuple[int, set[tuple[str, str]]]] = field(default_factory=dict)
@@ -100,8 +99,7 @@ class _Pass:
         signature = scheduling_signature(pre.obj)
         cached = self.static_cache.get(signature)
         if cached is None:
-            nodes = self.index.nodes.values()
-            cached = self.static_cache[signature] = static_fit(nodes, pre.obj, self.node_reads)
+            cached = self.static_cache[signature] = static_fit(self.index.nodes.values(), pre.obj)
         return cached
 
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:

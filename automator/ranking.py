@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
@@ -111,7 +112,7 @@ class Rankings:
             last is not None
             and last.version == node.version
             and len(last.pods) == len(pods)
-            and all(a is b for a, b in zip(last.pods, pods, strict=True))
+            and all(map(operator.is_, last.pods, pods))
         ):
             cached = last
         else:
@@ -182,9 +183,7 @@ class Rankings:
         """gains for this priority, made the first time."""
         gains = self.gains.get(priority)
         if gains is None:
-            gains = self.gains[priority] = {
-                node.name: (self._most(node, priority), node) for node in nodes.values() if node.error is None
-            }
+            gains = self.gains[priority] = self.splits.reclaimable(nodes.values(), priority)
         return gains
 
     def changed(self, node: NodeState) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -35,20 +35,21 @@ class Split:
 
     def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
         self.priority, self.exclude = priority, exclude
-        self.eligible: list[Candidate] = []
-        self.pods: list[Candidate] = []  # protected (excluded or not eligible_for), in the node's order
-        self.not_lower = self.reclaimable = 0
         self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
         self._rows: list[Row] | None = None
-        eligible, protected = self.eligible, self.pods
+        eligible: list[Candidate] = []
+        protected: list[Candidate] = []  # excluded or not eligible_for, in the node's order
+        not_lower = reclaimable = 0
         for pod in candidates:
             if pod.priority >= priority:
-                self.not_lower += 1
+                not_lower += 1
             elif pod.floor <= priority and not (exclude and pod.key in exclude):  # eligible_for
                 eligible.append(pod)
-                self.reclaimable += pod.req.gpus
+                reclaimable += pod.req.gpus
             else:
                 protected.append(pod)
+        self.eligible, self.pods = eligible, protected
+        self.not_lower, self.reclaimable = not_lower, reclaimable
 
     @property
     def protected(self) -> dict[PodKey, tuple[str, str | Callable[[], str]]]:
@@ -95,6 +96,15 @@ class Splits:
         split = Split(node.candidates, priority, self.exclude)
         table[node.name] = (node.version, split)
         return split
+
+    def reclaimable(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
+        """Per readable node (in the order given), its free plus reclaimable GPUs for the priority."""
+        of = self.of
+        return {
+            node.name: (node.alloc.gpus - node.used_gpus + of(node, priority).reclaimable, node)
+            for node in nodes
+            if node.error is None
+        }
 
 
 @dataclass(slots=True)
