@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from automator import plan_reasons as reasons
 from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
+from automator.eligibility import verdict_reason, verdict_rule
 from automator.fit import scheduling_signature
 from automator.gc_pause import gc_paused
 from automator.model import (
@@ -105,16 +107,26 @@ class _Pass:
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
         if not force and self.verdict_count >= VERDICT_LIMIT:
             return
-        verdicts, preemptor = self.plan.verdicts, pre.key
-        rows = result.split.rows()
-        for key, eligible, rule, why in rows:
-            verdict = Verdict(preemptor, eligible, rule, why)
+        verdicts, preemptor, split = self.plan.verdicts, pre.key, result.split
+        priority = split.priority
+        for pod in split.eligible:
+            assessment = pod.assessment
+            rule = verdict_rule(assessment, priority)[1]
+            verdict = Verdict(preemptor, True, rule, partial(verdict_reason, assessment, priority))
+            known = verdicts.get(pod.key)
+            if known is None:
+                verdicts[pod.key] = [verdict]
+            else:
+                known.append(verdict)
+        protected = split.protected
+        for key, (rule, why) in protected.items():
+            verdict = Verdict(preemptor, False, rule, why)
             known = verdicts.get(key)
             if known is None:
                 verdicts[key] = [verdict]
             else:
                 known.append(verdict)
-        self.verdict_count += len(rows)
+        self.verdict_count += len(split.eligible) + len(protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
         self.plan.unresolved.append(Unresolved(pre.key, reason, kind))

@@ -20,23 +20,20 @@ from automator.resources import Requests
 
 # (count, gpus freed, highest priority, sum of priorities, seconds of run time lost, victim names)
 SetKey = tuple[int, int, int, int, float, tuple[str, ...]]
-# pod, eligible, rule, reason (or how to write it): one verdict of a split, without its preemptor
-Row = tuple[PodKey, bool, str, str | Callable[[], str]]
 _EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
 
 
 class Split:
     """A node's candidates for one preemptor priority, at one node version: the eligible ones (in the
     node's order) and their GPUs, how many are not of lower priority, and the protected ones. Read-only once
-    made, shared by every search shape of the priority and by the rankings; the verdicts are written the
-    first time they are read (most splits are never recorded)."""
+    made, shared by every search shape of the priority and by the rankings; the protected pods' verdicts are
+    written the first time they are read (most splits are never recorded)."""
 
-    __slots__ = ("_protected", "_rows", "eligible", "exclude", "not_lower", "pods", "priority", "reclaimable")
+    __slots__ = ("_protected", "eligible", "exclude", "not_lower", "pods", "priority", "reclaimable")
 
     def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
         self.priority, self.exclude = priority, exclude
         self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
-        self._rows: list[Row] | None = None
         eligible: list[Candidate] = []
         protected: list[Candidate] = []  # excluded or not eligible_for, in the node's order
         not_lower = reclaimable = 0
@@ -54,26 +51,18 @@ class Split:
     @property
     def protected(self) -> dict[PodKey, tuple[str, str | Callable[[], str]]]:
         """The protected pods' rules and reasons (or how to write them)."""
-        if self._protected is None:
+        protected = self._protected
+        if protected is None:
+            protected = self._protected = {}
             exclude, priority = self.exclude, self.priority
-            self._protected = {
-                pod.key: (_EXCLUDED if exclude and pod.key in exclude else _why(pod, priority))
-                for pod in self.pods
-            }
-        return self._protected
-
-    def rows(self) -> list[Row]:
-        """The verdicts of the split: the eligible pods, then the protected ones."""
-        if self._rows is None:
-            priority = self.priority
-            self._rows = [(pod.key, True, *_why(pod, priority)) for pod in self.eligible]
-            self._rows += [(key, False, rule, why) for key, (rule, why) in self.protected.items()]
-        return self._rows
-
-
-def _why(pod: Candidate, priority: int) -> tuple[str, Callable[[], str]]:
-    """The rule of the pod's verdict for the preemptor priority, and how to write its reason."""
-    return verdict_rule(pod.assessment, priority)[1], partial(verdict_reason, pod.assessment, priority)
+            for pod in self.pods:
+                if exclude and pod.key in exclude:
+                    protected[pod.key] = _EXCLUDED
+                else:
+                    assessment = pod.assessment
+                    rule = verdict_rule(assessment, priority)[1]
+                    protected[pod.key] = (rule, partial(verdict_reason, assessment, priority))
+        return protected
 
 
 NO_SPLIT = Split([], 0, frozenset())
