@@ -209,7 +209,7 @@ class Rankings:
         entries = self.reach.get(priority)
         if entries is None:
             if not self.tie_rank:
-                by_tie = sorted(nodes, key=tie_key, reverse=True)
+                by_tie = _by_tie_key(list(nodes))
                 self.tie_rank = {name: i for i, name in enumerate(by_tie)}
             tie_rank = self.tie_rank
             entries = self.reach[priority] = sorted(
@@ -281,3 +281,10 @@ def _bound_of(e: _Eligible, need_g: int, need_c: int, need_m: int) -> Bound | No
 def tie_key(name: str) -> list[int]:
     """Among nodes as close to fitting, an unresolved preemptor's reason names the one with the largest."""
     return [-ord(c) for c in name]
+
+
+def _by_tie_key(names: list[str]) -> list[str]:
+    """The names sorted by tie_key, largest first. Each character c maps to chr(0x10FFFF - ord(c)) (str
+    translate, in C): the mapped names compare as their tie_keys do, a longer name after its prefix."""
+    table = {o: 0x10FFFF - o for o in set(map(ord, "".join(names)))}
+    return sorted(names, key=lambda name: name.translate(table), reverse=True)

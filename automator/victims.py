@@ -136,7 +136,12 @@ NO_VICTIMS: SetKey = (0, 0, 0, 0, 0.0, ())
 def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) -> NodeResult:
     """Best victim set on one node for a preemptor with these requests (split: the node's candidates for
     the preemptor's priority)."""
-    free_g, free_c, free_m = node.free()
+    alloc = node.alloc  # node.free(), inlined: every feasible node is searched while verdicts are recorded
+    free_g, free_c, free_m = (
+        alloc.gpus - node.used_gpus,
+        alloc.cpu_m - node.used_cpu,
+        alloc.memory - node.used_mem,
+    )
     result = NodeResult(None, (), free_g, split, None)
     if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
         result.key = NO_VICTIMS
