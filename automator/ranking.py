@@ -75,6 +75,20 @@ class _Eligible:
         return self.low_g
 
 
+def _single(pods: list[Candidate], need_g: int, need_c: int, need_m: int) -> Bound | None:
+    """_Eligible.single without sorting the pods (a shape ranks a node once): the key of the best single
+    victim freeing the amounts needed, None when none does."""
+    best = min(
+        [
+            (p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory)
+            for p in pods
+            if p.req.gpus >= need_g and p.req.cpu_m >= need_c and p.req.memory >= need_m
+        ],
+        default=None,
+    )
+    return None if best is None else (1, best[0], best[1], best[1], best[2])
+
+
 def _prefix(values: list[int]) -> list[int]:
     return list(itertools.accumulate(values, initial=0))
 
@@ -159,6 +173,7 @@ class Rankings:
         entries: list[_Entry] = []
         table = self.eligible.setdefault(priority, {})
         gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+        of = self.splits.of
         for most, node in self._gains(nodes, priority).values():
             alloc = node.alloc
             if most < gpus or alloc.gpus < gpus:
@@ -170,10 +185,14 @@ class Rankings:
             if need_g <= 0 and need_c <= 0 and need_m <= 0:
                 entries.append((FITS, name, node.version))
                 continue
-            e = table.get(name)
-            if e is None or e.version != node.version:
-                e = self._sorted(node, priority)
-            b = _bound_of(e, need_g, need_c, need_m)
+            b = None
+            if need_c <= 0 and need_m <= 0:  # GPUs alone needed: one victim may do (the bound is then exact)
+                b = _single(of(node, priority).eligible, need_g, need_c, need_m)
+            if b is None:
+                e = table.get(name)
+                if e is None or e.version != node.version:
+                    e = self._sorted(node, priority)
+                b = _bound_of(e, need_g, need_c, need_m)
             if b is not None:
                 entries.append((b, name, node.version))
         entries.sort()
@@ -194,10 +213,16 @@ class Rankings:
             reach = self.reach.get(priority)
             if reach is not None:
                 bisect.insort(reach, (-most, self.tie_rank[node.name], node.name, node.version))
+        free_g, free_c, free_m = node.free()
         for shape, entries in self.by_shape.items():
-            priority, *amounts = shape
-            b = self.bound(node, priority, Requests(*amounts))
-            if b is not None and (b == FITS or shape not in self.partial):
+            priority, gpus, cpu, mem = shape
+            if shape in self.partial:  # ranked up to FITS only: whether the shape fits as the node is
+                fits = free_g >= gpus and free_c >= cpu and free_m >= mem
+                if fits and node.error is None and node.alloc.gpus >= gpus:
+                    bisect.insort(entries, (FITS, node.name, node.version))
+                continue
+            b = self.bound(node, priority, Requests(gpus, cpu, mem))
+            if b is not None:
                 bisect.insort(entries, (b, node.name, node.version))
 
     def closest(
