@@ -87,13 +87,27 @@ class Splits:
         return split
 
     def reclaimable(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
-        """Per readable node (in the order given), its free plus reclaimable GPUs for the priority."""
-        of = self.of
-        return {
-            node.name: (node.alloc.gpus - node.used_gpus + of(node, priority).reclaimable, node)
-            for node in nodes
-            if node.error is None
-        }
+        """Per readable node (in the order given), its free plus reclaimable GPUs for the priority: from its
+        split when it has one, else summed without making one (most nodes then rank for no shape)."""
+        table = self.table.setdefault(priority, {})
+        exclude = self.exclude
+        gains: dict[str, tuple[int, NodeState]] = {}
+        for node in nodes:
+            if node.error is not None:
+                continue
+            known = table.get(node.name)
+            if known is not None and known[0] == node.version:
+                reclaimable = known[1].reclaimable
+            else:  # Split's eligible pods: floor <= priority (their priority is then lower), not excluded
+                reclaimable = sum(
+                    [
+                        pod.req.gpus
+                        for pod in node.candidates
+                        if pod.floor <= priority and not (exclude and pod.key in exclude)
+                    ]
+                )
+            gains[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)
+        return gains
 
 
 @dataclass(slots=True)

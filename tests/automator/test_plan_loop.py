@@ -8,10 +8,15 @@ import random
 import pytest
 
 from automator import victims as victims_module
-from automator.cluster_index import index_cluster
-from automator.model import PlannerConfig
-from automator.ranking import _by_tie_key, tie_key
+from automator.cluster_index import ClusterIndex, index_cluster
+from automator.model import JsonObj, PlannerConfig
+from automator.ranking import _by_tie_key, _Eligible, _single, tie_key
 from tests.automator import k8s
+
+
+def _index(objs: list[JsonObj]) -> ClusterIndex:
+    """The index of a node n with pods v0, v1... on it, all of them idle."""
+    return index_cluster(k8s.cluster(*objs), k8s.idle(*(f"v{i}" for i in range(8))), PlannerConfig(), k8s.NOW)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -28,7 +33,7 @@ def test_every_subset_of_a_few_pods_gives_the_branch_and_bounds_set(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
-    objs = [k8s.node("n", gpus=8, cpu="16", memory="64Gi")]
+    objs: list[JsonObj] = [k8s.node("n", gpus=8, cpu="16", memory="64Gi")]
     for i in range(rng.randrange(1, victims_module._FEW + 1)):
         objs.append(
             k8s.pod(
@@ -51,3 +56,26 @@ def test_every_subset_of_a_few_pods_gives_the_branch_and_bounds_set(
     few = victims_module.best_set(pods, need, index.pdbs)
     monkeypatch.setattr(victims_module, "_FEW", 0)
     assert few == victims_module.best_set(pods, need, index.pdbs)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_the_best_single_victim_unsorted_is_the_sorted_ones(seed: int) -> None:
+    rng = random.Random(seed)
+    objs: list[JsonObj] = [k8s.node("n", gpus=8, cpu="32", memory="64Gi")]
+    for i in range(rng.randrange(1, 7)):
+        objs.append(
+            k8s.pod(
+                f"v{i}",
+                gpus=rng.choice((1, 2, 4)),
+                node_name="n",
+                priority=rng.choice((10, 100)),
+                cpu=rng.choice(("1", "8")),
+                scheduled_ago=rng.choice((3600, 7200)),
+            )
+        )
+    index = index_cluster(
+        k8s.cluster(*objs), k8s.idle(*(f"v{i}" for i in range(8))), PlannerConfig(), k8s.NOW
+    )
+    pods = index.nodes["n"].candidates
+    need = (rng.choice((1, 2, 3, 4, 5)), rng.choice((-1, 0, 4000)), rng.choice((-1, 0)))
+    assert _single(pods, *need) == _Eligible(0, pods).single(*need)
