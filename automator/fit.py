@@ -157,16 +157,20 @@ class PodFit:
         spec = node.get("spec") or {}
         if spec.get("unschedulable") is True:
             return CORDONED, "node is cordoned (spec.unschedulable)"
-        if not node_ready(node):
+        # (a node with no conditions is ready: node_ready)
+        if (node.get("status") or {}).get("conditions") and not node_ready(node):
             return NOT_READY, "node is not Ready"
         if not self.read:
             self._read()
         # a pod with no nodeSelector and no required node affinity is selected by every node
         if (self.selector or self.required is not None) and not _selected(self.selector, self.required, node):
             return SELECTOR, "nodeSelector or required node affinity does not match"
+        taints = spec.get("taints")
+        if not taints:
+            return None
         if self.tolerations is None:
             self.tolerations = (self.pod.get("spec") or {}).get("tolerations") or []
-        taint = _first_untolerated(self.tolerations, spec.get("taints") or [])
+        taint = _first_untolerated(self.tolerations, taints)
         if taint is not None:
             value = f"={taint.get('value')}" if taint.get("value") else ""
             return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
