@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
@@ -143,23 +143,7 @@ class Rankings:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
         if node.error is not None or node.alloc.gpus < req.gpus:
             return None
-        need_g = req.gpus - node.alloc.gpus + node.used_gpus
-        need_c = req.cpu_m - node.alloc.cpu_m + node.used_cpu
-        need_m = req.memory - node.alloc.memory + node.used_mem
-        if need_g <= 0 and need_c <= 0 and need_m <= 0:
-            return FITS
-        return self._bound_at(node, priority, need_g, need_c, need_m)
-
-    def _bound_at(
-        self, node: NodeState, priority: int, need_g: int, need_c: int, need_m: int
-    ) -> Bound | None:
-        """bound, once the amounts still needed are known (some are > 0). When GPUs alone are needed one
-        victim may do: the best single one (exact) is found without sorting the node's victims."""
-        if need_c <= 0 and need_m <= 0:
-            single = _single(self.splits.of(node, priority).eligible, need_g, need_c, need_m)
-            if single is not None:
-                return single
-        return _bound_of(self._sorted(node, priority), need_g, need_c, need_m)
+        return _bound(node, req, self._sorted, priority)
 
     def ranking(self, nodes: dict[str, NodeState], priority: int, req: Requests) -> Iterator[_Entry]:
         """Entries (bound, node name, node version) in order; entries of an older version are stale.
@@ -184,10 +168,12 @@ class Rankings:
     def _rank_all(
         self, nodes: dict[str, NodeState], priority: int, req: Requests
     ) -> list[tuple[Bound, str, int]]:
-        """Every node's entry for a new shape: bound inlined up to the amounts needed (a pass ranks every
-        node for every shape), nodes whose free plus reclaimable GPUs fall short skipped first."""
+        """Every node's entry for a new shape: _bound inlined up to the eligible victims (a pass ranks
+        every node for every shape), nodes whose free plus reclaimable GPUs fall short skipped first."""
         entries: list[_Entry] = []
+        table = self.eligible.setdefault(priority, {})
         gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+        of = self.splits.of
         for most, node in self._gains(nodes, priority).values():
             alloc = node.alloc
             if most < gpus or alloc.gpus < gpus:
@@ -199,7 +185,14 @@ class Rankings:
             if need_g <= 0 and need_c <= 0 and need_m <= 0:
                 entries.append((FITS, name, node.version))
                 continue
-            b = self._bound_at(node, priority, need_g, need_c, need_m)
+            b = None
+            if need_c <= 0 and need_m <= 0:  # GPUs alone needed: one victim may do (the bound is then exact)
+                b = _single(of(node, priority).eligible, need_g, need_c, need_m)
+            if b is None:
+                e = table.get(name)
+                if e is None or e.version != node.version:
+                    e = self._sorted(node, priority)
+                b = _bound_of(e, need_g, need_c, need_m)
             if b is not None:
                 entries.append((b, name, node.version))
         entries.sort()
@@ -271,8 +264,20 @@ def _fitting(nodes: list[NodeState], req: Requests) -> list[_Entry]:
     return entries
 
 
+def _bound(
+    node: NodeState, req: Requests, eligible: Callable[[NodeState, int], _Eligible], priority: int
+) -> Bound | None:
+    """Rankings.bound for a readable node with enough GPUs in all."""
+    need_g = req.gpus - node.alloc.gpus + node.used_gpus
+    need_c = req.cpu_m - node.alloc.cpu_m + node.used_cpu
+    need_m = req.memory - node.alloc.memory + node.used_mem
+    if need_g <= 0 and need_c <= 0 and need_m <= 0:
+        return FITS
+    return _bound_of(eligible(node, priority), need_g, need_c, need_m)
+
+
 def _bound_of(e: _Eligible, need_g: int, need_c: int, need_m: int) -> Bound | None:
-    """Rankings.bound from the sorted victims, once the amounts still needed are known (some are > 0)."""
+    """_bound once the amounts still needed are known (some are > 0)."""
     top_g = e.top_g
     if need_g > 0 and top_g[-1] < need_g:
         return None
