@@ -34,7 +34,8 @@ from automator.plan_reasons import StaticFit, static_fit
 from automator.ranking import Rankings, tie_key
 from automator.report import explain, plan_to_json
 from automator.resources import Requests, annotations_of
-from automator.victims import NO_SPLIT, NO_VICTIMS, NodeResult, SetKey, Splits, search_node
+from automator.splits import NO_SPLIT, Splits
+from automator.victims import NO_VICTIMS, NodeResult, SetKey, search_node
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
 from automator.resources import Requests
-from automator.victims import Splits
+from automator.splits import Splits
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
