@@ -187,7 +187,9 @@ class Rankings:
                 continue
             b = None
             if need_c <= 0 and need_m <= 0:  # GPUs alone needed: one victim may do (the bound is then exact)
-                b = _single(of(node, priority).eligible, need_g, need_c, need_m)
+                split = of(node, priority)
+                if split.largest >= need_g:
+                    b = _single(split.eligible, need_g, need_c, need_m)
             if b is None:
                 e = table.get(name)
                 if e is None or e.version != node.version:

@@ -22,24 +22,37 @@ class Split:
     made, shared by every search shape of the priority and by the rankings; the protected pods' verdicts are
     written the first time they are read (most splits are never recorded)."""
 
-    __slots__ = ("_protected", "eligible", "exclude", "not_lower", "pods", "priority", "reclaimable")
+    __slots__ = (
+        "_protected",
+        "eligible",
+        "exclude",
+        "largest",
+        "not_lower",
+        "pods",
+        "priority",
+        "reclaimable",
+    )
 
     def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
         self.priority, self.exclude = priority, exclude
         self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
         eligible: list[Candidate] = []
         protected: list[Candidate] = []  # excluded or not eligible_for, in the node's order
-        not_lower = reclaimable = 0
+        not_lower = reclaimable = largest = 0
         for pod in candidates:
             if pod.priority >= priority:
                 not_lower += 1
             elif pod.floor <= priority and not (exclude and pod.key in exclude):  # eligible_for
                 eligible.append(pod)
-                reclaimable += pod.req.gpus
+                gpus = pod.req.gpus
+                reclaimable += gpus
+                if gpus > largest:
+                    largest = gpus
             else:
                 protected.append(pod)
         self.eligible, self.pods = eligible, protected
         self.not_lower, self.reclaimable = not_lower, reclaimable
+        self.largest = largest  # the most GPUs one eligible pod frees
 
     @property
     def protected(self) -> dict[PodKey, tuple[str, str | Callable[[], str]]]:
