@@ -116,7 +116,12 @@ def untolerated_taint(pod: JsonObj, node: JsonObj) -> dict[str, Any] | None:
 
 
 def _untolerated(tolerations: Any, node: JsonObj) -> dict[str, Any] | None:
-    for taint in (node.get("spec") or {}).get("taints") or []:
+    return _first_untolerated(tolerations, (node.get("spec") or {}).get("taints") or [])
+
+
+def _first_untolerated(tolerations: Any, taints: Any) -> dict[str, Any] | None:
+    """The first NoSchedule or NoExecute taint of the list not tolerated, or None."""
+    for taint in taints:
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue  # PreferNoSchedule is a preference only
         if not any(_tolerates(t, taint) for t in tolerations):
@@ -149,17 +154,23 @@ class PodFit:
         self.read = True
 
     def misfit(self, node: JsonObj) -> tuple[str, str] | None:
-        if (node.get("spec") or {}).get("unschedulable") is True:
+        spec = node.get("spec") or {}
+        if spec.get("unschedulable") is True:
             return CORDONED, "node is cordoned (spec.unschedulable)"
-        if not node_ready(node):
+        # (a node with no conditions is ready: node_ready)
+        if (node.get("status") or {}).get("conditions") and not node_ready(node):
             return NOT_READY, "node is not Ready"
         if not self.read:
             self._read()
-        if not _selected(self.selector, self.required, node):
+        # a pod with no nodeSelector and no required node affinity is selected by every node
+        if (self.selector or self.required is not None) and not _selected(self.selector, self.required, node):
             return SELECTOR, "nodeSelector or required node affinity does not match"
+        taints = spec.get("taints")
+        if not taints:
+            return None
         if self.tolerations is None:
             self.tolerations = (self.pod.get("spec") or {}).get("tolerations") or []
-        taint = _untolerated(self.tolerations, node)
+        taint = _first_untolerated(self.tolerations, taints)
         if taint is not None:
             value = f"={taint.get('value')}" if taint.get("value") else ""
             return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"

@@ -27,7 +27,23 @@ from automator.conventions import (
 from automator.fit import PodFit
 from automator.model import JsonObj, PlannerConfig, PodKey
 from automator.resources import FieldError, Requests, parse_time
-from automator.victims import NodeResult, protected_summary
+from automator.victims import NodeResult
+
+# Short names of protection rules for unresolved reasons.
+_SHORT = {
+    "0-pdb": "pdb",
+    "annotation-malformed": "malformed annotation",
+    "resources-malformed": "malformed fields",
+    "excluded": "eviction refused",
+    "2-toleration-negative": "never preempted",
+    "3-not-scheduled": "not scheduled",
+    "4-too-young": "too young",
+    "5-usage-unknown": "usage unknown",
+    "5-coverage-low": "low coverage",
+    "6-gpu-busy": "busy",
+    "7-cpu-unknown": "cpu unknown",
+    "7-cpu-busy": "cpu busy",
+}
 
 
 @dataclass
@@ -40,6 +56,14 @@ class StaticFit:
     names: set[str] = field(default_factory=set)  # of the feasible nodes
     # Once the budget stopped the pass nothing changes a node: the node each request fits as it is
     fits: dict[tuple[int, int, int], NodeState | None] = field(default_factory=dict)
+    small: dict[int, list[NodeState]] = field(default_factory=dict)  # too_small, per request
+
+    def too_small(self, gpus: int) -> list[NodeState]:
+        """The feasible nodes with fewer allocatable GPUs than the request (in their order)."""
+        known = self.small.get(gpus)
+        if known is None:
+            known = self.small[gpus] = [n for n in self.feasible if n.alloc.gpus < gpus]
+        return known
 
 
 def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
@@ -162,3 +186,14 @@ def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], 
     if excluded:
         reason += f"; {excluded}"
     return reason
+
+
+def protected_summary(result: NodeResult) -> str:
+    counts = Counter(_SHORT.get(rule, rule) for rule, _ in result.split.protected.values())
+    if result.not_lower:
+        counts["not lower priority"] += result.not_lower
+    if not counts:
+        return "no protected pods"
+    total = sum(counts.values())
+    parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{total} pods protected: {parts}"

@@ -34,6 +34,7 @@ from automator.plan_reasons import StaticFit, static_fit
 from automator.ranking import Rankings, tie_key
 from automator.report import explain, plan_to_json
 from automator.resources import Requests, annotations_of
+from automator.splits import NO_SPLIT, Splits
 from automator.victims import NO_VICTIMS, NodeResult, SetKey, search_node
 
 # The planner's public functions, wherever they are implemented.
@@ -45,8 +46,8 @@ __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
 VERDICT_LIMIT = 20_000
 
 
-# node name -> (node version, what is left of its PodDisruptionBudgets, search result)
-_Cache = dict[str, tuple[int, tuple[int, ...], NodeResult]]
+# node name -> (node version, PodDisruptionBudget changes made before the search, search result)
+_Cache = dict[str, tuple[int, int, NodeResult]]
 
 
 @dataclass
@@ -58,16 +59,20 @@ class _Pass:
     budget: int  # evictions still allowed this pass
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
     budget_stop: str | None = None  # set once a preemptor's victims would exceed the budget
-    pdb_version: int = 0
+    pdb_version: int = 0  # PodDisruptionBudget changes made in the pass
+    # PDB -> pdb_version of its last change
+    pdb_changed: dict[tuple[str, str], int] = field(default_factory=dict)
     static_cache: dict[str, StaticFit] = field(default_factory=dict)
-    # (priority, requests) -> node name -> (node version, PDB state, result): alike preemptors share them
+    # (priority, requests) -> node name -> (node version, pdb_version, result): alike preemptors share them
     search_cache: dict[tuple[int, int, int, int], _Cache] = field(default_factory=dict)
-    node_pdbs: dict[str, tuple[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    node_pdbs: dict[str, tuple[int, set[tuple[str, str]]]] = field(default_factory=dict)
     verdict_count: int = 0
+    splits: Splits = field(init=False)
     rankings: Rankings = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rankings = Rankings(self.exclude)
+        self.splits = Splits(self.exclude)
+        self.rankings = Rankings(self.splits)
 
     def run(self) -> Plan:
         self.plan.warnings.extend(self.index.warnings)
@@ -103,38 +108,38 @@ class _Pass:
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
         if not force and self.verdict_count >= VERDICT_LIMIT:
             return
-        verdicts, priority, preemptor = self.plan.verdicts, pre.priority, pre.key
-        for pod in result.eligible:
-            rule = verdict_rule(pod.assessment, priority)[1]
-            verdict = Verdict(preemptor, True, rule, partial(verdict_reason, pod.assessment, priority))
+        verdicts, preemptor, split = self.plan.verdicts, pre.key, result.split
+        priority = split.priority
+        for pod in split.eligible:
+            assessment = pod.assessment
+            rule = verdict_rule(assessment, priority)[1]
+            verdict = Verdict(preemptor, True, rule, partial(verdict_reason, assessment, priority))
             known = verdicts.get(pod.key)
             if known is None:
                 verdicts[pod.key] = [verdict]
             else:
                 known.append(verdict)
-        for key, (rule, why) in result.protected.items():
+        protected = split.protected
+        for key, (rule, why) in protected.items():
+            verdict = Verdict(preemptor, False, rule, why)
             known = verdicts.get(key)
             if known is None:
-                verdicts[key] = [Verdict(preemptor, False, rule, why)]
+                verdicts[key] = [verdict]
             else:
-                known.append(Verdict(preemptor, False, rule, why))
-        self.verdict_count += len(result.eligible) + len(result.protected)
+                known.append(verdict)
+        self.verdict_count += len(split.eligible) + len(protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
         self.plan.unresolved.append(Unresolved(pre.key, reason, kind))
 
-    def _pdb_state(self, node: NodeState) -> tuple[int, ...]:
-        """What is left of the budgets of the PodDisruptionBudgets covering the node's candidates."""
+    def _pdbs_changed(self, node: NodeState, since: int) -> bool:
+        """Whether a PodDisruptionBudget covering the node's candidates changed after change `since` (what
+        is left of a budget only goes down in a pass: changed is different)."""
         ids = self.node_pdbs.get(node.name)
         if ids is None or ids[0] != node.version:
-            ids = self.node_pdbs[node.name] = (
-                node.version,
-                tuple(sorted({p for c in node.candidates for p in c.pdbs})),
-            )
-        if not ids[1]:
-            return ()
-        remaining = self.index.pdbs.remaining
-        return tuple([remaining.get(p, 0) for p in ids[1]])
+            ids = self.node_pdbs[node.name] = (node.version, {p for c in node.candidates for p in c.pdbs})
+        changed = self.pdb_changed
+        return any(changed.get(p, 0) > since for p in ids[1])
 
     def _shape_cache(self, priority: int, req: Requests) -> _Cache:
         return self.search_cache.setdefault((priority, req.gpus, req.cpu_m, req.memory), {})
@@ -143,10 +148,13 @@ class _Pass:
         """search_node, cached (per shape: _shape_cache) until a decision changes the node or a
         PodDisruptionBudget covering it."""
         entry = cache.get(node.name)
-        pdb_state = self._pdb_state(node)
-        if entry is None or entry[0] != node.version or entry[1] != pdb_state:
-            result = search_node(node, req, priority, self.index.pdbs, self.exclude)
-            entry = cache[node.name] = (node.version, pdb_state, result)
+        if (
+            entry is None
+            or entry[0] != node.version
+            or (entry[1] != self.pdb_version and self._pdbs_changed(node, entry[1]))
+        ):
+            result = search_node(node, req, self.splits.of(node, priority), self.index.pdbs)
+            entry = cache[node.name] = (node.version, self.pdb_version, result)
         return entry[2]
 
     def _place(self, pre: Preemptor, cooldown: str | None) -> None:
@@ -282,7 +290,7 @@ class _Pass:
             assert self.budget_stop is not None
             self._unresolved(pre, self.budget_stop, UnresolvedReason.EVICTION_BUDGET)
         else:
-            result = NodeResult(NO_VICTIMS, (), node.free()[0], 0, [], {}, 0, None)
+            result = NodeResult(NO_VICTIMS, (), node.free()[0], NO_SPLIT, None)
             self._commit(pre, req, node, result)
 
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
@@ -295,6 +303,7 @@ class _Pass:
             for pdb in victim.pdbs:
                 self.index.pdbs.remaining[pdb] = self.index.pdbs.remaining.get(pdb, 0) - 1
                 self.pdb_version += 1
+                self.pdb_changed[pdb] = self.pdb_version
         if victims:
             # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass
             # (issue 4: freed GPUs are not offered to the next preemptor).
@@ -352,7 +361,7 @@ class _Pass:
     def _explain_ranked(self, pre: Preemptor, req: Requests, static: StaticFit, cut: list[str]) -> None:
         """The reason _explain_full gives, without searching every node again: the closest node comes from
         the rankings, only its verdicts are recorded (docs/reclaim.md)."""
-        too_small = [n for n in static.feasible if n.alloc.gpus < req.gpus]
+        too_small = static.too_small(req.gpus)
         node = self.rankings.closest(self.index.nodes, pre.priority, req.gpus, static.names)
         if node is None:
             self._no_node(pre, req, static, too_small)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from automator.cluster_index import Candidate, NodeState
-from automator.model import PodKey
 from automator.resources import Requests
+from automator.splits import Splits
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
@@ -74,6 +75,20 @@ class _Eligible:
         return self.low_g
 
 
+def _single(pods: list[Candidate], need_g: int, need_c: int, need_m: int) -> Bound | None:
+    """_Eligible.single without sorting the pods (a shape ranks a node once): the key of the best single
+    victim freeing the amounts needed, None when none does."""
+    best = min(
+        [
+            (p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory)
+            for p in pods
+            if p.req.gpus >= need_g and p.req.cpu_m >= need_c and p.req.memory >= need_m
+        ],
+        default=None,
+    )
+    return None if best is None else (1, best[0], best[1], best[1], best[2])
+
+
 def _prefix(values: list[int]) -> list[int]:
     return list(itertools.accumulate(values, initial=0))
 
@@ -82,7 +97,7 @@ def _prefix(values: list[int]) -> list[int]:
 class Rankings:
     """The node rankings of one pass, per search shape."""
 
-    exclude: frozenset[PodKey]
+    splits: Splits
     eligible: dict[int, dict[str, _Eligible]] = field(default_factory=dict)  # priority -> node name -> ...
     by_shape: dict[tuple[int, int, int, int], list[tuple[Bound, str, int]]] = field(default_factory=dict)
     # per preemptor priority: (-(free + reclaimable GPUs), tie rank, node name, node version), in order
@@ -93,6 +108,9 @@ class Rankings:
     # per preemptor priority, per readable node (name order): (free + reclaimable GPUs, node), kept by changed
     gains: dict[int, dict[str, tuple[int, NodeState]]] = field(default_factory=dict)
     partial: set[tuple[int, int, int, int]] = field(default_factory=set)  # shapes ranked up to FITS only
+    # the readable nodes with a free GPU when the first shape was ranked: no decision gives a node free GPUs
+    # (they stay reserved for its preemptor), so the only ones a shape may fit as they are
+    spare: list[NodeState] | None = None
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
         table = self.eligible.get(priority)
@@ -101,14 +119,14 @@ class Rankings:
         cached = table.get(node.name)
         if cached is not None and cached.version == node.version:
             return cached
-        pods = self._victims(node, priority)
+        pods = self.splits.of(node, priority).eligible
         # Preemptor priorities mostly see the same victims on a node: the same pods share one entry.
         last = self.last.get(node.name)
         if (
             last is not None
             and last.version == node.version
             and len(last.pods) == len(pods)
-            and all(a is b for a, b in zip(last.pods, pods, strict=True))
+            and all(map(operator.is_, last.pods, pods))
         ):
             cached = last
         else:
@@ -116,22 +134,10 @@ class Rankings:
         table[node.name] = cached
         return cached
 
-    def _victims(self, node: NodeState, priority: int) -> list[Candidate]:
-        exclude = self.exclude
-        return [
-            pod
-            for pod in node.candidates
-            if pod.floor <= priority  # lower priority and eligible_for
-            and not (exclude and pod.key in exclude)
-        ]
-
     def _most(self, node: NodeState, priority: int) -> int:
         """The node's free plus reclaimable GPUs for this priority (without sorting its victims: most nodes
         then rank for no shape)."""
-        known = self.eligible.get(priority, {}).get(node.name)
-        if known is not None and known.version == node.version:
-            return node.alloc.gpus - node.used_gpus + known.top_g[-1]
-        return node.alloc.gpus - node.used_gpus + sum([p.req.gpus for p in self._victims(node, priority)])
+        return node.alloc.gpus - node.used_gpus + self.splits.of(node, priority).reclaimable
 
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
@@ -148,7 +154,9 @@ class Rankings:
         shape = (priority, req.gpus, req.cpu_m, req.memory)
         entries = self.by_shape.get(shape)
         if entries is None:
-            entries = self.by_shape[shape] = _fitting(nodes, req)
+            if self.spare is None:
+                self.spare = [n for n in nodes.values() if n.error is None and n.alloc.gpus > n.used_gpus]
+            entries = self.by_shape[shape] = _fitting(self.spare, req)
             self.partial.add(shape)
         yield from entries
         if shape in self.partial:
@@ -165,6 +173,7 @@ class Rankings:
         entries: list[_Entry] = []
         table = self.eligible.setdefault(priority, {})
         gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
+        of = self.splits.of
         for most, node in self._gains(nodes, priority).values():
             alloc = node.alloc
             if most < gpus or alloc.gpus < gpus:
@@ -176,10 +185,16 @@ class Rankings:
             if need_g <= 0 and need_c <= 0 and need_m <= 0:
                 entries.append((FITS, name, node.version))
                 continue
-            e = table.get(name)
-            if e is None or e.version != node.version:
-                e = self._sorted(node, priority)
-            b = _bound_of(e, need_g, need_c, need_m)
+            b = None
+            if need_c <= 0 and need_m <= 0:  # GPUs alone needed: one victim may do (the bound is then exact)
+                split = of(node, priority)
+                if split.largest >= need_g:
+                    b = _single(split.eligible, need_g, need_c, need_m)
+            if b is None:
+                e = table.get(name)
+                if e is None or e.version != node.version:
+                    e = self._sorted(node, priority)
+                b = _bound_of(e, need_g, need_c, need_m)
             if b is not None:
                 entries.append((b, name, node.version))
         entries.sort()
@@ -189,9 +204,7 @@ class Rankings:
         """gains for this priority, made the first time."""
         gains = self.gains.get(priority)
         if gains is None:
-            gains = self.gains[priority] = {
-                node.name: (self._most(node, priority), node) for node in nodes.values() if node.error is None
-            }
+            gains = self.gains[priority] = self.splits.reclaimable(nodes.values(), priority)
         return gains
 
     def changed(self, node: NodeState) -> None:
@@ -202,10 +215,16 @@ class Rankings:
             reach = self.reach.get(priority)
             if reach is not None:
                 bisect.insort(reach, (-most, self.tie_rank[node.name], node.name, node.version))
+        free_g, free_c, free_m = node.free()
         for shape, entries in self.by_shape.items():
-            priority, *amounts = shape
-            b = self.bound(node, priority, Requests(*amounts))
-            if b is not None and (b == FITS or shape not in self.partial):
+            priority, gpus, cpu, mem = shape
+            if shape in self.partial:  # ranked up to FITS only: whether the shape fits as the node is
+                fits = free_g >= gpus and free_c >= cpu and free_m >= mem
+                if fits and node.error is None and node.alloc.gpus >= gpus:
+                    bisect.insort(entries, (FITS, node.name, node.version))
+                continue
+            b = self.bound(node, priority, Requests(gpus, cpu, mem))
+            if b is not None:
                 bisect.insort(entries, (b, node.name, node.version))
 
     def closest(
@@ -217,7 +236,7 @@ class Rankings:
         entries = self.reach.get(priority)
         if entries is None:
             if not self.tie_rank:
-                by_tie = sorted(nodes, key=tie_key, reverse=True)
+                by_tie = _by_tie_key(list(nodes))
                 self.tie_rank = {name: i for i, name in enumerate(by_tie)}
             tie_rank = self.tie_rank
             entries = self.reach[priority] = sorted(
@@ -231,12 +250,12 @@ class Rankings:
         return None
 
 
-def _fitting(nodes: dict[str, NodeState], req: Requests) -> list[_Entry]:
+def _fitting(nodes: list[NodeState], req: Requests) -> list[_Entry]:
     """The entries of the readable nodes the shape fits as they are."""
     gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
     entries = [
         (FITS, node.name, node.version)
-        for node in nodes.values()
+        for node in nodes
         if node.error is None
         and node.alloc.gpus >= gpus
         and node.alloc.gpus - node.used_gpus >= gpus
@@ -289,3 +308,10 @@ def _bound_of(e: _Eligible, need_g: int, need_c: int, need_m: int) -> Bound | No
 def tie_key(name: str) -> list[int]:
     """Among nodes as close to fitting, an unresolved preemptor's reason names the one with the largest."""
     return [-ord(c) for c in name]
+
+
+def _by_tie_key(names: list[str]) -> list[str]:
+    """The names sorted by tie_key, largest first. Each character c maps to chr(0x10FFFF - ord(c)) (str
+    translate, in C): the mapped names compare as their tie_keys do, a longer name after its prefix."""
+    table = {o: 0x10FFFF - o for o in set(map(ord, "".join(names)))}
+    return sorted(names, key=lambda name: name.translate(table), reverse=True)

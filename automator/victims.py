@@ -9,30 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import PdbIndex, verdict_reason, verdict_rule
-from automator.model import PodKey
+from automator.eligibility import PdbIndex
 from automator.resources import Requests
-
-# Short names of protection rules for unresolved reasons.
-_SHORT = {
-    "0-pdb": "pdb",
-    "annotation-malformed": "malformed annotation",
-    "resources-malformed": "malformed fields",
-    "excluded": "eviction refused",
-    "2-toleration-negative": "never preempted",
-    "3-not-scheduled": "not scheduled",
-    "4-too-young": "too young",
-    "5-usage-unknown": "usage unknown",
-    "5-coverage-low": "low coverage",
-    "6-gpu-busy": "busy",
-    "7-cpu-unknown": "cpu unknown",
-    "7-cpu-busy": "cpu busy",
-}
+from automator.splits import Split
 
 # (count, gpus freed, highest priority, sum of priorities, seconds of run time lost, victim names)
 SetKey = tuple[int, int, int, int, float, tuple[str, ...]]
@@ -43,12 +26,17 @@ class NodeResult:
     key: SetKey | None  # None: no set fits on this node
     victims: tuple[Candidate, ...]
     free_gpus: int
-    reclaimable: int
-    eligible: list[Candidate]
-    protected: dict[PodKey, tuple[str, str | Callable[[], str]]]  # rule, reason (or how to write it)
-    not_lower: int
+    split: Split
     misfit: str | None
     cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
+
+    @property
+    def reclaimable(self) -> int:
+        return self.split.reclaimable
+
+    @property
+    def not_lower(self) -> int:
+        return self.split.not_lower
 
 
 def set_key(victims: Sequence[Candidate]) -> SetKey:
@@ -66,51 +54,33 @@ def set_key(victims: Sequence[Candidate]) -> SetKey:
 NO_VICTIMS: SetKey = (0, 0, 0, 0, 0.0, ())
 
 
-def sort_candidates(node: NodeState, priority: int, exclude: frozenset[PodKey]) -> NodeResult:
-    """Split the node's candidates into eligible and protected for this preemptor priority."""
-    result = NodeResult(None, (), node.alloc.gpus - node.used_gpus, 0, [], {}, 0, None)
-    eligible, protected = result.eligible, result.protected
-    reclaimable = 0
-    for pod in node.candidates:
-        if pod.priority >= priority:
-            result.not_lower += 1
-        elif exclude and pod.key in exclude:
-            protected[pod.key] = ("excluded", "excluded: an eviction was refused earlier in this pass")
-        elif pod.floor <= priority:  # eligible_for (the pod's priority is lower)
-            eligible.append(pod)
-            reclaimable += pod.req.gpus
-        else:
-            protected[pod.key] = (
-                verdict_rule(pod.assessment, priority)[1],
-                partial(verdict_reason, pod.assessment, priority),
-            )
-    result.reclaimable = reclaimable
-    return result
-
-
-def search_node(
-    node: NodeState, req: Requests, priority: int, pdbs: PdbIndex, exclude: frozenset[PodKey]
-) -> NodeResult:
-    """Best victim set on one node for a preemptor with these requests and priority."""
-    free_g, free_c, free_m = node.free()
-    result = sort_candidates(node, priority, exclude)
+def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) -> NodeResult:
+    """Best victim set on one node for a preemptor with these requests (split: the node's candidates for
+    the preemptor's priority)."""
+    alloc = node.alloc  # node.free(), inlined: every feasible node is searched while verdicts are recorded
+    free_g, free_c, free_m = (
+        alloc.gpus - node.used_gpus,
+        alloc.cpu_m - node.used_cpu,
+        alloc.memory - node.used_mem,
+    )
+    result = NodeResult(None, (), free_g, split, None)
     if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
         result.key = NO_VICTIMS
         return result
     need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
-    if need[0] > result.reclaimable or not result.eligible:
+    if need[0] > split.reclaimable or not split.eligible:
         return result
-    found = best_set(result.eligible, need, pdbs)
+    found = best_set(split.eligible, need, pdbs)
     if found is CUT_OFF:
         result.cut_off = True
         result.misfit = (
-            f"search cut off after {SEARCH_BUDGET:,} steps among {len(result.eligible)} eligible pods: "
+            f"search cut off after {SEARCH_BUDGET:,} steps among {len(split.eligible)} eligible pods: "
             "node skipped for this preemptor"
         )
     elif found:
         result.key, result.victims = set_key(found), tuple(found)
     else:
-        eligible = result.eligible
+        eligible = split.eligible
         cpu = free_c + sum(p.req.cpu_m for p in eligible)
         mem = free_m + sum(p.req.memory for p in eligible)
         result.misfit = _misfit(req, len(eligible), (free_c, cpu), (free_m, mem))
@@ -163,6 +133,8 @@ def best_set(eligible: Sequence[Candidate], need: tuple[int, int, int], pdbs: Pd
     """The first set in the contract's order that frees `need` (GPUs, cpu, memory still missing; <= 0 when
     none) within the PDB budgets: an exact branch and bound, by set size. [] when no set fits, CUT_OFF when
     the search exceeded SEARCH_BUDGET steps."""
+    if len(eligible) <= _FEW and 1 << len(eligible) <= SEARCH_BUDGET:
+        return _few_best(eligible, need, pdbs.remaining)
     classes = _classes(eligible)
     pods = [p for c in classes for p in c.pods]
     n = len(pods)
@@ -191,6 +163,37 @@ def best_set(eligible: Sequence[Candidate], need: tuple[int, int, int], pdbs: Pd
             return CUT_OFF
         if search.best is not None:
             return sorted(search.best[1], key=_rank)
+    return []
+
+
+# Up to this many eligible pods every subset is tried (at most 16): the same set as the branch and bound
+# (the first in the contract's order), without its set-up, for the nodes of a few large pods.
+_FEW = 4
+
+
+def _few_best(
+    eligible: Sequence[Candidate], need: tuple[int, int, int], remaining: dict[tuple[str, str], int]
+) -> list[Candidate]:
+    """best_set by trying every subset, smallest first (a few eligible pods)."""
+    ranked = sorted(eligible, key=_rank)  # combinations keep this order: each set comes sorted by _rank
+    need_g, need_c, need_m = need
+    for size in range(1, len(ranked) + 1):
+        best: tuple[SetKey, tuple[Candidate, ...]] | None = None
+        for combo in itertools.combinations(ranked, size):
+            if (
+                sum([p.req.gpus for p in combo]) < need_g
+                or sum([p.req.cpu_m for p in combo]) < need_c
+                or sum([p.req.memory for p in combo]) < need_m
+            ):
+                continue
+            taken = Counter(b for p in combo for b in p.pdbs)
+            if any(remaining.get(b, 0) < n for b, n in taken.items()):
+                continue
+            key = set_key(combo)
+            if best is None or key < best[0]:
+                best = (key, combo)
+        if best is not None:
+            return list(best[1])
     return []
 
 
@@ -342,14 +345,3 @@ def _misfit(req: Requests, size: int, cpu: tuple[int, int], mem: tuple[int, int]
     if mem[1] < req.memory:
         return f"memory: needs {req.memory} B, {mem[0]} B free + {mem[1] - mem[0]} B from victims"
     return "PodDisruptionBudget disruptionsAllowed would be exceeded by the victim set"
-
-
-def protected_summary(result: NodeResult) -> str:
-    counts = Counter(_SHORT.get(rule, rule) for rule, _ in result.protected.values())
-    if result.not_lower:
-        counts["not lower priority"] += result.not_lower
-    if not counts:
-        return "no protected pods"
-    total = sum(counts.values())
-    parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"{total} pods protected: {parts}"

@@ -1,0 +1,116 @@
+"""A node's candidate victims split for one preemptor priority: eligible, protected, not of lower
+priority (pure). One split per node and priority, kept until a decision changes the node, serves every
+search shape of the priority (victims.search_node), the rankings (ranking.py) and the verdicts the plan
+records (planner.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from automator.cluster_index import Candidate, NodeState
+from automator.eligibility import verdict_reason, verdict_rule
+from automator.model import PodKey
+
+_EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
+
+
+class Split:
+    """A node's candidates for one preemptor priority, at one node version: the eligible ones (in the
+    node's order) and their GPUs, how many are not of lower priority, and the protected ones. Read-only once
+    made, shared by every search shape of the priority and by the rankings; the protected pods' verdicts are
+    written the first time they are read (most splits are never recorded)."""
+
+    __slots__ = (
+        "_protected",
+        "eligible",
+        "exclude",
+        "largest",
+        "not_lower",
+        "pods",
+        "priority",
+        "reclaimable",
+    )
+
+    def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
+        self.priority, self.exclude = priority, exclude
+        self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
+        eligible: list[Candidate] = []
+        protected: list[Candidate] = []  # excluded or not eligible_for, in the node's order
+        not_lower = reclaimable = largest = 0
+        for pod in candidates:
+            if pod.priority >= priority:
+                not_lower += 1
+            elif pod.floor <= priority and not (exclude and pod.key in exclude):  # eligible_for
+                eligible.append(pod)
+                gpus = pod.req.gpus
+                reclaimable += gpus
+                if gpus > largest:
+                    largest = gpus
+            else:
+                protected.append(pod)
+        self.eligible, self.pods = eligible, protected
+        self.not_lower, self.reclaimable = not_lower, reclaimable
+        self.largest = largest  # the most GPUs one eligible pod frees
+
+    @property
+    def protected(self) -> dict[PodKey, tuple[str, str | Callable[[], str]]]:
+        """The protected pods' rules and reasons (or how to write them)."""
+        protected = self._protected
+        if protected is None:
+            protected = self._protected = {}
+            exclude, priority = self.exclude, self.priority
+            for pod in self.pods:
+                if exclude and pod.key in exclude:
+                    protected[pod.key] = _EXCLUDED
+                else:
+                    assessment = pod.assessment
+                    rule = verdict_rule(assessment, priority)[1]
+                    protected[pod.key] = (rule, partial(verdict_reason, assessment, priority))
+        return protected
+
+
+NO_SPLIT = Split([], 0, frozenset())
+
+
+class Splits:
+    """The splits of one pass, per preemptor priority and node, kept until a decision changes the node."""
+
+    def __init__(self, exclude: frozenset[PodKey]) -> None:
+        self.exclude = exclude
+        self.table: dict[int, dict[str, tuple[int, Split]]] = {}
+
+    def of(self, node: NodeState, priority: int) -> Split:
+        table = self.table.get(priority)
+        if table is None:
+            table = self.table[priority] = {}
+        known = table.get(node.name)
+        if known is not None and known[0] == node.version:
+            return known[1]
+        split = Split(node.candidates, priority, self.exclude)
+        table[node.name] = (node.version, split)
+        return split
+
+    def reclaimable(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
+        """Per readable node (in the order given), its free plus reclaimable GPUs for the priority: from its
+        split when it has one, else summed without making one (most nodes then rank for no shape)."""
+        table = self.table.setdefault(priority, {})
+        exclude = self.exclude
+        gains: dict[str, tuple[int, NodeState]] = {}
+        for node in nodes:
+            if node.error is not None:
+                continue
+            known = table.get(node.name)
+            if known is not None and known[0] == node.version:
+                reclaimable = known[1].reclaimable
+            else:  # Split's eligible pods: floor <= priority (their priority is then lower), not excluded
+                reclaimable = sum(
+                    [
+                        pod.req.gpus
+                        for pod in node.candidates
+                        if pod.floor <= priority and not (exclude and pod.key in exclude)
+                    ]
+                )
+            gains[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)
+        return gains
