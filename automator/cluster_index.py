@@ -37,8 +37,6 @@ from automator.resources import (
     node_name,
     pod_priority,
     pod_requests,
-    remembered_requests,
-    remembered_times,
     scheduled_in,
     spec_requests,
 )
@@ -136,17 +134,21 @@ class SettingsCache:
         self.classes = classes
         self.config = config
         self.cache: dict[str | None, ClassSettings] = {}
+        self.by_raw: dict[Any, tuple[str | None, ClassSettings]] = {}  # named's answers (a lookup per pod)
 
     def of(self, pod: JsonObj) -> tuple[str | None, ClassSettings]:
         return self.named((pod.get("spec") or {}).get("priorityClassName"))
 
     def named(self, raw: Any) -> tuple[str | None, ClassSettings]:
         """The settings of a pod's spec.priorityClassName as given."""
-        name = str(raw) if raw in self.classes else None  # no (known) class: the defaults
-        cached = self.cache.get(name)
-        if cached is None:
-            cached = self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
-        return name, cached
+        known = self.by_raw.get(raw)
+        if known is None:
+            name = str(raw) if raw in self.classes else None  # no (known) class: the defaults
+            cached = self.cache.get(name)
+            if cached is None:
+                cached = self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
+            known = self.by_raw[raw] = (name, cached)
+        return known
 
 
 def is_victim_candidate(pod: JsonObj) -> bool:
@@ -199,7 +201,6 @@ class _Builder:
     # (namespace, labels) -> PDBs covering, PDB protection reason, scope verdict
     standing_cache: dict[tuple[str, tuple[Any, ...]], _Standing] = field(default_factory=dict)
     terminating: set[PodKey] = field(default_factory=set)
-    named: dict[Any, tuple[str | None, ClassSettings]] = field(default_factory=dict)  # SettingsCache.named
     candidates: int = 0
     unknown: int = 0
     gpu_resources: tuple[str, ...] = ()
@@ -234,9 +235,8 @@ class _Builder:
     def _pods(self, settings: SettingsCache) -> None:
         """Every pod, each field read once: bound pods take their requests on their node and GPU holders
         become candidates; unbound ones may be preemptors. Written for speed (40,000 pods a pass, issue 14):
-        is_terminating, is_finished, node_name and spec_requests' look-up of a one-container spec inlined."""
+        is_terminating, is_finished and node_name inlined."""
         nodes, names, terminating = self.nodes, self.gpu_resources, self.terminating
-        known = remembered_requests()
         for obj in self.cluster.pods:
             meta = obj.get("metadata") or {}
             dying = meta.get("deletionTimestamp") is not None
@@ -253,25 +253,12 @@ class _Builder:
             node = nodes.get(bound if type(bound) is str else str(bound))
             if node is None:
                 continue  # bound to a node we do not know: nothing to plan there
-            req = None
-            containers = spec.get("containers")
-            # spec_requests' key of a spec with one app container (spec_requests makes and fills it)
-            if type(containers) is list and len(containers) == 1 and "initContainers" not in spec:
-                resources = containers[0].get("resources") if type(containers[0]) is dict else None
-                if type(resources) is dict and "overhead" not in spec:
-                    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
-                    if type(limits) is dict and type(requests) is dict:
-                        try:
-                            req = known.get((names, tuple(limits.items()), tuple(requests.items())))
-                        except TypeError:  # an unhashable literal: spec_requests refuses it
-                            req = None
-            if req is None:
-                try:
-                    req = spec_requests(spec, names)
-                except FieldError as exc:
-                    # Unknown usage of the node: fail safe, plan nothing there.
-                    node.error = f"Pod {PodKey.of(obj)}: {exc}"
-                    continue
+            try:
+                req = spec_requests(spec, names)
+            except FieldError as exc:
+                # Unknown usage of the node: fail safe, plan nothing there.
+                node.error = f"Pod {PodKey.of(obj)}: {exc}"
+                continue
             node.used_gpus += req.gpus
             node.used_cpu += req.cpu_m
             node.used_mem += req.memory
@@ -291,17 +278,12 @@ class _Builder:
         req: Requests,
         settings: SettingsCache,
     ) -> Candidate:
-        """A GPU holder assessed (20,000 a pass at fleet scale: look-ups of the caches of SettingsCache.named,
-        _standing and parse_time inlined, and scheduled_in)."""
+        """A GPU holder assessed (20,000 a pass at fleet scale: _standing's cache look-up inlined)."""
         meta, spec, status = parts
         key = _new_key(PodKey, (str(meta.get("namespace") or "default"), str(meta.get("name") or "")))
-        raw_class = spec.get("priorityClassName")
-        named = self.named.get(raw_class)
-        if named is None:
-            named = self.named[raw_class] = settings.named(raw_class)
-        pod_settings = named[1]
-        if pod_settings.malformed and named[0] is not None:  # only _warnings reads them
-            self.class_pods.setdefault(named[0], []).append(key)
+        class_name, pod_settings = settings.named(spec.get("priorityClassName"))
+        if pod_settings.malformed and class_name is not None:  # only _warnings reads them
+            self.class_pods.setdefault(class_name, []).append(key)
         usage = self.usage.get(key)
         self.candidates += 1
         if usage is None or usage.gpu_activity is None:
@@ -317,7 +299,7 @@ class _Builder:
         try:
             if type(priority) is not int:  # not set by admission (or malformed): pod_priority decides
                 priority = pod_priority(obj, self.classes, self.global_default)
-            scheduled = self._scheduled(status)
+            scheduled = scheduled_in(status)
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
@@ -328,21 +310,6 @@ class _Builder:
         floor = max(priority + 1, assessment.eligible_from)
         pdb_ids = standing[0]
         return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage, floor)
-
-    @staticmethod
-    def _scheduled(status: JsonObj) -> datetime | None:
-        """scheduled_in, the usual shape read inline (a dict condition, a remembered time)."""
-        for condition in status.get("conditions") or ():
-            if type(condition) is not dict:
-                break  # scheduled_in decides
-            if condition.get("type") == "PodScheduled":
-                if condition.get("status") == "True":
-                    text = condition.get("lastTransitionTime")
-                    known = remembered_times().get(text) if type(text) is str else None
-                    if known is not None:
-                        return known
-                break
-        return scheduled_in(status)
 
     def _standing(self, obj: JsonObj, key: tuple[str, tuple[Any, ...]] | None) -> _Standing:
         """PdbIndex.covering and scope_verdict, once per namespace and labels (as the pod lists them: pods of

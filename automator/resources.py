@@ -178,12 +178,6 @@ def _keep(memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...], value: Re
     memo[key] = value
 
 
-def remembered_requests() -> Mapping[tuple[Any, ...], Requests]:
-    """spec_requests' memo, for a caller that makes the key of a one-container spec inline (the index):
-    (gpu resource names, tuple(limits.items()), tuple(requests.items()))."""
-    return _REQUESTS
-
-
 def _all_text(key: tuple[Any, ...]) -> bool:
     """Whether every literal in a _requests_key is a string: only such keys are remembered, so a key
     holding 1, 1.0 or True (equal to one another) never meets a remembered one (no string equals them)."""
@@ -201,20 +195,17 @@ def _requests_key(spec: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any,
     containers = spec.get("containers") or []
     if type(containers) is not list or spec.get("initContainers") or spec.get("overhead"):
         return None
-    parts: list[Any] = [names]
+    key: tuple[Any, ...] = (names,)
     for container in containers:
-        if type(container) is not dict:
-            return None
-        resources = container.get("resources") or {}
+        resources = container.get("resources") or {} if type(container) is dict else None
         if type(resources) is not dict:
             return None
         limits = resources.get("limits") or {}
         requests = resources.get("requests") or {}
         if type(limits) is not dict or type(requests) is not dict:
             return None
-        parts.append(tuple(limits.items()))
-        parts.append(tuple(requests.items()))
-    return tuple(parts)
+        key += (tuple(limits.items()), tuple(requests.items()))
+    return key
 
 
 def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
@@ -293,11 +284,6 @@ def rfc3339(t: datetime) -> str:
 # Parsed times by their text: a snapshot repeats timestamps (pods of one rollout), and parsing is most of
 # reading a pod's scheduling time. Only valid texts are kept; bounded like _AMOUNTS.
 _TIMES: dict[str, datetime] = {}
-
-
-def remembered_times() -> Mapping[str, datetime]:
-    """parse_time's memo of valid texts, for a caller that looks up inline (the index)."""
-    return _TIMES
 
 
 def parse_time(value: Any, field: str) -> datetime:
