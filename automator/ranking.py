@@ -32,7 +32,7 @@ class _Eligible:
     """One node's eligible victims for one preemptor priority, sorted for the bounds (what a bound reads
     first is made here, the rest the first time a bound needs it)."""
 
-    __slots__ = ("low_a", "low_g", "low_p", "pods", "singles", "top_c", "top_g", "top_m", "version")
+    __slots__ = ("low_a", "low_g", "low_p", "pods", "top_c", "top_g", "top_m", "version")
 
     def __init__(self, version: int, pods: list[Candidate]) -> None:
         self.version = version
@@ -40,9 +40,6 @@ class _Eligible:
         self.top_g = _prefix(sorted([p.req.gpus for p in pods], reverse=True))  # prefix sums, largest first
         self.top_c: list[int] | None = None  # the same for cpu and memory: most shapes need GPUs alone
         self.top_m: list[int] = []
-        # (GPUs, priority, run time rounded, cpu, memory) of each, in that order: the best single victim is
-        # the first one that frees enough
-        self.singles: list[tuple[int, int, float, int, int]] | None = None
         self.low_g: list[int] | None = None  # prefix sums of the smallest first
         self.low_p: list[int] = []
         self.low_a: list[float] = []
@@ -53,17 +50,6 @@ class _Eligible:
             self.top_c = _prefix(sorted([p.req.cpu_m for p in self.pods], reverse=True))
             self.top_m = _prefix(sorted([p.req.memory for p in self.pods], reverse=True))
         return self.top_c, self.top_m
-
-    def single(self, need_g: int, need_c: int, need_m: int) -> Bound | None:
-        """The key of the best single victim freeing the amounts needed; None when none does."""
-        if self.singles is None:
-            self.singles = sorted(
-                [(p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory) for p in self.pods]
-            )
-        for g, p, a, c, m in self.singles:
-            if g >= need_g and c >= need_c and m >= need_m:
-                return (1, g, p, p, a)
-        return None
 
     def lows(self) -> list[int]:
         """low_g, low_p and low_a, made the first time; returns low_g."""
@@ -76,8 +62,8 @@ class _Eligible:
 
 
 def _single(pods: list[Candidate], need_g: int, need_c: int, need_m: int) -> Bound | None:
-    """_Eligible.single without sorting the pods (a shape ranks a node once): the key of the best single
-    victim freeing the amounts needed, None when none does."""
+    """The key of the best single victim freeing the amounts needed (the least of (GPUs, priority, run time
+    rounded, cpu, memory) among those that do), None when none does."""
     best = min(
         [
             (p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory)
@@ -171,7 +157,6 @@ class Rankings:
         """Every node's entry for a new shape: _bound inlined up to the eligible victims (a pass ranks
         every node for every shape), nodes whose free plus reclaimable GPUs fall short skipped first."""
         entries: list[_Entry] = []
-        table = self.eligible.setdefault(priority, {})
         gpus, cpu, mem = req.gpus, req.cpu_m, req.memory
         of = self.splits.of
         for most, node in self._gains(nodes, priority).values():
@@ -191,10 +176,7 @@ class Rankings:
                 if split.largest >= need_g:
                     b = _single(split.eligible, need_g, need_c, need_m)
             if b is None:
-                e = table.get(name)
-                if e is None or e.version != node.version:
-                    e = self._sorted(node, priority)
-                b = _bound_of(e, need_g, need_c, need_m)
+                b = _bound_of(self._sorted(node, priority), need_g, need_c, need_m)
             if b is not None:
                 entries.append((b, name, node.version))
         entries.sort()
@@ -295,7 +277,7 @@ def _bound_of(e: _Eligible, need_g: int, need_c: int, need_m: int) -> Bound | No
         )
     if k == 1:
         # One victim may do: the best single victim is exact (but for PDB budgets spent in the pass).
-        single = e.single(need_g, need_c, need_m)
+        single = _single(e.pods, need_g, need_c, need_m)
         if single is not None:
             return single
         k = 2

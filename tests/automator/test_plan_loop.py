@@ -10,7 +10,7 @@ import pytest
 from automator import victims as victims_module
 from automator.cluster_index import ClusterIndex, index_cluster
 from automator.model import JsonObj, PlannerConfig
-from automator.ranking import _by_tie_key, _Eligible, _single, tie_key
+from automator.ranking import _by_tie_key, _single, tie_key
 from tests.automator import k8s
 
 
@@ -59,7 +59,7 @@ def test_every_subset_of_a_few_pods_gives_the_branch_and_bounds_set(
 
 
 @pytest.mark.parametrize("seed", range(100))
-def test_the_best_single_victim_unsorted_is_the_sorted_ones(seed: int) -> None:
+def test_the_best_single_victim_is_the_first_that_frees_enough_in_sorted_order(seed: int) -> None:
     rng = random.Random(seed)
     objs: list[JsonObj] = [k8s.node("n", gpus=8, cpu="32", memory="64Gi")]
     for i in range(rng.randrange(1, 7)):
@@ -78,4 +78,13 @@ def test_the_best_single_victim_unsorted_is_the_sorted_ones(seed: int) -> None:
     )
     pods = index.nodes["n"].candidates
     need = (rng.choice((1, 2, 3, 4, 5)), rng.choice((-1, 0, 4000)), rng.choice((-1, 0)))
-    assert _single(pods, *need) == _Eligible(0, pods).single(*need)
+    # the straightforward reading: the first pod freeing enough, pods sorted by (GPUs, priority, run time)
+    need_g, need_c, need_m = need
+    ranked = sorted(pods, key=lambda p: (p.req.gpus, p.priority, round(p.age, 3), p.req.cpu_m, p.req.memory))
+    first = next(
+        (p for p in ranked if p.req.gpus >= need_g and p.req.cpu_m >= need_c and p.req.memory >= need_m), None
+    )
+    expected = (
+        None if first is None else (1, first.req.gpus, first.priority, first.priority, round(first.age, 3))
+    )
+    assert _single(pods, *need) == expected
