@@ -112,10 +112,7 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 
 def untolerated_taint(pod: JsonObj, node: JsonObj) -> dict[str, Any] | None:
-    return _untolerated((pod.get("spec") or {}).get("tolerations") or [], node)
-
-
-def _untolerated(tolerations: Any, node: JsonObj) -> dict[str, Any] | None:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
     return _first_untolerated(tolerations, (node.get("spec") or {}).get("taints") or [])
 
 
