@@ -92,7 +92,7 @@ class _Loader:
             for obj in objects:
                 self._add_entry(obj, where, cache)
             return
-        findings, claims, pods, use = self._findings, self._claim_list, self._pods, self._use
+        findings, use = self._findings, self._use
         hits = 0
         for obj, key, entry in zip(objects, keys, entries, strict=True):
             if entry is None or entry[0] != obj.get("kind"):
@@ -100,15 +100,9 @@ class _Loader:
                 continue
             hits += 1
             current[key] = entry
-            kind, made, found = entry[0], entry[1], entry[2]
-            if found:
-                findings.extend(found)
-            if kind == "ResourceClaim":
-                claims.append(made)
-            elif kind == "Pod":
-                pods[entry[3]] = made
-            else:
-                use(kind, made, entry[3])
+            if entry[2]:
+                findings.extend(entry[2])
+            use(entry[0], entry[1], entry[3])
         cache.hits = hits
 
     def _add_entry(self, obj: Mapping[str, Any], where: str, cache: RecordCache) -> None:
