@@ -37,6 +37,7 @@ from automator.resources import (
     node_name,
     pod_priority,
     pod_requests,
+    remembered_requests,
     scheduled_in,
     spec_requests,
 )
@@ -235,8 +236,9 @@ class _Builder:
     def _pods(self, settings: SettingsCache) -> None:
         """Every pod, each field read once: bound pods take their requests on their node and GPU holders
         become candidates; unbound ones may be preemptors. Written for speed (40,000 pods a pass, issue 14):
-        is_terminating, is_finished and node_name inlined."""
+        is_terminating, is_finished, node_name and spec_requests' look-up of a one-container spec inlined."""
         nodes, names, terminating = self.nodes, self.gpu_resources, self.terminating
+        known = remembered_requests()
         for obj in self.cluster.pods:
             meta = obj.get("metadata") or {}
             dying = meta.get("deletionTimestamp") is not None
@@ -253,12 +255,25 @@ class _Builder:
             node = nodes.get(bound if type(bound) is str else str(bound))
             if node is None:
                 continue  # bound to a node we do not know: nothing to plan there
-            try:
-                req = spec_requests(spec, names)
-            except FieldError as exc:
-                # Unknown usage of the node: fail safe, plan nothing there.
-                node.error = f"Pod {PodKey.of(obj)}: {exc}"
-                continue
+            req = None
+            containers = spec.get("containers")
+            # _requests_key of a spec with one app container (spec_requests makes the same and fills the memo)
+            if type(containers) is list and len(containers) == 1 and "initContainers" not in spec:
+                resources = containers[0].get("resources") if type(containers[0]) is dict else None
+                if type(resources) is dict and "overhead" not in spec:
+                    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+                    if type(limits) is dict and type(requests) is dict:
+                        try:
+                            req = known.get((names, tuple(limits.items()), tuple(requests.items())))
+                        except TypeError:  # an unhashable literal: spec_requests refuses it
+                            req = None
+            if req is None:
+                try:
+                    req = spec_requests(spec, names)
+                except FieldError as exc:
+                    # Unknown usage of the node: fail safe, plan nothing there.
+                    node.error = f"Pod {PodKey.of(obj)}: {exc}"
+                    continue
             node.used_gpus += req.gpus
             node.used_cpu += req.cpu_m
             node.used_mem += req.memory
