@@ -1,8 +1,10 @@
-"""Authentication KEDA's `authModes` can use: bearer token, API key (header X-API-KEY or query api_key)
-and basic; secrets come from files (pure: standard library only).
+"""Authentication KEDA's `authModes` can use: bearer token, API key (header X-API-KEY or query api_key),
+basic, and tls (a client certificate the HTTPS listener verified against --keda-tls-client-ca-file);
+secrets come from files (pure: standard library only).
 
 No mode configured: the endpoint is open (run it on a cluster-internal Service). Any configured mode
-that matches admits the request. Comparisons are constant-time; nothing secret is ever logged or echoed.
+that matches admits the request. Comparisons are constant-time on bytes; nothing secret is ever logged
+or echoed.
 """
 
 from __future__ import annotations
@@ -25,16 +27,22 @@ class AuthConfig:
     bearer_tokens: tuple[str, ...] = ()
     api_keys: tuple[str, ...] = ()
     basic: tuple[tuple[str, str], ...] = ()
+    client_certificates: bool = False  # mutual TLS: a verified client certificate admits the request
 
     @property
     def enabled(self) -> bool:
-        return bool(self.bearer_tokens or self.api_keys or self.basic)
+        return bool(self.bearer_tokens or self.api_keys or self.basic or self.client_certificates)
 
     @property
     def modes(self) -> tuple[str, ...]:
         return tuple(
             m
-            for m, on in (("bearer", self.bearer_tokens), ("apiKey", self.api_keys), ("basic", self.basic))
+            for m, on in (
+                ("bearer", self.bearer_tokens),
+                ("apiKey", self.api_keys),
+                ("basic", self.basic),
+                ("tls", self.client_certificates),
+            )
             if on
         )
 
@@ -46,13 +54,20 @@ def _lines(path: str | None, flag: str) -> tuple[str, ...]:
         text = Path(path).read_text()
     except OSError as e:
         raise SettingError(f"{flag}: cannot read {path}: {e.strerror or e}") from None
-    lines = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    # Stripped before the comment test: an indented "# ..." line is a comment, never a secret.
+    stripped = (line.strip() for line in text.splitlines())
+    lines = tuple(line for line in stripped if line and not line.startswith("#"))
     if not lines:
         raise SettingError(f"{flag}: {path} holds no secret (an empty file would lock everyone out)")
     return lines
 
 
-def load(bearer_file: str | None, api_key_file: str | None, basic_file: str | None) -> AuthConfig:
+def load(
+    bearer_file: str | None,
+    api_key_file: str | None,
+    basic_file: str | None,
+    client_ca_file: str | None = None,
+) -> AuthConfig:
     basic: list[tuple[str, str]] = []
     for i, line in enumerate(_lines(basic_file, "--keda-basic-auth-file")):
         user, sep, password = line.partition(":")
@@ -63,34 +78,52 @@ def load(bearer_file: str | None, api_key_file: str | None, basic_file: str | No
         _lines(bearer_file, "--keda-bearer-token-file"),
         _lines(api_key_file, "--keda-api-key-file"),
         tuple(basic),
+        bool(client_ca_file),
     )
 
 
-def _any_equal(given: str, accepted: tuple[str, ...]) -> bool:
+def _any_equal(given: bytes, accepted: tuple[str, ...]) -> bool:
     found = False
     for secret in accepted:  # every comparison runs: the time says nothing about which one matched
-        found |= hmac.compare_digest(given.encode(), secret.encode())
+        found |= hmac.compare_digest(given, secret.encode())
     return found
 
 
-def allowed(config: AuthConfig, header: Callable[[str], str | None], query: Mapping[str, str]) -> bool:
-    """True when no mode is configured or the request satisfies one of the configured modes."""
+def _raw(value: str | None) -> bytes:
+    """A header as the bytes it came in (WSGI gives latin-1 text): no decoding can fail or fold case."""
+    return (value or "").encode("latin-1", "replace")
+
+
+def allowed(
+    config: AuthConfig,
+    header: Callable[[str], str | None],
+    query: Mapping[str, str],
+    client_verified: bool = False,
+) -> bool:
+    """True when no mode is configured or the request satisfies one of the configured modes.
+
+    `client_verified`: the connection presented a certificate the listener verified against the client CA.
+    """
     if not config.enabled:
         return True
-    authorization = header("Authorization") or ""
-    scheme, _, credentials = authorization.partition(" ")
-    credentials = credentials.strip()
-    if config.bearer_tokens and scheme.lower() == "bearer" and _any_equal(credentials, config.bearer_tokens):
+    if config.client_certificates and client_verified:
         return True
-    if config.basic and scheme.lower() == "basic":
-        try:
-            user, sep, password = base64.b64decode(credentials, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            user, sep, password = "", "", ""
-        if sep and _any_equal(f"{user}:{password}", tuple(f"{u}:{p}" for u, p in config.basic)):
-            return True
+    authorization = _raw(header("Authorization"))
+    # "Bearer <token>" and "Basic <credentials>" exactly: one space, the scheme's own case-insensitive name.
+    scheme, sep, credentials = authorization.partition(b" ")
+    if sep and credentials and b" " not in credentials:
+        if config.bearer_tokens and scheme.lower() == b"bearer":
+            if _any_equal(credentials, config.bearer_tokens):
+                return True
+        elif config.basic and scheme.lower() == b"basic":
+            try:
+                decoded = base64.b64decode(credentials, validate=True)
+            except (binascii.Error, ValueError):
+                decoded = b""
+            if b":" in decoded and _any_equal(decoded, tuple(f"{u}:{p}" for u, p in config.basic)):
+                return True
     if config.api_keys:
-        key = header(API_KEY_HEADER) or query.get(API_KEY_PARAM) or ""
+        key = _raw(header(API_KEY_HEADER)) or query.get(API_KEY_PARAM, "").encode("utf-8", "replace")
         if key and _any_equal(key, config.api_keys):
             return True
     return False

@@ -2,7 +2,11 @@
 
 A refresh runs one query per (signal base, window) asked about recently and one pod list per namespace,
 whatever the number of workloads: KEDA's many small requests are answered from memory. Only a question
-about a new (base, window) or namespace waits for Prometheus or the API, once.
+about a new (base, window) or namespace waits for Prometheus or the API: its first fetch runs in a small
+pool of its own, one per key (never behind a global lock), and the question waits for it at most
+`first_wait_seconds` (under KEDA's own timeout), then answers "warming up" (503) while the fetch goes on.
+Both tables are bounded: past their cap the least recently asked entry is dropped, so hostile questions
+(new namespaces, new windows) cost a bounded number of queries and lists and cannot lock out new ones.
 """
 
 from __future__ import annotations
@@ -10,7 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +40,10 @@ class CacheConfig:
     max_age_seconds: float = 120.0  # data older than this is no value (503)
     pod_grace_seconds: float = 120.0  # a pod started this recently may have no data yet
     forget_seconds: float = 600.0  # stop refreshing what nobody asked about for this long
-    max_queries: int = 32  # distinct (base, window) pairs kept
+    max_queries: int = 32  # distinct (base, window) pairs kept (the least recently asked is dropped)
+    max_namespaces: int = 100  # namespaces whose pods are kept (the least recently asked is dropped)
+    first_wait_seconds: float = 2.0  # a new question waits this long for its first fetch, then 503
+    fetch_workers: int = 4  # threads running first fetches
 
 
 @dataclass
@@ -42,6 +52,7 @@ class _Slot:
     data: Any = None  # Reading or Namespace
     fetched_at: float | None = None  # wall clock of the last success
     error: str | None = None  # the last attempt's failure, None after a success
+    pending: Future[None] | None = None  # the first fetch, while it runs
 
 
 @dataclass(frozen=True)
@@ -64,10 +75,11 @@ class KedaCache:
         self.config = config or CacheConfig()
         self.metrics = metrics
         self.clock = clock
-        self._readings: dict[tuple[Base, int], _Slot] = {}
-        self._namespaces: dict[str, _Slot] = {}
-        self._lock = threading.Lock()  # guards the two dicts; never held while waiting on I/O
-        self._fetch_lock = threading.Lock()  # one first-time fetch at a time
+        # Oldest asked first: the front is what a full table drops.
+        self._readings: OrderedDict[tuple[Base, int], _Slot] = OrderedDict()
+        self._namespaces: OrderedDict[str, _Slot] = OrderedDict()
+        self._lock = threading.Lock()  # guards the two tables and the slots' `pending`; never held on I/O
+        self._first = ThreadPoolExecutor(self.config.fetch_workers, thread_name_prefix="keda-first-fetch")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -76,13 +88,28 @@ class KedaCache:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def answer(self, q: Question) -> Answer:
-        """The workload's value now; NoValue (503) when data is missing, stale or unreachable;
-        UnknownWorkload (404) for a Deployment or StatefulSet that does not exist."""
+    def answer(self, q: Question, waiters: threading.BoundedSemaphore | None = None) -> Answer:
+        """The workload's value now; NoValue (503) when data is missing, stale, unreachable or still being
+        fetched for the first time; UnknownWorkload (404) for a Deployment or StatefulSet that does not
+        exist. `waiters` bounds the callers of one listener that may wait on a first fetch at once: past
+        it a question answers "warming up" at once, so the listener's threads stay free."""
         self.ensure_started()
-        ns = self._namespace(q.workload.namespace)
+        name = q.workload.namespace
         key = (q.signal.base, q.window_seconds)
-        reading = self._reading(key)
+        ns_slot = self._slot(self._namespaces, name, self.config.max_namespaces)
+        reading_slot = self._slot(self._readings, key, self.config.max_queries)
+        first = [
+            f
+            for f in (
+                self._start(ns_slot, lambda s: self._fetch_namespace(name, s)),
+                self._start(reading_slot, lambda s: self._fetch_reading(key, s)),
+            )
+            if f is not None
+        ]
+        if first:
+            self._wait(first, waiters)
+        ns = self._namespace_of(name, ns_slot)
+        reading = self._reading_of(reading_slot)
         pods = resolve(q.workload, ns)
         value = compute(
             q.signal,
@@ -95,29 +122,48 @@ class KedaCache:
         )
         return Answer(q, value, reading.query)
 
-    def _slot(self, table: dict[Any, _Slot], key: Any, limit: int | None) -> tuple[_Slot, bool]:
+    def _slot(self, table: OrderedDict[Any, _Slot], key: Any, limit: int) -> _Slot:
         now = self.clock()
         with self._lock:
             slot = table.get(key)
             if slot is not None:
                 slot.last_asked = now
-                return slot, False
-            if limit is not None and len(table) >= limit:
-                self._forget(table, now)
-                if len(table) >= limit:
-                    raise NoValue(
-                        "too_many_queries",
-                        f"{limit} distinct signal/window pairs are already cached (--keda-max-queries)",
-                    )
+                table.move_to_end(key)
+                return slot
+            while len(table) >= limit:
+                table.popitem(last=False)  # the least recently asked: its refreshes stop
             slot = table[key] = _Slot(last_asked=now)
-            return slot, True
+            return slot
 
-    def _namespace(self, name: str) -> Namespace:
-        slot, _new = self._slot(self._namespaces, name, None)
+    def _start(self, slot: _Slot, fetch: Callable[[_Slot], None]) -> Future[None] | None:
+        """The slot's first fetch (started here unless it runs already); None once it has data or an error."""
+        with self._lock:
+            if slot.data is not None or slot.error is not None:
+                return None
+            if slot.pending is None:
+                slot.pending = self._first.submit(self._run_first, slot, fetch)
+            return slot.pending
+
+    def _run_first(self, slot: _Slot, fetch: Callable[[_Slot], None]) -> None:
+        try:
+            if slot.data is None and slot.error is None:  # a refresh may have filled it meanwhile
+                fetch(slot)
+        finally:
+            with self._lock:
+                slot.pending = None
+
+    def _wait(self, pending: list[Future[None]], waiters: threading.BoundedSemaphore | None) -> None:
+        if waiters is not None and not waiters.acquire(blocking=False):
+            return  # every waiting place of this listener is taken: answer now (warming up)
+        try:
+            wait_for(pending, timeout=self.config.first_wait_seconds)
+        finally:
+            if waiters is not None:
+                waiters.release()
+
+    def _namespace_of(self, name: str, slot: _Slot) -> Namespace:
         if slot.data is None and slot.error is None:
-            with self._fetch_lock:
-                if slot.data is None and slot.error is None:
-                    self._fetch_namespace(name, slot)
+            raise NoValue("warming_up", f"the pods of namespace {name} are being listed for the first time")
         if slot.data is None:
             raise NoValue("kubernetes_unavailable", f"cannot list the pods of namespace {name}: {slot.error}")
         if slot.error is not None and self._age(slot) > self.config.max_age_seconds:
@@ -125,12 +171,9 @@ class KedaCache:
         data: Namespace = slot.data
         return data
 
-    def _reading(self, key: tuple[Base, int]) -> Reading:
-        slot, _new = self._slot(self._readings, key, self.config.max_queries)
+    def _reading_of(self, slot: _Slot) -> Reading:
         if slot.data is None and slot.error is None:
-            with self._fetch_lock:
-                if slot.data is None and slot.error is None:
-                    self._fetch_reading(key, slot)
+            raise NoValue("warming_up", "the signal and window are being queried for the first time")
         if slot.error is not None:
             # The last refresh failed: fail loudly now rather than serve an answer that may be old.
             raise NoValue("prometheus_unavailable", f"Prometheus query failed: {slot.error}")
@@ -171,7 +214,7 @@ class KedaCache:
             return
         slot.data, slot.fetched_at, slot.error = ns, self.clock(), None
 
-    def _forget(self, table: dict[Any, _Slot], now: float) -> None:
+    def _forget(self, table: OrderedDict[Any, _Slot], now: float) -> None:
         for key in [k for k, s in table.items() if now - s.last_asked > self.config.forget_seconds]:
             del table[key]
 
@@ -215,5 +258,6 @@ class KedaCache:
 
     def stop(self, timeout: float | None = None) -> None:
         self._stop.set()
+        self._first.shutdown(wait=False, cancel_futures=True)
         if self._thread is not None:
             self._thread.join(timeout)

@@ -2,16 +2,17 @@
 
 200 with the value at `value` (the trigger's valueLocation); 400 naming a bad parameter; 401 without valid
 credentials; 404 for a Deployment or StatefulSet that does not exist; 503 with a JSON reason when data is
-missing, stale or Prometheus/the API is unreachable, so KEDA's fallback applies. Bodies never echo
-credentials or upstream responses.
+missing, stale, still being fetched ("warming_up") or Prometheus/the API is unreachable, so KEDA's fallback
+applies; 413 for a request with a body (no route takes one). Bodies never echo credentials or upstream
+responses, and no log line holds the query string.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
+import threading
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -66,14 +67,18 @@ def no_value_json(e: NoValue) -> dict[str, Any]:
     return {"error": e.reason, "reason": sentence, "message": sentence}
 
 
-@functools.lru_cache(maxsize=4096)
-def cached_question(params: tuple[tuple[str, str], ...]) -> Question:
-    """question() of a query string KEDA repeats every poll; only valid questions are kept (bounded)."""
-    return question(dict(params))
-
-
-def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = None) -> Blueprint:
+def blueprint(
+    cache: KedaCache,
+    auth: AuthConfig,
+    metrics: KedaMetrics | None = None,
+    waiting: int | None = None,
+    client_verified: bool = False,
+) -> Blueprint:
+    """The KEDA routes. `waiting`: how many of the listener's threads may wait on a first fetch at once
+    (None: no bound); keep it below the listener's pool so that its other routes stay answered.
+    `client_verified`: the listener admits only connections whose client certificate it verified."""
     bp = Blueprint("keda", __name__)
+    waiters = threading.BoundedSemaphore(waiting) if waiting else None
 
     counters = (
         {int(s): metrics.requests.labels(endpoint="http", status=s) for s in HTTP_STATUSES} if metrics else {}
@@ -89,22 +94,29 @@ def blueprint(cache: KedaCache, auth: AuthConfig, metrics: KedaMetrics | None = 
             headers={"Cache-Control": "no-store"},
         )
 
+    @bp.before_request
+    def no_body() -> Response | None:
+        # KEDA sends a plain GET: a body is never read, so it is refused before anything else runs.
+        if (request.content_length or 0) > 0 or "Transfer-Encoding" in request.headers:
+            return reply(413, {"error": "body_not_allowed", "message": "the KEDA routes take no body"})
+        return None
+
     @bp.get(METRICS_PATH)
     def keda_metrics() -> Response:
-        if not allowed(auth, request.headers.get, request.args):
+        if not allowed(auth, request.headers.get, request.args, client_verified):
             response = reply(401, {"error": "unauthorized", "message": "missing or wrong credentials"})
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
         try:
             # The API key never becomes part of a cache key.
-            params = tuple((k, v) for k, v in request.args.items() if k != API_KEY_PARAM)
-            a = cache.answer(cached_question(params))
+            params = {k: v for k, v in request.args.items() if k != API_KEY_PARAM}
+            a = cache.answer(question(params), waiters)
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
         except UnknownWorkload as e:
             return reply(404, {"error": "not_found", "message": str(e)})
         except NoValue as e:
-            log.info("KEDA 503 for %s: %s", request.args.get("namespace"), e.message)
+            log.info("KEDA 503 (%s): %s", e.reason, e.message)
             return reply(503, no_value_json(e))
         if not math.isfinite(a.value.value):  # compute() never returns one; the JSON must stay a number
             return reply(503, {"error": "no_data", "message": "the value is not finite"})

@@ -10,8 +10,16 @@ from automator.metrics import MetricSpec, declare
 
 PREFIX: Final = "gpu_steward_automator_keda_"
 # Label values of `status`: HTTP codes, and the gRPC codes the scaler answers with.
-HTTP_STATUSES: Final = ("200", "400", "401", "404", "503")
-GRPC_STATUSES: Final = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "UNAVAILABLE", "RESOURCE_EXHAUSTED")
+HTTP_STATUSES: Final = ("200", "400", "401", "404", "413", "503")
+GRPC_STATUSES: Final = (
+    "OK",
+    "INVALID_ARGUMENT",
+    "NOT_FOUND",
+    "UNAVAILABLE",
+    "RESOURCE_EXHAUSTED",
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
+)
 
 TABLE: Final[tuple[MetricSpec, ...]] = (
     MetricSpec(

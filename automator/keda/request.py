@@ -25,6 +25,10 @@ MAX_WINDOW_SECONDS: Final = 7 * 86_400
 DEFAULT_AGGREGATION: Final = "avg"
 DEFAULT_WINDOW_SECONDS: Final = 120
 WORKLOAD_KINDS: Final = ("deployment", "statefulset", "selector")
+# Longest inputs read: a duration (digits beyond these mean no real window), a selector and its terms.
+MAX_DURATION_CHARS: Final = 32
+MAX_SELECTOR_CHARS: Final = 1024
+MAX_SELECTOR_TERMS: Final = 32
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -49,7 +53,7 @@ def _shown(text: str) -> str:
 
 def duration_seconds(text: str, parameter: str = "window") -> int:
     """A Prometheus duration ("5m", "1h30m", "90s") as whole seconds in [MIN, MAX]."""
-    m = _DURATION.match(text.strip())
+    m = _DURATION.fullmatch(text.strip()) if len(text) <= MAX_DURATION_CHARS else None
     if not text.strip() or m is None or not any(m.groups()):
         raise ParamError(parameter, f"expected a Prometheus duration such as 5m or 90s, got {_shown(text)}")
     seconds = sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS, strict=True) if g)
@@ -66,7 +70,7 @@ def duration_seconds(text: str, parameter: str = "window") -> int:
 
 def finite(text: str, parameter: str, low: float = 0.0) -> float:
     try:
-        value = float(text)
+        value = float(text) if len(text) <= MAX_DURATION_CHARS else math.nan
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < low:
@@ -89,15 +93,15 @@ _REQUIREMENT = re.compile(
 
 def _label_key(key: str) -> str:
     prefix, _, name = key.rpartition("/")
-    if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix))) or not (
-        len(name) <= 63 and _LABEL_NAME.match(name)
+    if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix))) or not (
+        len(name) <= 63 and _LABEL_NAME.fullmatch(name)
     ):
         raise ParamError("selector", f"invalid label key {_shown(key)}")
     return key
 
 
 def _label_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ParamError("selector", f"invalid label value {_shown(value)}")
     return value
 
@@ -106,6 +110,8 @@ def parse_selector(text: str) -> dict[str, Any]:
     """A label selector string (kubectl -l grammar) as a metav1.LabelSelector's matchExpressions."""
     if not text.strip():
         raise ParamError("selector", "expected a label selector such as app=api, got ''")
+    if len(text) > MAX_SELECTOR_CHARS:
+        raise ParamError("selector", f"longer than {MAX_SELECTOR_CHARS} characters")
     exprs: list[dict[str, Any]] = []
     pos = 0
     while pos < len(text):
@@ -128,6 +134,8 @@ def parse_selector(text: str) -> dict[str, Any]:
             )
         else:
             exprs.append({"key": _label_key(m["exists"]), "operator": "Exists"})
+        if len(exprs) > MAX_SELECTOR_TERMS:
+            raise ParamError("selector", f"more than {MAX_SELECTOR_TERMS} requirements")
         if text[m.end() - 1 : m.end()] == "," and pos >= len(text):
             raise ParamError("selector", f"trailing comma in {_shown(text)}")
     return {"matchExpressions": exprs}
@@ -174,7 +182,7 @@ class Question:
 
 def _name(params: Mapping[str, str], key: str, pattern: re.Pattern[str], limit: int) -> str:
     value = params[key]
-    if not value or len(value) > limit or not pattern.match(value):
+    if not value or len(value) > limit or not pattern.fullmatch(value):
         raise ParamError(key, f"expected a Kubernetes name, got {_shown(value)}")
     return value
 

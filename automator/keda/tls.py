@@ -1,65 +1,171 @@
 """The KEDA endpoint over HTTPS when a certificate and key are given: its own listener serving only the
-KEDA routes, with at most MAX_CONNECTIONS connections at once (more are closed at once), and every
-connection's TLS handshake, reads and writes bounded by SOCKET_TIMEOUT_SECONDS in its own thread, so a
-slow or silent client cannot hold the listener."""
+KEDA routes, on cheroot (a production WSGI server that does TLS itself; it writes no access log).
+
+Bounds: THREADS workers; the TLS handshake runs in a worker, not in the accepting thread, so a silent
+client holds nothing but its socket, closed after SOCKET_TIMEOUT_SECONDS idle; the whole request head
+(handshake, request line and headers) must arrive within HEAD_DEADLINE_SECONDS of its first byte, so a
+client trickling a header line now and then cannot hold a worker; heads over MAX_HEADER_BYTES get 413.
+With a client CA, every connection must present a certificate it signed (KEDA's `authModes: tls`).
+"""
 
 from __future__ import annotations
 
+import logging
+import socket
 import ssl
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from flask import Flask
-from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+from cheroot import server as cheroot_server
+from cheroot import wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT_SECONDS = 10.0
-MAX_CONNECTIONS = 16
+HEAD_DEADLINE_SECONDS = 10.0
+THREADS = 16
+MAX_HEADER_BYTES = 16 * 1024
+BACKLOG = 64
 
 
-class _Handler(WSGIRequestHandler):
-    timeout = SOCKET_TIMEOUT_SECONDS  # per connection, the handshake included
-
-
-class _BoundedTLSServer(ThreadedWSGIServer):
-    daemon_threads = True
-
-    def __init__(self, address: str, port: int, app: Flask, context: ssl.SSLContext, limit: int) -> None:
-        super().__init__(address, port, app, handler=_Handler)  # plain listener: TLS per connection below
-        self._tls = context
-        self._slots = threading.BoundedSemaphore(limit)
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, addr = self.socket.accept()
-        sock.settimeout(SOCKET_TIMEOUT_SECONDS)
-        # The handshake runs on the first read, in the connection's thread, under the timeout.
-        return self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over the limit: closed, never queued without bound
-            return
-        try:
-            super().process_request(request, client_address)
-        except Exception:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a failed handshake or a client timeout: nothing to report per connection
-
-
-def serve_tls(
-    app: Flask, address: str, port: int, cert_file: str, key_file: str, limit: int = MAX_CONNECTIONS
-) -> ThreadedWSGIServer:
+def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """TLS 1.2+ server context; with a client CA, a certificate it signed is required of every client."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
-    server = _BoundedTLSServer(address, port, app, context, limit)
-    threading.Thread(target=server.serve_forever, name="keda-https", daemon=True).start()
+    if client_ca_file:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class HeadDeadlines:
+    """Closes the socket of every request whose head is not complete by its deadline (one thread for all)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._armed: dict[int, tuple[float, socket.socket]] = {}
+        self._lock = threading.Condition()
+        self._stopped = False
+        threading.Thread(target=self._loop, name="keda-https-head-deadline", daemon=True).start()
+
+    @contextmanager
+    def armed(self, sock: socket.socket) -> Iterator[None]:
+        token = id(sock)
+        with self._lock:
+            self._armed[token] = (time.monotonic() + self.seconds, sock)
+            self._lock.notify()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._armed.pop(token, None)
+
+    def _loop(self) -> None:
+        with self._lock:
+            while not self._stopped:
+                now = time.monotonic()
+                for token, (deadline, sock) in list(self._armed.items()):
+                    if deadline <= now:
+                        del self._armed[token]
+                        _cut(sock)
+                soonest = min((d for d, _ in self._armed.values()), default=now + self.seconds)
+                self._lock.wait(max(0.05, soonest - now))
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._lock.notify()
+
+
+def _cut(sock: socket.socket) -> None:
+    """Shut the connection down under the worker blocked reading it: its read ends at once. The plain
+    socket's shutdown, not SSLSocket's, which would tear the TLS state out from under the reader."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+class _DeferredHandshake(BuiltinSSLAdapter):  # type: ignore[misc]
+    """cheroot's adapter runs the handshake in the accepting thread; here it runs on the first read, in
+    the worker, under the head deadline."""
+
+    def __init__(self, cert_file: str, key_file: str, context: ssl.SSLContext) -> None:
+        super().__init__(cert_file, key_file)
+        self.context = context
+
+    def wrap(self, sock: socket.socket) -> tuple[ssl.SSLSocket, dict[str, str]]:
+        tls = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return tls, {"wsgi.url_scheme": "https", "HTTPS": "on"}
+
+
+class _Request(cheroot_server.HTTPRequest):  # type: ignore[misc]
+    def parse_request(self) -> None:
+        deadlines: HeadDeadlines = self.server.head_deadlines
+        with deadlines.armed(self.conn.socket):
+            super().parse_request()
+
+
+class _Connection(cheroot_server.HTTPConnection):  # type: ignore[misc]
+    RequestHandlerClass = _Request
+
+
+class KedaTLSServer(wsgi.Server):  # type: ignore[misc]
+    ConnectionClass = _Connection
+
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        address: str,
+        port: int,
+        context: ssl.SSLContext,
+        cert_file: str,
+        key_file: str,
+        threads: int,
+        head_seconds: float,
+    ) -> None:
+        super().__init__(
+            (address, port),
+            app,
+            numthreads=threads,
+            max=threads,
+            request_queue_size=BACKLOG,
+            timeout=int(SOCKET_TIMEOUT_SECONDS),
+            accepted_queue_size=threads * 4,
+            server_name="gpu-steward-keda",
+        )
+        self.max_request_header_size = MAX_HEADER_BYTES
+        self.ssl_adapter = _DeferredHandshake(cert_file, key_file, context)
+        self.head_deadlines = HeadDeadlines(head_seconds)
+
+    def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
+        # Per-connection failures (handshakes, timeouts, resets) are expected from any client: one line at
+        # debug, never a traceback or request text.
+        log.debug("KEDA HTTPS: %s", msg.splitlines()[0][:200] if msg else "")
+
+    def stop(self) -> None:
+        self.head_deadlines.stop()
+        super().stop()
+
+
+def serve_tls(
+    app: Callable[..., Any],
+    address: str,
+    port: int,
+    cert_file: str,
+    key_file: str,
+    client_ca_file: str | None = None,
+    threads: int = THREADS,
+    head_seconds: float = HEAD_DEADLINE_SECONDS,
+) -> KedaTLSServer:
+    """Bind and serve in a daemon thread; returns the server (`stop()` ends it, `bind_addr` its port)."""
+    context = tls_context(cert_file, key_file, client_ca_file)
+    server = KedaTLSServer(app, address, port, context, cert_file, key_file, threads, head_seconds)
+    server.prepare()  # binds now: a port in use fails the start, not a thread
+    threading.Thread(target=server.serve, name="keda-https", daemon=True).start()
     return server

@@ -4,7 +4,6 @@ StatefulSet's directly, or a label selector's, from plain API objects of one nam
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from automator.keda.request import Workload, matches
@@ -17,30 +16,40 @@ class UnknownWorkload(LookupError):
     """The Deployment or StatefulSet does not exist (HTTP 404)."""
 
 
-@dataclass(frozen=True)
+# Selector answers kept per namespace snapshot, keyed on the parsed selector's canonical text.
+MAX_SELECTOR_MEMO = 256
+
+
 class Namespace:
-    """A namespace's pods, ReplicaSets and the names of its Deployments and StatefulSets, indexed once per
-    refresh by owner, so that answering for one workload reads its pods only."""
+    """A namespace's running pods (small records: ref, labels, owners), and the names of its Deployments and
+    StatefulSets, indexed once per refresh by owner, so that answering for one workload reads its pods only.
+    The API objects it is built from are not kept: a namespace of thousands of pods costs its records only."""
 
-    pods: Sequence[JsonObj]
-    replicasets: Sequence[JsonObj]
-    deployments: frozenset[str]
-    statefulsets: frozenset[str]
-    # Running pods only, as PodRefs sorted by name: by owner (a Deployment through its ReplicaSets), and all.
-    _by_owner: dict[tuple[str, str], list[PodRef]] = field(default_factory=dict, compare=False, repr=False)
-    _running: list[tuple[PodRef, JsonObj]] = field(default_factory=list, compare=False, repr=False)
+    __slots__ = ("_by_owner", "_memo", "_running", "deployments", "statefulsets")
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        pods: Iterable[JsonObj],
+        replicasets: Iterable[JsonObj],
+        deployments: frozenset[str],
+        statefulsets: frozenset[str],
+    ) -> None:
+        self.deployments = frozenset(deployments)
+        self.statefulsets = frozenset(statefulsets)
         sets_of: dict[str, set[str]] = {}
-        for rs in self.replicasets:
+        for rs in replicasets:
             for kind, name in _owners(rs):
                 if kind == "Deployment":
                     sets_of.setdefault(str((rs.get("metadata") or {}).get("name")), set()).add(name)
-        for pod in sorted(self.pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
-            if not _is_running(pod):
-                continue
+        # Running pods only, as PodRefs sorted by name: by owner (a Deployment through its ReplicaSets), and all.
+        self._by_owner: dict[tuple[str, str], list[PodRef]] = {}
+        self._running: list[tuple[PodRef, Mapping[str, str]]] = []
+        self._memo: dict[str, list[PodRef]] = {}
+        running = [p for p in pods if _is_running(p)]
+        for pod in sorted(running, key=lambda p: str((p.get("metadata") or {}).get("name"))):
             ref = _ref(pod)
-            self._running.append((ref, pod))
+            labels = {str(k): str(v) for k, v in labels_of(pod).items()}
+            self._running.append((ref, labels))
             for kind, name in _owners(pod):
                 self._by_owner.setdefault((kind, name), []).append(ref)
                 for deployment in sets_of.get(name, ()) if kind == "ReplicaSet" else ():
@@ -50,8 +59,16 @@ class Namespace:
         """The running pods the object owns, sorted by name."""
         return self._by_owner.get((kind, name), [])
 
-    def matching(self, selector: Mapping[str, Any]) -> list[PodRef]:
-        return [ref for ref, pod in self._running if matches(selector, labels_of(pod))]
+    def matching(self, selector: Mapping[str, Any], key: str | None = None) -> list[PodRef]:
+        """The running pods the selector matches; `key` (its canonical text) memoizes the answer."""
+        if key is not None and key in self._memo:
+            return self._memo[key]
+        found = [ref for ref, labels in self._running if matches(selector, labels)]
+        if key is not None:
+            if len(self._memo) >= MAX_SELECTOR_MEMO:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = found
+        return found
 
 
 def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
@@ -98,4 +115,4 @@ def resolve(workload: Workload, ns: Namespace) -> list[PodRef]:
             raise UnknownWorkload(f"StatefulSet {workload.namespace}/{workload.name} not found")
         return ns.owned_by("StatefulSet", workload.name)
     assert workload.selector is not None
-    return ns.matching(workload.selector)
+    return ns.matching(workload.selector, workload.name)
