@@ -20,7 +20,7 @@ from flask import Blueprint, Response, jsonify, request
 from automator.keda.auth import API_KEY_PARAM, AuthConfig, allowed
 from automator.keda.cache import Answer, KedaCache
 from automator.keda.metrics import HTTP_STATUSES, KedaMetrics
-from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, Question, question
+from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, question
 from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
 from automator.keda.values import NoValue
 from automator.keda.workloads import UnknownWorkload

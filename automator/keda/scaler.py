@@ -1,7 +1,10 @@
 """KEDA external scaler over gRPC (KEDA's externalscaler.proto), reading the same cache as the HTTP endpoint.
 
-Trigger metadata: namespace (default: the ScaledObject's), deployment | statefulset | selector, profile,
-signal, aggregation, window, metricType, targetValue, activationThreshold. Errors are gRPC statuses:
+Trigger metadata: deployment | statefulset | selector, profile, signal, aggregation, window, metricType,
+targetValue, activationThreshold; the namespace is the ScaledObject's own (a metadata `namespace` naming
+another is refused). Credentials are the HTTP endpoint's: with a client CA the server speaks TLS and
+requires a certificate it signed; with token files a call carries `authorization: Bearer|Basic ...` or
+`x-api-key` metadata. Errors are gRPC statuses: UNAUTHENTICATED, PERMISSION_DENIED (another namespace),
 INVALID_ARGUMENT naming the key, NOT_FOUND, UNAVAILABLE when data is missing or stale (KEDA's fallback
 applies), RESOURCE_EXHAUSTED when too many StreamIsActive streams are open. A bounded thread pool serves
 the calls; streams take at most --keda-grpc-max-streams of its threads.
@@ -14,10 +17,12 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from automator.keda.auth import AuthConfig, allowed
 from automator.keda.cache import Answer, KedaCache
 from automator.keda.externalscaler import externalscaler_pb2 as pb
 from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
@@ -32,6 +37,10 @@ T = TypeVar("T")
 _NAME_CHARS = re.compile(r"[^a-z0-9-]+")
 
 
+class OtherNamespace(PermissionError):
+    """Trigger metadata naming a namespace other than the ScaledObject's (gRPC PERMISSION_DENIED)."""
+
+
 def metric_name(q: Question) -> str:
     """The metric's name in the HPA: signal and aggregation (KEDA prefixes the trigger index)."""
     return _NAME_CHARS.sub("-", f"gpu-{q.signal.name}-{q.aggregation}".lower().replace("_", "-"))
@@ -44,8 +53,13 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         metrics: KedaMetrics | None = None,
         max_streams: int = 4,
         stream_interval: float | None = None,
+        auth: AuthConfig | None = None,
+        client_verified: bool = False,
     ) -> None:
+        """`client_verified`: the server requires a client certificate signed by the client CA."""
         self.cache = cache
+        self.auth = auth or AuthConfig()
+        self.client_verified = client_verified
         self.metrics = metrics
         self._streams = threading.BoundedSemaphore(max_streams) if max_streams > 0 else None
         self.stream_interval = stream_interval or cache.config.refresh_seconds
@@ -60,9 +74,22 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         context.abort(code, message)
         raise AssertionError("unreachable")  # abort raises
 
+    def _authorize(self, context: grpc.ServicerContext) -> None:
+        if not self.auth.enabled:
+            return
+        metadata: dict[str, str] = {}
+        for key, value in context.invocation_metadata() or ():
+            if isinstance(value, str):  # binary (-bin) metadata never carries these credentials
+                metadata.setdefault(key.lower(), value)
+        if not allowed(self.auth, lambda name: metadata.get(name.lower()), {}, self.client_verified):
+            self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong credentials")
+
     def _call(self, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+        self._authorize(context)
         try:
             result = fn()
+        except OtherNamespace as e:
+            self._abort(context, grpc.StatusCode.PERMISSION_DENIED, str(e))
         except ParamError as e:
             self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{e.parameter}: {e.message}")
         except UnknownWorkload as e:
@@ -74,8 +101,14 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
 
     @staticmethod
     def _question(ref: Any) -> Question:
+        """The question of the ScaledObject, pinned to its own namespace."""
         meta = dict(ref.scalerMetadata)
-        return question(meta, default_namespace=ref.namespace or None)
+        if not ref.namespace:
+            raise ParamError("namespace", "the ScaledObjectRef names no namespace")
+        asked = meta.pop("namespace", None)
+        if asked and asked != ref.namespace:
+            raise OtherNamespace("namespace: a ScaledObject reads its own namespace only")
+        return question(meta, default_namespace=ref.namespace)
 
     def _answer(self, ref: Any) -> tuple[Question, Answer]:
         q = self._question(ref)
@@ -91,6 +124,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         return pb.IsActiveResponse(result=self._active(q, a))
 
     def StreamIsActive(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self._authorize(context)
         if self._streams is None or not self._streams.acquire(blocking=False):
             self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many StreamIsActive streams")
         try:
@@ -130,15 +164,29 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         self._stopping.set()
 
 
-def serve(scaler: ExternalScaler, address: str, port: int, workers: int) -> tuple[grpc.Server, int]:
-    """Start the gRPC server (plaintext: keep it on a cluster-internal Service); returns it and its port."""
+def serve(
+    scaler: ExternalScaler,
+    address: str,
+    port: int,
+    workers: int,
+    tls: tuple[str, str, str] | None = None,
+) -> tuple[grpc.Server, int]:
+    """Start the gRPC server; returns it and its port. `tls` (cert, key, client CA files): TLS requiring a
+    client certificate the CA signed; without it plaintext (keep it on a cluster-internal Service)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keda-grpc"),
         maximum_concurrent_rpcs=workers * 4,  # beyond: RESOURCE_EXHAUSTED, never an unbounded queue
         options=[("grpc.max_receive_message_length", 1 << 20)],
     )
     pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)
-    bound = server.add_insecure_port(f"{address}:{port}")
+    if tls is not None:
+        cert, key, ca = (Path(path).read_bytes() for path in tls)
+        credentials = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=ca, require_client_auth=True
+        )
+        bound = server.add_secure_port(f"{address}:{port}", credentials)
+    else:
+        bound = server.add_insecure_port(f"{address}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen on {address}:{port} for the KEDA external scaler")
     server.start()

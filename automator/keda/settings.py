@@ -47,6 +47,19 @@ KEDA_SETTINGS: tuple[Setting[Any], ...] = (
         "32",
         "distinct signal/window pairs kept fresh (each costs one query per refresh)",
     ),
+    Setting(
+        "--keda-max-namespaces",
+        spec.integer(1, 10_000),
+        "100",
+        "namespaces whose pods are kept fresh (each costs four list calls per refresh)",
+    ),
+    Setting(
+        "--keda-first-wait-seconds",
+        spec.number(0.1, 60),
+        "2",
+        "a new question waits this long for its first query, then answers 503 warming_up "
+        "(keep it under the trigger's timeout, 3 s by default)",
+    ),
     Setting("--keda-bearer-token-file", str, None, "file of accepted bearer tokens, one per line"),
     Setting(
         "--keda-api-key-file", str, None, "file of accepted API keys (X-API-KEY or api_key), one per line"
@@ -54,6 +67,12 @@ KEDA_SETTINGS: tuple[Setting[Any], ...] = (
     Setting("--keda-basic-auth-file", str, None, "file of accepted USER:PASSWORD lines (basic auth)"),
     Setting("--keda-tls-cert-file", str, None, "certificate (PEM) of the KEDA HTTPS listener"),
     Setting("--keda-tls-key-file", str, None, "private key (PEM) of the KEDA HTTPS listener"),
+    Setting(
+        "--keda-tls-client-ca-file",
+        str,
+        None,
+        "CA (PEM) whose client certificates the HTTPS listener and the external scaler require (mutual TLS)",
+    ),
     Setting("--keda-tls-port", spec.port, "8443", "port of the KEDA HTTPS listener (with a certificate)"),
     Setting("--keda-grpc-port", spec.integer(0, 65535), "0", "port of the KEDA external scaler (0: off)"),
     Setting("--keda-grpc-workers", spec.integer(1, 256), "8", "threads answering external scaler calls"),
@@ -78,11 +97,14 @@ class KedaSettings:
     keda_pod_grace_seconds: float = _DEFAULTS["keda_pod_grace_seconds"]
     keda_forget_seconds: float = _DEFAULTS["keda_forget_seconds"]
     keda_max_queries: int = _DEFAULTS["keda_max_queries"]
+    keda_max_namespaces: int = _DEFAULTS["keda_max_namespaces"]
+    keda_first_wait_seconds: float = _DEFAULTS["keda_first_wait_seconds"]
     keda_bearer_token_file: str | None = _DEFAULTS["keda_bearer_token_file"]
     keda_api_key_file: str | None = _DEFAULTS["keda_api_key_file"]
     keda_basic_auth_file: str | None = _DEFAULTS["keda_basic_auth_file"]
     keda_tls_cert_file: str | None = _DEFAULTS["keda_tls_cert_file"]
     keda_tls_key_file: str | None = _DEFAULTS["keda_tls_key_file"]
+    keda_tls_client_ca_file: str | None = _DEFAULTS["keda_tls_client_ca_file"]
     keda_tls_port: int = _DEFAULTS["keda_tls_port"]
     keda_grpc_port: int = _DEFAULTS["keda_grpc_port"]
     keda_grpc_workers: int = _DEFAULTS["keda_grpc_workers"]
@@ -101,5 +123,22 @@ def keda_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> KedaS
         raise SettingError(
             "--keda-grpc-max-streams: must be below --keda-grpc-workers (streams would starve the calls)"
         )
-    auth.load(settings.keda_bearer_token_file, settings.keda_api_key_file, settings.keda_basic_auth_file)
+    if settings.keda_tls_client_ca_file and not settings.keda_tls_cert_file:
+        raise SettingError("--keda-tls-client-ca-file: needs --keda-tls-cert-file and --keda-tls-key-file")
+    auth_config(settings)
     return settings
+
+
+def auth_config(settings: KedaSettings) -> auth.AuthConfig:
+    """The accepted credentials (SettingError naming the flag of an unreadable or empty file)."""
+    ca = settings.keda_tls_client_ca_file
+    if ca:
+        try:
+            with open(ca, "rb") as f:
+                if b"-----BEGIN CERTIFICATE-----" not in f.read():
+                    raise SettingError(f"--keda-tls-client-ca-file: {ca} holds no PEM certificate")
+        except OSError as e:
+            raise SettingError(f"--keda-tls-client-ca-file: cannot read {ca}: {e.strerror or e}") from None
+    return auth.load(
+        settings.keda_bearer_token_file, settings.keda_api_key_file, settings.keda_basic_auth_file, ca
+    )

@@ -16,7 +16,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from cheroot import server as cheroot_server
@@ -85,13 +85,11 @@ class HeadDeadlines:
 def _cut(sock: socket.socket) -> None:
     """Shut the connection down under the worker blocked reading it: its read ends at once. The plain
     socket's shutdown, not SSLSocket's, which would tear the TLS state out from under the reader."""
-    try:
+    with suppress(OSError):  # already closed
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed
 
 
-class _DeferredHandshake(BuiltinSSLAdapter):  # type: ignore[misc]
+class _DeferredHandshake(BuiltinSSLAdapter):
     """cheroot's adapter runs the handshake in the accepting thread; here it runs on the first read, in
     the worker, under the head deadline."""
 
@@ -104,18 +102,18 @@ class _DeferredHandshake(BuiltinSSLAdapter):  # type: ignore[misc]
         return tls, {"wsgi.url_scheme": "https", "HTTPS": "on"}
 
 
-class _Request(cheroot_server.HTTPRequest):  # type: ignore[misc]
+class _Request(cheroot_server.HTTPRequest):
     def parse_request(self) -> None:
         deadlines: HeadDeadlines = self.server.head_deadlines
         with deadlines.armed(self.conn.socket):
             super().parse_request()
 
 
-class _Connection(cheroot_server.HTTPConnection):  # type: ignore[misc]
+class _Connection(cheroot_server.HTTPConnection):
     RequestHandlerClass = _Request
 
 
-class KedaTLSServer(wsgi.Server):  # type: ignore[misc]
+class KedaTLSServer(wsgi.Server):
     ConnectionClass = _Connection
 
     def __init__(

@@ -19,7 +19,7 @@ from automator.keda import auth
 from automator.keda.cache import CacheConfig, KedaCache
 from automator.keda.http import blueprint
 from automator.keda.metrics import KedaMetrics
-from automator.keda.settings import KedaSettings
+from automator.keda.settings import KedaSettings, auth_config
 from automator.keda.snapshot import SnapshotNamespaces
 from automator.keda.workloads import Namespace
 
@@ -35,6 +35,7 @@ class KedaRuntime:
     auth: auth.AuthConfig
     stoppers: list[Callable[[], None]] = field(default_factory=list)
     grpc_port: int | None = None
+    https_port: int | None = None
 
     def start(self) -> None:
         """Open the external scaler and the HTTPS listener when their settings ask for them."""
@@ -42,20 +43,40 @@ class KedaRuntime:
         if s.keda_grpc_port:
             from automator.keda.scaler import ExternalScaler, serve
 
-            scaler = ExternalScaler(self.cache, self.cache.metrics, max_streams=s.keda_grpc_max_streams)
-            server, self.grpc_port = serve(scaler, self.listen_address, s.keda_grpc_port, s.keda_grpc_workers)
+            ca = s.keda_tls_client_ca_file
+            scaler = ExternalScaler(
+                self.cache,
+                self.cache.metrics,
+                max_streams=s.keda_grpc_max_streams,
+                auth=self.auth,
+                client_verified=bool(ca),
+            )
+            tls = None
+            if ca and s.keda_tls_cert_file and s.keda_tls_key_file:
+                tls = (s.keda_tls_cert_file, s.keda_tls_key_file, ca)
+            server, self.grpc_port = serve(
+                scaler,
+                self.listen_address,
+                s.keda_grpc_port,
+                s.keda_grpc_workers,
+                tls=tls,
+            )
             self.stoppers.append(scaler.stop)
             self.stoppers.append(lambda: server.stop(grace=5).wait(6))
             log.info("KEDA external scaler on %s:%d", self.listen_address, self.grpc_port)
         if s.keda_tls_cert_file and s.keda_tls_key_file:
-            from automator.keda.tls import serve_tls
+            from automator.keda.tls import THREADS, serve_tls
 
             app = Flask("gpu-steward-keda")
-            app.register_blueprint(blueprint(self.cache, self.auth, self.cache.metrics))
-            https = serve_tls(
-                app, self.listen_address, s.keda_tls_port, s.keda_tls_cert_file, s.keda_tls_key_file
+            ca = s.keda_tls_client_ca_file
+            app.register_blueprint(
+                blueprint(self.cache, self.auth, self.cache.metrics, THREADS // 2, client_verified=bool(ca))
             )
-            self.stoppers.append(https.shutdown)
+            https = serve_tls(
+                app, self.listen_address, s.keda_tls_port, s.keda_tls_cert_file, s.keda_tls_key_file, ca
+            )
+            self.https_port = https.bind_addr[1]
+            self.stoppers.append(https.stop)
             log.info("KEDA HTTPS endpoint on %s:%d", self.listen_address, s.keda_tls_port)
 
     def stop(self) -> None:
@@ -90,11 +111,14 @@ def attach(
             pod_grace_seconds=s.keda_pod_grace_seconds,
             forget_seconds=s.keda_forget_seconds,
             max_queries=s.keda_max_queries,
+            max_namespaces=s.keda_max_namespaces,
+            first_wait_seconds=s.keda_first_wait_seconds,
         ),
         metrics,
     )
-    config = auth.load(s.keda_bearer_token_file, s.keda_api_key_file, s.keda_basic_auth_file)
-    app.register_blueprint(blueprint(cache, config, metrics))
+    config = auth_config(s)
+    # At most half the service's threads wait on a first fetch: the others keep the probes answered.
+    app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))
     runtime = KedaRuntime(cache, s, settings.listen_address, config)
     app.extensions[EXTENSION] = runtime
     return runtime

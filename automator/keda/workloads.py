@@ -3,7 +3,7 @@ StatefulSet's directly, or a label selector's, from plain API objects of one nam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from automator.keda.request import Workload, matches
@@ -41,7 +41,7 @@ class Namespace:
             for kind, name in _owners(rs):
                 if kind == "Deployment":
                     sets_of.setdefault(str((rs.get("metadata") or {}).get("name")), set()).add(name)
-        # Running pods only, as PodRefs sorted by name: by owner (a Deployment through its ReplicaSets), and all.
+        # Running pods only, sorted by name: by owner (a Deployment through its ReplicaSets), and all.
         self._by_owner: dict[tuple[str, str], list[PodRef]] = {}
         self._running: list[tuple[PodRef, Mapping[str, str]]] = []
         self._memo: dict[str, list[PodRef]] = {}

@@ -33,7 +33,8 @@ def _ca(d: Path, name: str) -> tuple[Path, Path]:
 def _signed(d: Path, name: str, ca: tuple[Path, Path], ext: str) -> tuple[Path, Path]:
     key, csr, cert, extfile = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.pem", d / f"{name}.ext"
     extfile.write_text(ext)
-    _run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+    _run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+         "-subj", f"/CN={name}")  # fmt: skip
     _run("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
          "-out", str(cert), "-days", "2", "-extfile", str(extfile))  # fmt: skip
     return cert, key
@@ -42,7 +43,8 @@ def _signed(d: Path, name: str, ca: tuple[Path, Path], ext: str) -> tuple[Path, 
 def make_certs(d: Path) -> Certs:
     ca = _ca(d, "ca")
     other = _ca(d, "other-ca")
-    server = _signed(d, "server", ca, "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    server_ext = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+    server = _signed(d, "server", ca, server_ext)
     client = _signed(d, "keda", ca, "extendedKeyUsage=clientAuth\n")
     stranger = _signed(d, "stranger", other, "extendedKeyUsage=clientAuth\n")
     return Certs(ca[0], server[0], server[1], client[0], client[1], stranger[0], stranger[1])

@@ -203,13 +203,15 @@ def test_one_query_per_signal_and_window_whatever_the_workloads() -> None:
     assert len(prom.queries) == before  # answers come from the cache
 
 
-def test_too_many_distinct_windows_is_503() -> None:
-    client, cache, *_ = make()
-    cache.config = CacheConfig(max_queries=2)
-    for window in ("1m", "2m"):
+def test_new_windows_evict_the_least_recently_asked_instead_of_locking_out() -> None:
+    client, cache, prom, clock, _m = make()
+    cache.config = CacheConfig(max_queries=2, refresh_seconds=3600)
+    for window in ("1m", "2m", "3m", "4m", "5m"):  # more distinct windows than the cap
+        clock.now += 1
         assert client.get(URL + f"&signal=gpu_utilization&window={window}").status_code == 200
-    status, body = get(client, URL + "&signal=gpu_utilization&window=3m")
-    assert status == 503 and body["error"] == "too_many_queries"
+    assert len(cache._readings) == 2  # bounded: the least recently asked were dropped
+    cache.refresh()
+    assert len(prom.queries) == 5 + 2  # a refresh runs the kept ones only
 
 
 def test_requests_are_counted_by_status() -> None:

@@ -67,14 +67,15 @@ def test_trigger_metadata_overrides_the_profile(stub: pb_grpc.ExternalScalerStub
     assert stub.IsActive(ref(profile="triton-inference"), timeout=10).result is True  # 40 > 10
 
 
-def test_namespace_key_overrides_the_scaledobjects(stub: pb_grpc.ExternalScalerStub) -> None:
-    r = pb.ScaledObjectRef(
-        name="x",
-        namespace="elsewhere",
-        scalerMetadata={"namespace": "inference", "selector": "app=other", "signal": "gpu_utilization"},
-    )
-    got = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=r, metricName="m"), timeout=10)
-    assert got.metricValues[0].metricValueFloat == pytest.approx(50.0)
+def test_metadata_cannot_read_another_namespace(stub: pb_grpc.ExternalScalerStub) -> None:
+    meta = {"namespace": "inference", "selector": "app=other", "signal": "gpu_utilization"}
+    r = pb.ScaledObjectRef(name="x", namespace="elsewhere", scalerMetadata=meta)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=r, metricName="m"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and "namespace" in e.value.details()
+    own = pb.ScaledObjectRef(name="x", namespace="inference", scalerMetadata=meta)
+    got = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=own, metricName="m"), timeout=10)
+    assert got.metricValues[0].metricValueFloat == pytest.approx(50.0)  # naming its own is fine
 
 
 def test_bad_metadata_is_invalid_argument_naming_the_key(stub: pb_grpc.ExternalScalerStub) -> None:

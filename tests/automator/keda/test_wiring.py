@@ -104,6 +104,11 @@ def test_https_listener_and_grpc_scaler_start_with_auth(tmp_path: Path) -> None:
             )
             with pytest.raises(grpc.RpcError) as rpc:
                 pb_grpc.ExternalScalerStub(channel).IsActive(ref, timeout=30)
+            assert rpc.value.code() == grpc.StatusCode.UNAUTHENTICATED  # the HTTP credentials apply
+            with pytest.raises(grpc.RpcError) as rpc:
+                pb_grpc.ExternalScalerStub(channel).IsActive(
+                    ref, timeout=30, metadata=(("authorization", "Bearer tok-1"),)
+                )
             assert rpc.value.code() == grpc.StatusCode.UNAVAILABLE
         silent.close()
     finally:
