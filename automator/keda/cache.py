@@ -21,11 +21,11 @@ from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from typing import Any
 
-from automator.keda.metrics import KedaMetrics
-from automator.keda.request import Question
+from automator.keda.metrics import MAX_WORKLOAD_SERIES, KedaMetrics
+from automator.keda.request import Question, Workload
 from automator.keda.signals import Base, query
 from automator.keda.values import NoValue, Reading, Value, compute, parse
-from automator.keda.workloads import Namespace, resolve
+from automator.keda.workloads import Namespace, UnknownWorkload, resolve
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class KedaCache:
         # Oldest asked first: the front is what a full table drops.
         self._readings: OrderedDict[tuple[Base, int], _Slot] = OrderedDict()
         self._namespaces: OrderedDict[str, _Slot] = OrderedDict()
+        self._workloads: OrderedDict[tuple[str, str], float] = OrderedDict()  # series -> last asked
         self._lock = threading.Lock()  # guards the two tables and the slots' `pending`; never held on I/O
         self._first = ThreadPoolExecutor(self.config.fetch_workers, thread_name_prefix="keda-first-fetch")
         self._stop = threading.Event()
@@ -94,6 +95,35 @@ class KedaCache:
         exist. `waiters` bounds the callers of one listener that may wait on a first fetch at once: past
         it a question answers "warming up" at once, so the listener's threads stay free."""
         self.ensure_started()
+        try:
+            answer = self._answer(q, waiters)
+        except NoValue:
+            self._available(q.workload, 0.0)
+            raise
+        except UnknownWorkload:
+            self._available(q.workload, None)
+            raise
+        self._available(q.workload, 1.0)
+        return answer
+
+    def _available(self, workload: Workload, value: float | None) -> None:
+        """The workload's workload_available series (None: it has none, the workload does not exist)."""
+        if self.metrics is None:
+            return
+        key = (workload.namespace, f"{workload.kind}/{workload.name}")
+        gauge = self.metrics.workload_available
+        with self._lock:
+            if value is None:
+                if self._workloads.pop(key, None) is not None:
+                    gauge.remove(*key)
+                return
+            self._workloads[key] = self.clock()
+            self._workloads.move_to_end(key)
+            while len(self._workloads) > MAX_WORKLOAD_SERIES:
+                gauge.remove(*self._workloads.popitem(last=False)[0])
+            gauge.labels(*key).set(value)
+
+    def _answer(self, q: Question, waiters: threading.BoundedSemaphore | None) -> Answer:
         name = q.workload.namespace
         key = (q.signal.base, q.window_seconds)
         ns_slot = self._slot(self._namespaces, name, self.config.max_namespaces)
@@ -225,6 +255,10 @@ class KedaCache:
         with self._lock:
             self._forget(self._readings, now)
             self._forget(self._namespaces, now)
+            for wl in [k for k, t in self._workloads.items() if now - t > self.config.forget_seconds]:
+                del self._workloads[wl]
+                if self.metrics is not None:
+                    self.metrics.workload_available.remove(*wl)
             readings = list(self._readings.items())
             namespaces = list(self._namespaces.items())
         for key, slot in readings:

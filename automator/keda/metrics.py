@@ -56,12 +56,24 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
     ),
     MetricSpec("cached_namespaces", Gauge, "cached_namespaces", "Namespaces whose pods are kept for KEDA."),
     MetricSpec(
+        "workload_available",
+        Gauge,
+        "workload_available",
+        "1 when the last KEDA answer for the workload had a value, 0 when it was 503/UNAVAILABLE; kept "
+        "while the workload is asked about (at most MAX_WORKLOAD_SERIES workloads).",
+        ("workload_namespace", "workload"),
+    ),
+    MetricSpec(
         "last_refresh",
         Gauge,
         "last_successful_refresh_timestamp_seconds",
         "Unix time the last refresh finished without any error.",
     ),
 )
+
+
+# Workloads with a workload_available series (the least recently asked is dropped past it).
+MAX_WORKLOAD_SERIES: Final = 500
 
 
 class KedaMetrics:
@@ -72,6 +84,7 @@ class KedaMetrics:
     cache_age: Gauge
     cached_queries: Gauge
     cached_namespaces: Gauge
+    workload_available: Gauge
     last_refresh: Gauge
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -68,7 +68,7 @@ def test_settings_table() -> None:
 
 def test_metrics_table_is_the_registry() -> None:
     registry = CollectorRegistry()
-    KedaMetrics(registry)
+    KedaMetrics(registry).workload_available.labels("inference", "deployment/api").set(1)  # labelled
     real = {}
     for family in registry.collect():
         name = family.name + "_total" if family.type == "counter" else family.name
