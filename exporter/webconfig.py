@@ -192,7 +192,7 @@ def load_web_config(path: Path) -> WebConfig:
         raise WebConfigError(f"web config {path}: cannot read: {e}") from e
     try:
         data = strict_yaml.load(text)
-    except (yaml.YAMLError, strict_yaml.DuplicateKeyError) as e:
+    except (yaml.YAMLError, strict_yaml.DuplicateKeyError, strict_yaml.UnreadableError) as e:
         raise WebConfigError(f"web config {path}: not valid YAML: {e}") from e
     try:
         return parse_web_config(data, path.parent)
