@@ -34,6 +34,7 @@ from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElecto
 from automator.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.metrics import AutomatorMetrics
 from automator.ports import KubeAdapter
+from automator.printable import log_handler
 from automator.prom import DraMemoryReader, PrometheusAdapter
 from automator.scheduling import Job, Wiring, serve
 from automator.settings import ServiceSettings, SettingError, service_settings
@@ -186,10 +187,14 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
     return wiring
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT. Exit 2 on a bad flag or variable (the message names it)."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # object names and messages reach the log: escaped, so that none can forge or split a line
+        logging.basicConfig(level=logging.INFO, handlers=[log_handler(LOG_FORMAT)])
     # One line per probe and scrape would drown the decisions.
     logging.getLogger("waitress").setLevel(logging.WARNING)
     # apscheduler logs two INFO lines per pass; the pass logs its own outcome.

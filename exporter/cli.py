@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from automator.printable import log_handler
 from automator.settingspec import SettingError
 from exporter.attribution.degraded import DegradedAttributor
 from exporter.exposition import Exposition
@@ -147,7 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingError as e:
         print(f"gpu-exporter: error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging_level(config), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # pod names and messages reach the log: escaped, so that none can forge or split a line
+    logging.basicConfig(
+        level=logging_level(config), handlers=[log_handler("%(asctime)s %(levelname)s %(name)s: %(message)s")]
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
