@@ -78,7 +78,7 @@ def _unreadable(exc: RecursionError | ValueError) -> UnreadableError:
     if isinstance(exc, UnreadableError):
         return exc
     if isinstance(exc, RecursionError):
-        return UnreadableError(f"nested too deeply (more than {MAX_DEPTH} levels)")
+        return UnreadableError("nested too deeply")
     return UnreadableError(str(exc).split("; use sys.set_int_max_str_digits")[0])
 
 
