@@ -17,10 +17,11 @@ from typing import Any
 
 import yaml
 
-# Nodes one document may expand to, and how many of them aliases may add beyond those written.
+# For a document with anchors (one without is as large as its file, and its nesting is bounded by the
+# parser and the recursion limit): the nodes it may expand to, how many of them aliases may add beyond
+# those written, and its nesting (a Kubernetes object is a few dozen levels deep at most).
 MAX_NODES = 20_000_000
 MAX_ALIAS_NODES = 100_000
-# Nesting of one document (a Kubernetes object is a few dozen levels deep at most).
 MAX_DEPTH = 200
 
 
@@ -29,11 +30,10 @@ class UnreadableError(ValueError):
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
+    value = node.value
     if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
+        return [n for pair in value for n in pair]
+    return list(value) if isinstance(node, yaml.SequenceNode) else []
 
 
 def check_node(root: yaml.Node) -> None:
@@ -43,16 +43,17 @@ def check_node(root: yaml.Node) -> None:
     laughs costs what it takes to write down, not what it expands to."""
     measured: dict[int, tuple[int, int]] = {}
     open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    stack: list[tuple[yaml.Node, list[yaml.Node] | None]] = [(root, None)]
     while stack:
-        node, done = stack.pop()
+        node, children = stack.pop()
         key = id(node)
-        if done:
+        if children is not None:  # its children are measured: now the node itself
             size, height = 1, 0
-            for child in _children(node):
+            for child in children:
                 child_size, child_height = measured[id(child)]
                 size += child_size
-                height = max(height, child_height)
+                if child_height > height:
+                    height = child_height
             height += 1
             if size > MAX_NODES:
                 raise UnreadableError(f"more than {MAX_NODES} nodes once aliases are expanded")
@@ -63,15 +64,35 @@ def check_node(root: yaml.Node) -> None:
             continue
         if key in measured:
             continue
+        if isinstance(node, yaml.ScalarNode):
+            measured[key] = (1, 1)
+            continue
         if key in open_nodes:  # reached again inside its own subtree: an alias to an ancestor
             line = node.start_mark.line + 1
             raise UnreadableError(f"line {line}: an alias refers to a node that contains it")
         open_nodes.add(key)
-        stack.append((node, True))
-        stack.extend((child, False) for child in _children(node) if id(child) not in measured)
+        children = _children(node)
+        stack.append((node, children))
+        stack.extend([(child, None) for child in children if id(child) not in measured])
     expanded = measured[id(root)][0]
     if expanded - len(measured) > MAX_ALIAS_NODES:
         raise UnreadableError(f"aliases expand to more than {MAX_ALIAS_NODES} nodes beyond those written")
+
+
+# An anchor (`&name`) comes after a line start, a space (or line break), a flow indicator, `:` or `?`; an
+# `&` anywhere else (a URL's query string, say) is text. Without an anchor there is no alias: nothing
+# expands and nothing refers back, and the document is as large as the file, so it is not measured.
+_BEFORE_ANCHOR = frozenset(" \t\r\n\x85\u2028\u2029\ufeff[{,:?")  # what libyaml and PyYAML accept there
+
+
+def has_anchor(text: str) -> bool:
+    """Whether `text` may hold a YAML anchor (never False for one that does)."""
+    at = text.find("&")
+    while at != -1:
+        if at == 0 or text[at - 1] in _BEFORE_ANCHOR:
+            return True
+        at = text.find("&", at + 1)
+    return False
 
 
 def _unreadable(exc: RecursionError | ValueError) -> UnreadableError:
@@ -84,9 +105,9 @@ def _unreadable(exc: RecursionError | ValueError) -> UnreadableError:
 
 def yaml_documents(text: str, loader: Callable[[str], Any]) -> Iterator[Any]:
     """yaml.load_all with `loader` (a SafeLoader class), each document checked by check_node first when
-    the text has an anchor at all (without one nothing expands, and its size is the file's).
+    the text has an anchor at all.
     yaml.YAMLError when malformed, UnreadableError past the limits."""
-    check = "&" in text
+    check = has_anchor(text)
     parser = loader(text)
     try:
         while parser.check_node():

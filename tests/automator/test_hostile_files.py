@@ -96,3 +96,24 @@ def test_object_count_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(untrusted.UnreadableError, match="more than 10 nodes"):
         untrusted.yaml_document("&a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", loader)
     assert untrusted.yaml_document("&a [1, 2, 3]", loader) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("text", "anchored"),
+    [
+        ("&a [1]", True),
+        ("x: &a 1\ny: *a\n", True),
+        ("- &a 1\n- *a\n", True),
+        ("[&a 1, *a]", True),
+        ("{x: 1,&a y: 2}", True),
+        ("x:\t&a 1", True),
+        ('{"x":&a 1, "y": *a}', True),
+        ("[? &a x]", True),
+        ("\ufeff&a 1", True),
+        ("url: http://h/?a=1&b=2\n", False),
+        ("x: 'R&D'\n", False),
+        ("x: 1\n", False),
+    ],
+)
+def test_anchors_are_found_where_yaml_allows_them(text: str, anchored: bool) -> None:
+    assert untrusted.has_anchor(text) is anchored
