@@ -20,6 +20,7 @@ from automator import settings
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
 from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.printable import printable
 from automator.resources import FieldError, parse_time
 
 # The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
@@ -147,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)
     except InputError as exc:
-        print(f"gpu-automator: error: {exc}", file=sys.stderr)
+        print(f"gpu-automator: error: {printable(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -105,7 +105,7 @@ def _unreadable(exc: RecursionError | ValueError) -> UnreadableError:
 
 def yaml_documents(text: str, loader: Callable[[str], Any]) -> Iterator[Any]:
     """yaml.load_all with `loader` (a SafeLoader class), each document checked by check_node first when
-    the text has an anchor at all.
+    the text has an anchor at all; the parser's errors on one line.
     yaml.YAMLError when malformed, UnreadableError past the limits."""
     check = has_anchor(text)
     parser = loader(text)
@@ -120,6 +120,9 @@ def yaml_documents(text: str, loader: Callable[[str], Any]) -> Iterator[Any]:
                 raise _unreadable(exc) from None
     except RecursionError as exc:
         raise _unreadable(exc) from None
+    except yaml.MarkedYAMLError as exc:
+        # one line (the parser's spans several): an error message is one line wherever it is shown
+        raise yaml.YAMLError(" ".join(str(exc).split())) from None
     finally:
         parser.dispose()
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from automator.printable import printable
+
 COMMAND = "dra-check"
 
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             usage = _read(args.usage, load_usage_file) if args.usage else []
             report = check(records, usage)
     except DraInputError as exc:
-        print(f"gpu-automator: error: {exc}", file=sys.stderr)
+        print(f"gpu-automator: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     if args.output == "json":
         print(json_text(report))

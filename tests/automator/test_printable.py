@@ -112,3 +112,13 @@ def test_log_lines_are_escaped_tracebacks_are_not() -> None:
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
     text = formatter.format(record)
     assert text.startswith("ERROR failed\nTraceback") and "ValueError: boom" in text
+
+
+def test_error_messages_escape_object_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster, usage = hostile_files(tmp_path)
+    entry = f"- {{namespace: ml, name: {HOSTILE}, gpu_activity: 0.0}}\n"
+    Path(usage).write_text("pods:\n" + entry + entry)
+    code, _, err = run_cli(capsys, "plan", "--cluster", cluster, "--usage", usage, "--now", NOW)
+    assert code == 2 and f"ml/{SHOWN}" in err and "listed twice" in err
+    _clean(err)
+    assert len(err.splitlines()) == 1
