@@ -46,6 +46,7 @@ from automator.web import (
     add_dra_route,
     create_app,
     http_server,
+    usable_token,
 )
 
 # What callers and tests use from here, wherever it is implemented.
@@ -94,12 +95,17 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     if settings.decisions_token_file:
         try:
             token = Path(settings.decisions_token_file).read_text().strip()
-        except OSError as e:
+        except (OSError, UnicodeDecodeError) as e:
             raise SettingError(
                 f"--decisions-token-file: cannot read {settings.decisions_token_file}: {e}"
             ) from e
         if not token:
             raise SettingError(f"--decisions-token-file: {settings.decisions_token_file} is empty")
+        if not usable_token(token):
+            raise SettingError(
+                f"--decisions-token-file: {settings.decisions_token_file}: a bearer token is one word of "
+                "visible ASCII characters (no spaces or other characters a header cannot carry)"
+            )
     return DecisionsAccess(settings.decisions_endpoint, token)
 
 

@@ -26,6 +26,11 @@ HTTP_CONNECTION_LIMIT = 100
 _BEARER: Final = re.compile(rb"[Bb][Ee][Aa][Rr][Ee][Rr] ([!-~]+)")
 
 
+def usable_token(token: str) -> bool:
+    """Whether a client can send `token` as `Authorization: Bearer <token>` (what check accepts)."""
+    return _BEARER.fullmatch(b"Bearer " + token.encode("utf-8", "replace")) is not None
+
+
 @dataclass(frozen=True)
 class DecisionsAccess:
     """/decisions: served or not, and the bearer token it then requires (None: none)."""

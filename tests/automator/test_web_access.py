@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
-from automator import service
+from automator import service, settings
 from automator.web import DecisionsAccess
-from tests.automator.test_service import make_service
+from tests.automator.test_service import make_service, resolved
 from tools.promserver import free_port
 
 ACCESS = DecisionsAccess(token="s3cret")
@@ -74,3 +75,17 @@ def test_a_body_is_refused_before_it_is_read() -> None:
             assert conn.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         server.close()
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize(("content", "problem"), [("two words\n", "one word"), (b"\xff\xfe", "cannot read")])
+def test_an_unusable_token_file_is_refused_at_start(
+    tmp_path: Path, content: str | bytes, problem: str
+) -> None:
+    path = tmp_path / "token"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(settings.SettingError, match=problem):
+        service._decisions_access(resolved(["--decisions-token-file", str(path)]))
