@@ -18,6 +18,7 @@ from automator.conventions import (
 )
 from automator.model import AnnotationWarning, JsonObj, PlannerConfig, UsageWindow
 from automator.resources import annotations_of
+from automator.settingspec import MAX_NUMBER_LENGTH, shown, whole_number
 
 # The longest usage window (and guaranteed run time) an annotation may ask for: 7 days. Longer is a typo
 # (and a query Prometheus' retention cannot answer); the class's pods are then protected.
@@ -61,9 +62,9 @@ def _int(
     raw: Any, key: str, minimum: int | None, bad: list[AnnotationWarning], maximum: int | None = None
 ) -> int | None:
     try:
-        value = int(str(raw).strip())
+        value = whole_number(str(raw))
     except ValueError:
-        return _checked(None, f"{str(raw)!r} is not an integer", key, raw, bad)
+        return _checked(None, f"{shown(str(raw))} is not an integer", key, raw, bad)
     problem = None
     if minimum is not None and value < minimum:
         problem = f"{value} is below {minimum}"
@@ -74,9 +75,11 @@ def _int(
 
 def _float(raw: Any, key: str, bad: list[AnnotationWarning], upper: float | None = None) -> float | None:
     try:
+        if len(str(raw)) > MAX_NUMBER_LENGTH:
+            raise ValueError(str(raw))
         value = float(str(raw).strip())
     except ValueError:
-        return _checked(None, f"{str(raw)!r} is not a number", key, raw, bad)
+        return _checked(None, f"{shown(str(raw))} is not a number", key, raw, bad)
     problem = None
     if not math.isfinite(value) or value < 0:
         problem = f"{str(raw)!r} is not a finite number >= 0"

@@ -10,15 +10,17 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 from automator import settings
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
 from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.printable import printable
 from automator.resources import FieldError, parse_time
 
 # The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
@@ -43,9 +45,23 @@ def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage
         config = settings.planner_config(args)
     except settings.SettingError as exc:
         raise InputError(f"setting {exc}") from exc
-    cluster = load_cluster(Path(args.cluster), config.gpu_resources)
-    usage = load_usage(Path(args.usage))
+    cluster = _read(args.cluster, lambda path: load_cluster(path, config.gpu_resources))
+    usage = _read(args.usage, load_usage)
     return cluster, usage, config, _now(args.now)
+
+
+_T = TypeVar("_T")
+
+
+def _read(name: str, reader: Callable[[Path], _T]) -> _T:
+    """reader(Path(name)); what a hostile file makes Python itself refuse (nesting past the recursion
+    limit, a number past its digit limit) is bad input naming the file, like any other, not a traceback."""
+    from automator.snapshot import InputError
+
+    try:
+        return reader(Path(name))
+    except (RecursionError, ValueError) as exc:
+        raise InputError(f"{name}: refused: {str(exc) or type(exc).__name__}") from None
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -132,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)
     except InputError as exc:
-        print(f"gpu-automator: error: {exc}", file=sys.stderr)
+        print(f"gpu-automator: error: {printable(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -28,6 +28,7 @@ from automator.resources import (
     pod_requests,
     rfc3339,
 )
+from automator.settingspec import whole_number
 
 HOUR = timedelta(hours=1)
 
@@ -84,7 +85,7 @@ def with_reclaim_memory(
 def reclaim_annotations(preemptor: JsonObj | None, d: Decision, now: datetime) -> dict[str, str]:
     """The four annotations written on a preemptor once victims were evicted for it."""
     try:
-        previous = int(str(annotations_of(preemptor or {}).get(RECLAIM_COUNT_ANNOTATION, "0")).strip())
+        previous = whole_number(str(annotations_of(preemptor or {}).get(RECLAIM_COUNT_ANNOTATION, "0")))
     except ValueError:
         previous = 0
     return {

@@ -22,6 +22,7 @@ from automator.model import (
     UsageWindow,
     Victim,
 )
+from automator.printable import printable, printable_lines
 from automator.resources import FieldError, is_finished, is_terminating, node_name, pod_requests
 
 # Number formats. Verdicts, `explain` and the CLI text print measures to three significant digits (0.01,
@@ -137,7 +138,7 @@ def plan_to_text(result: Plan) -> str:
         lines.append(f"warning: {c.preemptor}: node {c.node} skipped: {c.reason}")
     if not lines:
         lines.append("no pending preemptors")
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 # --- explain -----------------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
             lines.append(f"warning: PriorityClass {warning.priority_class}: {warning.message}")
     if len(lines) == 1:
         lines.append(_not_considered(plan, obj, gpus))
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 def _not_considered(plan: Plan, obj: JsonObj, gpus: int | str) -> str:
@@ -273,25 +274,25 @@ def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKe
 def preemptor_event(d: Decision, windows: Mapping[PodKey, UsageWindow], complete: bool) -> str:
     victims = "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims)
     partial = "" if complete else " (partial: an eviction was refused)"
-    return (
+    return printable(
         f"gpu-steward evicted idle GPU pods on node {d.node} to free {d.gpus_freed} GPUs "
         f"for it{partial}: {victims}"
     )
 
 
 def victim_event(d: Decision, v: Victim, window: UsageWindow | None) -> str:
-    return (
+    return printable(
         f"Evicted by gpu-steward for pending pod {d.preemptor} (priority {d.preemptor_priority}, "
         f"{d.gpus_requested} GPU) on node {d.node}: {measured(v, window)}"
     )
 
 
 def eviction_failed_event(preemptor: PodKey, outcome: str, message: str) -> str:
-    return f"gpu-steward could not evict it for {preemptor}: {outcome} {message}"
+    return printable(f"gpu-steward could not evict it for {preemptor}: {outcome} {message}")
 
 
 def invalid_annotation_event(w: AnnotationWarning) -> str:
-    return (
+    return printable(
         f"PriorityClass {w.priority_class}: {w.annotation}={w.value!r}: {w.message}; "
         "pods of this class are protected from GPU reclaim"
     )

@@ -279,7 +279,10 @@ def integer(value: Any, field: str) -> int:
 
 
 # RFC 3339 date-time: fromisoformat alone would also take ISO forms such as 20250601T1200Z or a bare date.
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+# ASCII digits only (\d takes any script's)
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 
 
 def rfc3339(t: datetime) -> str:

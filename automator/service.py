@@ -34,6 +34,7 @@ from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElecto
 from automator.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.metrics import AutomatorMetrics
 from automator.ports import KubeAdapter
+from automator.printable import log_handler
 from automator.prom import DraMemoryReader, PrometheusAdapter
 from automator.scheduling import Job, Wiring, serve
 from automator.settings import ServiceSettings, SettingError, service_settings
@@ -45,6 +46,7 @@ from automator.web import (
     add_dra_route,
     create_app,
     http_server,
+    usable_token,
 )
 
 # What callers and tests use from here, wherever it is implemented.
@@ -93,12 +95,17 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     if settings.decisions_token_file:
         try:
             token = Path(settings.decisions_token_file).read_text().strip()
-        except OSError as e:
+        except (OSError, UnicodeDecodeError) as e:
             raise SettingError(
                 f"--decisions-token-file: cannot read {settings.decisions_token_file}: {e}"
             ) from e
         if not token:
             raise SettingError(f"--decisions-token-file: {settings.decisions_token_file} is empty")
+        if not usable_token(token):
+            raise SettingError(
+                f"--decisions-token-file: {settings.decisions_token_file}: a bearer token is one word of "
+                "visible ASCII characters (no spaces or other characters a header cannot carry)"
+            )
     return DecisionsAccess(settings.decisions_endpoint, token)
 
 
@@ -186,10 +193,14 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
     return wiring
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT. Exit 2 on a bad flag or variable (the message names it)."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # object names and messages reach the log: escaped, so that none can forge or split a line
+        logging.basicConfig(level=logging.INFO, handlers=[log_handler(LOG_FORMAT)])
     # One line per probe and scrape would drown the decisions.
     logging.getLogger("waitress").setLevel(logging.WARNING)
     # apscheduler logs two INFO lines per pass; the pass logs its own outcome.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -98,7 +99,29 @@ def _as_text(given: Any) -> str:
 # --- converters: text -> value; ValueError says what was expected and what came -----------------------
 
 
+# A whole number as flags, files and annotations give one: ASCII digits, a sign, no more than int64 holds
+# (int() alone takes `1_000`, other scripts' digits, and thousands of digits).
+_WHOLE = re.compile(r"[+-]?[0-9]{1,18}")
+# Longer text is no number anyone writes; shown cut to this length.
+MAX_NUMBER_LENGTH = 64
+
+
+def shown(text: str) -> str:
+    """repr of text, cut to MAX_NUMBER_LENGTH characters (an error message never echoes a whole file)."""
+    return repr(text) if len(text) <= MAX_NUMBER_LENGTH else f"{text[:MAX_NUMBER_LENGTH]!r}..."
+
+
+def whole_number(text: str) -> int:
+    """int(text) for ASCII digits with an optional sign, surrounding whitespace allowed; ValueError else."""
+    stripped = text.strip()
+    if _WHOLE.fullmatch(stripped) is None:
+        raise ValueError(f"not a whole number: {shown(text)}")
+    return int(stripped)
+
+
 def _float(text: str) -> float:
+    if len(text) > MAX_NUMBER_LENGTH:
+        return math.nan
     try:
         return float(text)
     except ValueError:
@@ -112,7 +135,7 @@ def number(low: float, high: float, *, low_open: bool = False) -> Callable[[str]
     def convert(text: str) -> float:
         value = _float(text)
         if not (math.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
-            raise ValueError(f"expected a finite number in {bounds}, got {text!r}")
+            raise ValueError(f"expected a finite number in {bounds}, got {shown(text)}")
         return value
 
     return convert
@@ -122,18 +145,18 @@ def ratio(text: str) -> float:
     """A ratio in [0, 1] (0.05, not 5 %)."""
     value = _float(text)
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"expected a ratio in [0, 1] (e.g. 0.05 for 5 %), got {text!r}")
+        raise ValueError(f"expected a ratio in [0, 1] (e.g. 0.05 for 5 %), got {shown(text)}")
     return value
 
 
 def integer(low: int, high: int) -> Callable[[str], int]:
     def convert(text: str) -> int:
         try:
-            value = int(text.strip())
+            value = whole_number(text)
         except ValueError:
-            raise ValueError(f"expected a whole number in [{low}, {high}], got {text!r}") from None
+            raise ValueError(f"expected a whole number in [{low}, {high}], got {shown(text)}") from None
         if not low <= value <= high:
-            raise ValueError(f"expected a whole number in [{low}, {high}], got {text!r}")
+            raise ValueError(f"expected a whole number in [{low}, {high}], got {shown(text)}")
         return value
 
     return convert

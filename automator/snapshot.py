@@ -27,6 +27,7 @@ from automator.resources import (
     parse_time,
     pod_requests,
 )
+from automator.untrusted import UnreadableError, json_document, yaml_documents
 
 KINDS = ("Node", "Pod", "PriorityClass", "PodDisruptionBudget")
 
@@ -87,10 +88,19 @@ def documents(path: Path, keep: Callable[[JsonObj], JsonObj] | None = None) -> I
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    parsed = _documents(path, data, keep)
+    del data  # held by the parser alone, which lets go of it once parsed
+    try:
+        yield from parsed
+    except UnreadableError as exc:
+        raise InputError(f"{path}: refused: {exc}") from None
+
+
+def _documents(path: Path, data: bytes, keep: Callable[[JsonObj], JsonObj] | None) -> Iterator[Any]:
     if is_json(data):
         try:
-            doc = json.loads(data, object_hook=_drop_keys if keep is None else _keeping(keep))
-        except ValueError:
+            doc = json_document(data, object_hook=_drop_keys if keep is None else _keeping(keep))
+        except json.JSONDecodeError:
             pass  # not JSON after all (a YAML flow mapping, say): the YAML parser reports it
         else:
             del data
@@ -102,7 +112,7 @@ def documents(path: Path, keep: Callable[[JsonObj], JsonObj] | None = None) -> I
         raise InputError(f"{path}: not valid YAML/JSON: not UTF-8: {exc}") from exc
     del data
     try:
-        yield from yaml.load_all(text, Loader=_PruningLoader)
+        yield from yaml_documents(text, _PruningLoader)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML/JSON: {exc}") from exc
 

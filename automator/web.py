@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -21,6 +22,15 @@ HTTP_CHANNEL_TIMEOUT = 30
 HTTP_CONNECTION_LIMIT = 100
 
 
+# `Bearer`, one space, one token of visible ASCII characters, nothing after it.
+_BEARER: Final = re.compile(rb"[Bb][Ee][Aa][Rr][Ee][Rr] ([!-~]+)")
+
+
+def usable_token(token: str) -> bool:
+    """Whether a client can send `token` as `Authorization: Bearer <token>` (what check accepts)."""
+    return _BEARER.fullmatch(b"Bearer " + token.encode("utf-8", "replace")) is not None
+
+
 @dataclass(frozen=True)
 class DecisionsAccess:
     """/decisions: served or not, and the bearer token it then requires (None: none)."""
@@ -29,13 +39,19 @@ class DecisionsAccess:
     token: str | None = None
 
     def check(self, header: str | None) -> int | None:
-        """None when allowed, else the HTTP status to answer."""
+        """None when allowed, else the HTTP status to answer. Only `Bearer <token>` (RFC 6750, the scheme
+        in any case), read on the header's bytes as HTTP carries them, compared in constant time."""
         if not self.enabled:
             return 404
         if self.token is None:
             return None
-        given = (header or "").removeprefix("Bearer ").strip()
-        return None if given and hmac.compare_digest(given, self.token) else 401
+        try:
+            match = _BEARER.fullmatch((header or "").encode("latin-1"))
+        except UnicodeEncodeError:
+            return 401
+        if match is None:
+            return 401
+        return None if hmac.compare_digest(match.group(1), self.token.encode()) else 401
 
 
 def create_app(
@@ -99,6 +115,7 @@ _SERVER_BOUNDS: Final[dict[str, Any]] = {
     "connection_limit": HTTP_CONNECTION_LIMIT,
     "channel_timeout": HTTP_CHANNEL_TIMEOUT,
     "cleanup_interval": HTTP_CHANNEL_TIMEOUT,
+    "max_request_body_size": 0,  # no route takes a body: one is refused (413) unread
     "ident": "gpu-steward-automator",
 }
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from automator.printable import log_handler, printable
 from automator.settingspec import SettingError
 from exporter.attribution.degraded import DegradedAttributor
 from exporter.exposition import Exposition
@@ -95,15 +96,15 @@ def run(config: Config, stop: threading.Event) -> int:
     try:
         web = load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
     except WebConfigError as e:
-        print(f"gpu-exporter: error: --web.config.file: {e}", file=sys.stderr)
+        print(f"gpu-exporter: error: --web.config.file: {printable(str(e))}", file=sys.stderr)
         return 2
     try:
         source, attributor, node = build_source(config)
     except ScenarioError as e:
-        print(f"gpu-exporter: error: {e}", file=sys.stderr)
+        print(f"gpu-exporter: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except SourceError as e:
-        print(f"gpu-exporter: error: {e}", file=sys.stderr)
+        print(f"gpu-exporter: error: {printable(str(e))}", file=sys.stderr)
         return 1
     loop = CollectionLoop(
         source, attributor, node, config.interval, extensions(config), config.health_stale_intervals
@@ -145,9 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(argv, os.environ)
     except SettingError as e:
-        print(f"gpu-exporter: error: {e}", file=sys.stderr)
+        print(f"gpu-exporter: error: {printable(str(e))}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging_level(config), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # pod names and messages reach the log: escaped, so that none can forge or split a line
+    logging.basicConfig(
+        level=logging_level(config), handlers=[log_handler("%(asctime)s %(levelname)s %(name)s: %(message)s")]
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

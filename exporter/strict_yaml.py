@@ -8,9 +8,14 @@ from typing import Any
 
 import yaml
 
+from automator.untrusted import UnreadableError, json_document, yaml_document
+
 
 class DuplicateKeyError(ValueError):
     pass
+
+
+__all__ = ["DuplicateKeyError", "UnreadableError", "load"]
 
 
 # libyaml's safe loader when PyYAML was built with it (a 10,000-container scenario loads in well under
@@ -51,13 +56,14 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def load(text: str) -> Any:
-    """Parse one YAML document; yaml.YAMLError when malformed, DuplicateKeyError on a repeated key.
+    """Parse one YAML document; yaml.YAMLError when malformed, DuplicateKeyError on a repeated key,
+    UnreadableError (automator/untrusted.py) past the limits on aliases, nesting and numbers.
 
     JSON (told by content: it starts with `{`) is parsed by json, many times faster than a YAML parser;
     text that only looks like JSON (a YAML flow mapping) falls back to YAML."""
     if text.lstrip().startswith("{"):
         try:
-            return json.loads(text, object_pairs_hook=_json_object)
+            return json_document(text, object_pairs_hook=_json_object)
         except json.JSONDecodeError:
             pass
-    return yaml.load(text, Loader=_StrictLoader)
+    return yaml_document(text, _StrictLoader)

@@ -20,8 +20,11 @@ http2 settings.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import re
 import ssl
 import threading
 from collections.abc import Mapping
@@ -56,51 +59,76 @@ _TLS_FIELDS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "m
 _AUTH_CACHE_SIZE = 256  # checked (user, password digest) pairs: bcrypt costs ~0.1 s per check
 
 
+# A bcrypt hash as htpasswd and the bcrypt library write it: version, cost (4-31), 22 salt and 31 hash chars.
+_BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+_BASIC = re.compile(rb"[Bb][Aa][Ss][Ii][Cc] +([A-Za-z0-9+/]+={0,2}) *")
+
+
 @dataclass
 class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     users: Mapping[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: tuple[tuple[str, str], ...] = ()
-    _checked: dict[tuple[str, bytes], bool] = field(default_factory=dict)
+    # checked against when the user is unknown, so that a wrong name costs what a wrong password does
+    # (None: made on first use, at the cost of the configured hashes)
+    dummy_hash: bytes | None = None
+    _checked: dict[tuple[bytes, bytes], bool] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def authorized(self, user: str, password: str) -> bool:
-        """Whether the credentials match a user's bcrypt hash (cached: a scrape every few seconds must
-        not cost a bcrypt round each time)."""
-        hashed = self.users.get(user)
-        if hashed is None:
-            return False
-        digest = hashlib.sha256(password.encode()).digest()
+    def _hash_of(self, user: bytes) -> bytes | None:
+        """The user's hash; every configured name is compared, in constant time, whichever matches."""
+        found = None
+        for name, hashed in self.users.items():
+            if hmac.compare_digest(user, name.encode()):
+                found = hashed
+        return found
+
+    def _dummy(self) -> bytes:
+        if self.dummy_hash is None:
+            cost = max((int(h[4:6]) for h in self.users.values()), default=10)
+            self.dummy_hash = bcrypt.hashpw(b"", bcrypt.gensalt(rounds=cost))
+        return self.dummy_hash
+
+    def authorized(self, user: str | bytes, password: str | bytes) -> bool:
+        """Whether the credentials match a user's bcrypt hash. An unknown user costs one bcrypt check too
+        (against a dummy hash), so names cannot be told apart by timing; results are cached (a scrape
+        every few seconds must not cost a bcrypt round each time), known and unknown names alike."""
+        name = user.encode() if isinstance(user, str) else user
+        secret = password.encode() if isinstance(password, str) else password
+        digest = hashlib.sha256(secret).digest()
         with self._lock:
-            known = self._checked.get((user, digest))
+            known = self._checked.get((name, digest))
         if known is not None:
             return known
-        ok = bcrypt.checkpw(password.encode(), hashed)
+        hashed = self._hash_of(name)
+        ok = bcrypt.checkpw(secret, self._dummy() if hashed is None else hashed) and hashed is not None
         with self._lock:
             if len(self._checked) >= _AUTH_CACHE_SIZE:
                 self._checked.clear()
-            self._checked[(user, digest)] = ok
+            self._checked[(name, digest)] = ok
         return ok
 
     def check_basic(self, header: str | None) -> bool:
-        """True when no users are configured, or the Authorization header names one of them."""
+        """True when no users are configured, or the Authorization header names one of them. Parsed on
+        the header's bytes (latin-1, as HTTP carries them): any name or password bytes are a refusal at
+        worst, never an error."""
         if not self.users:
             return True
-        import base64
-        import binascii
-
-        if not header or not header.lower().startswith("basic "):
+        if not header:
             return False
         try:
-            user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+            raw = header.encode("latin-1")
+        except UnicodeEncodeError:
             return False
-        # compare_digest on the user keeps the timing of unknown users close to that of known ones
-        return (
-            bool(sep)
-            and any(hmac.compare_digest(user, u) for u in self.users)
-            and self.authorized(user, password)
-        )
+        match = _BASIC.fullmatch(raw)
+        if match is None:
+            return False
+        try:
+            decoded = base64.b64decode(match.group(1), validate=True)
+        except binascii.Error:
+            return False
+        user, sep, password = decoded.partition(b":")
+        return bool(sep) and self.authorized(user, password)
 
 
 def _fail(where: str, message: str) -> WebConfigError:
@@ -176,13 +204,18 @@ def parse_web_config(data: Any, base: Path) -> WebConfig:
         text = _string(hashed, where)
         if not text.startswith(("$2a$", "$2b$", "$2y$")):
             raise _fail(where, "expected a bcrypt hash ($2y$...), not a plain password")
+        if not _BCRYPT.fullmatch(text):
+            raise _fail(where, "not a well-formed bcrypt hash ($2y$, a cost of 04 to 31, then 53 characters)")
         users[_string(user, where)] = text.encode()
     http = _mapping(raw.get("http_server_config"), "http_server_config", {"headers"})
     headers = _mapping(http.get("headers"), "http_server_config.headers", set(http.get("headers") or {}))
     for name, value in headers.items():
         _string(name, "http_server_config.headers")
         _string(value, f"http_server_config.headers.{name}")
-    return WebConfig(ssl_context=context, users=users, headers=tuple(headers.items()))
+    config = WebConfig(ssl_context=context, users=users, headers=tuple(headers.items()))
+    if users:
+        config._dummy()  # at start, so that the first unknown name costs no more than a known one
+    return config
 
 
 def load_web_config(path: Path) -> WebConfig:
@@ -192,7 +225,7 @@ def load_web_config(path: Path) -> WebConfig:
         raise WebConfigError(f"web config {path}: cannot read: {e}") from e
     try:
         data = strict_yaml.load(text)
-    except (yaml.YAMLError, strict_yaml.DuplicateKeyError) as e:
+    except (yaml.YAMLError, strict_yaml.DuplicateKeyError, strict_yaml.UnreadableError) as e:
         raise WebConfigError(f"web config {path}: not valid YAML: {e}") from e
     try:
         return parse_web_config(data, path.parent)

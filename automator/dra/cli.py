@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from automator.printable import printable
 
 COMMAND = "dra-check"
 
@@ -34,6 +37,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+_T = TypeVar("_T")
+
+
+def _read(name: str, reader: Callable[[Path], _T]) -> _T:
+    """reader(Path(name)); nesting past the recursion limit or a number past Python's digit limit is bad
+    input naming the file (exit 2), not a traceback."""
+    from automator.dra.load import DraInputError
+
+    try:
+        return reader(Path(name))
+    except (RecursionError, ValueError) as exc:
+        raise DraInputError(f"{name}: refused: {str(exc) or type(exc).__name__}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: every other `gpu-automator` command (and `--help`) starts without the DRA readers.
     from automator.dra.checks import check
@@ -43,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with gc_paused():  # parsing a large List makes millions of objects and no garbage cycles
-            records = load_cluster_file(Path(args.cluster))
-            usage = load_usage_file(Path(args.usage)) if args.usage else []
+            records = _read(args.cluster, load_cluster_file)
+            usage = _read(args.usage, load_usage_file) if args.usage else []
             report = check(records, usage)
     except DraInputError as exc:
-        print(f"gpu-automator: error: {exc}", file=sys.stderr)
+        print(f"gpu-automator: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     if args.output == "json":
         print(json_text(report))

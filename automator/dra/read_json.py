@@ -108,7 +108,7 @@ def read_json_objects(path: Path) -> list[tuple[Mapping[str, Any], str]] | None:
         return None
     try:
         doc = _DECODER.decode(data)  # a top-level array is no _Object: ValidationError
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # the general reader reports it
         return None
     del data
     out: list[tuple[Mapping[str, Any], str]] = []
@@ -124,5 +124,5 @@ def read_json_document(path: Path) -> tuple[Any] | None:
         return None
     try:
         return (msgspec.json.decode(data),)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # the general reader reports it
         return None

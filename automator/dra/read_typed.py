@@ -135,7 +135,7 @@ def typed_objects(data: bytes) -> Objects | None:
     """The List's objects, or None when the types do not describe the document (see the module)."""
     try:
         doc = _DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # the general reader reports it
         return None
     if not (isinstance(doc.kind, str) and doc.kind.endswith("List")) or doc.items is msgspec.UNSET:
         return None  # one object, or a `*List` without items: an object as the general reader sees it

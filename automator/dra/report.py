@@ -18,6 +18,7 @@ import msgspec
 
 from automator.conventions import COMPONENT, REPORTING_COMPONENT
 from automator.dra.model import CRITICAL, KINDS, Finding, Report
+from automator.printable import printable, printable_lines
 
 # Metric names: the one home (docs/dra.md and alerts/dra.yaml are checked against these).
 CAPACITY_METRIC: Final = "gpu_steward_dra_device_capacity"
@@ -101,7 +102,7 @@ def to_text(report: Report) -> str:
         f"{len(report.devices)} devices checked, {len(report.findings)} findings"
         + (f" ({counts[CRITICAL]} critical)" if report.findings else "")
     )
-    return "\n".join(lines)
+    return printable_lines(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +173,7 @@ def events(report: Report, now: datetime, instance: str = EVENT_COMPONENT) -> li
                 "involvedObject": involved,
                 "type": "Warning",
                 "reason": reason,
-                "message": f.message[:MAX_EVENT_MESSAGE],
+                "message": printable(f.message)[:MAX_EVENT_MESSAGE],
                 "firstTimestamp": stamp,
                 "lastTimestamp": stamp,
                 "count": 1,

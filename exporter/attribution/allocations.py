@@ -16,7 +16,7 @@ from exporter.model import ContainerRef
 DEFAULT_GPU_RESOURCES: tuple[str, ...] = ("nvidia.com/gpu",)
 DEFAULT_GPU_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 # NVIDIA's device plugin names time-sliced / MPS replicas `<uuid>::<n>`; the GPU is the part before.
-_REPLICA_SUFFIX = re.compile(r"::\d+$")
+_REPLICA_SUFFIX = re.compile(r"::[0-9]+\Z")  # \Z: `$` would also match before a trailing newline
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,17 @@ _UID = (
 )
 # systemd driver: `kubepods-pod<uid>.slice`, `kubepods-burstable-pod<uid>.slice`, kind's
 # `kubelet-kubepods-besteffort-pod<uid>.slice`.
-_SYSTEMD_POD = re.compile(rf"^(?:[\w-]*-)?kubepods(?:-[a-z]+)?-pod(?P<uid>{_UID})\.slice$")
+_SYSTEMD_POD = re.compile(rf"(?:[\w-]*-)?kubepods(?:-[a-z]+)?-pod(?P<uid>{_UID})\.slice")
 # cgroupfs driver: the bare `pod<uid>` directory (its parents are checked for `kubepods`).
-_CGROUPFS_POD = re.compile(rf"^pod(?P<uid>{_UID})$")
+_CGROUPFS_POD = re.compile(rf"pod(?P<uid>{_UID})")
 # The container's own cgroup, the pod cgroup's direct child: `<runtime>-<id>.scope` under systemd,
 # `<id>` or `crio-<id>` under cgroupfs. CRI-O's monitor process lives in `crio-conmon-<id>.scope`: ids
 # have no `-`, so `conmon-<id>` cannot match and conmon is never taken for the container.
 _CONTAINER = re.compile(
-    r"^(?:(?:cri-containerd|containerd|crio|cri-o|docker)-(?P<scoped>[0-9A-Za-z]+)(?:\.scope)?"
-    r"|(?P<bare>[0-9A-Za-z]+))$"
+    r"(?:cri-containerd|containerd|crio|cri-o|docker)-(?P<scoped>[0-9A-Za-z]+)(?:\.scope)?"
+    r"|(?P<bare>[0-9A-Za-z]+)"
 )
+# All three are used with fullmatch: `$` would also match before a trailing newline.
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,11 @@ def _parse_path(path: str) -> CgroupOwner:
         return CgroupOwner(kubepods=False)
     for i, segment in enumerate(segments):
         uid: str | None = None
-        match = _SYSTEMD_POD.match(segment)
+        match = _SYSTEMD_POD.fullmatch(segment)
         if match:
             uid = match.group("uid")
         else:
-            match = _CGROUPFS_POD.match(segment)
+            match = _CGROUPFS_POD.fullmatch(segment)
             # `pod<uid>` counts only below a kubepods directory, so an unrelated `pod...` name does not.
             if match and any("kubepods" in s for s in segments[:i]):
                 uid = match.group("uid")
@@ -73,7 +74,7 @@ def _parse_path(path: str) -> CgroupOwner:
         # The container cgroup is the pod cgroup's direct child; deeper levels (a container that made
         # its own sub-cgroups, e.g. systemd inside a pod) still belong to it.
         child = segments[i + 1] if i + 1 < len(segments) else ""
-        container = _CONTAINER.match(child)
+        container = _CONTAINER.fullmatch(child)
         container_id = (container.group("scoped") or container.group("bare")) if container else None
         return CgroupOwner(True, uid, container_id)
     return CgroupOwner(kubepods=True)

@@ -346,7 +346,7 @@ def load_scenario(path: Path | None) -> Scenario:
         data = strict_yaml.load(text)
     except yaml.YAMLError as e:
         raise ScenarioError(f"{where}: not valid YAML: {e}") from e
-    except strict_yaml.DuplicateKeyError as e:
+    except (strict_yaml.DuplicateKeyError, strict_yaml.UnreadableError) as e:
         raise ScenarioError(f"{where}: {e}") from e
     try:
         return parse_scenario(data)
