@@ -111,10 +111,10 @@ def _cluster(
         return SnapshotKube(Path(settings.cluster_snapshot), gpu_resources), None
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     api = api_client(settings.kubeconfig)
-    kube = KubernetesAdapter(
-        api, identity=identity, request_timeout=settings.api_timeout, gpu_resources=gpu_resources
-    )
     if settings.leader_election is False:
+        kube = KubernetesAdapter(
+            api, identity=identity, request_timeout=settings.api_timeout, gpu_resources=gpu_resources
+        )
         return kube, None
     elector = LeaderElector(
         api,
@@ -122,6 +122,13 @@ def _cluster(
         _lease_namespace(settings),
         identity,
         on_change=metrics.set_leader,
+    )
+    kube = KubernetesAdapter(
+        api,
+        identity=identity,
+        request_timeout=settings.api_timeout,
+        gpu_resources=gpu_resources,
+        write_timeout=elector.write_margin,
     )
     return kube, elector
 
