@@ -13,9 +13,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -147,6 +149,27 @@ def parse_recent_result(
     return _pod_values(result, query, bad), at
 
 
+def redact_url(url: str) -> str:
+    """The URL as it may be shown: any userinfo replaced by `***` (the adapter still sends it)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
+@dataclass(frozen=True)
+class PrometheusCredentials:
+    """How the adapter authenticates to Prometheus; read from files so no secret sits in a flag."""
+
+    bearer_token: str | None = None
+    basic_auth: tuple[str, str] | None = None
+    ca_file: str | None = None
+
+    def secrets(self) -> tuple[str, ...]:
+        found = [self.bearer_token or "", *(self.basic_auth or ("", ""))]
+        return tuple(x for x in found if x)
+
+
 class PrometheusAdapter:
     """Reads the recorded GPU series and cAdvisor CPU usage for a pass."""
 
@@ -156,12 +179,26 @@ class PrometheusAdapter:
         timeout: float = 10.0,
         rule_interval: float = 30.0,
         observe_query: Callable[[float], None] | None = None,
+        credentials: PrometheusCredentials | None = None,
     ) -> None:
+        creds = credentials or PrometheusCredentials()
+        session = requests.Session()
+        if creds.ca_file:
+            session.verify = creds.ca_file
+        headers = {"Authorization": f"Bearer {creds.bearer_token}"} if creds.bearer_token else None
         # No retries: a pass runs every --interval seconds anyway, and a retry would hide a slow Prometheus.
         self._client = PrometheusConnect(
-            url=url, timeout=timeout, retry=Retry(total=0, raise_on_status=False)
+            url=url,
+            timeout=timeout,
+            retry=Retry(total=0, raise_on_status=False),
+            headers=headers,
+            auth=creds.basic_auth,
+            session=session,
         )
-        self.url = url
+        # What an error text must never carry: the URL's userinfo and the credentials' values.
+        parts = urlsplit(url)
+        self._secrets = tuple(x for x in (parts.password, parts.username) if x) + creds.secrets()
+        self.url = redact_url(url)
         self.timeout = timeout
         self.rule_interval = rule_interval
         self._observe = observe_query
@@ -184,7 +221,7 @@ class PrometheusAdapter:
             kind = f"timed out after {self.timeout:g}s" if timed_out else type(e).__name__
             if "(Caused by " in text:  # requests: the cause is at the end, after the encoded query
                 text = text.split("(Caused by ", 1)[1].removesuffix(")")
-            detail = text if len(text) <= 300 else text[:300] + "..."
+            detail = self._scrub(text if len(text) <= 300 else text[:300] + "...")
             raise PrometheusUnavailable(f"{what} query to {self.url} failed ({kind}): {detail}") from e
         finally:
             if self._observe is not None:
@@ -194,6 +231,11 @@ class PrometheusAdapter:
                 f"{what} query to {self.url}: result is not a vector: {result!r:.200}"
             )
         return result
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def usage(self, windows: Windows, at: When = None, recent_seconds: int = 300, now: When = None) -> Usage:
         """Usage of every pod in `windows` that Prometheus knows; a pod it lacks is left out (unknown).
