@@ -28,7 +28,7 @@ from automator.conventions import NAMESPACE_LABEL, POD_LABEL
 from automator.dra.model import ContainerUsage
 from automator.model import PodKey, PodUsage
 from automator.ports import PrometheusUnavailable, Usage, When, Windows
-from automator.series import CONTAINER_MEMORY, FRESHNESS_SECONDS, POD_ACTIVITY
+from automator.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
 from exporter.metrics import CONTAINER_LABELS, DEVICE_LABELS
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ CPU_SERIES = 'container_cpu_usage_seconds_total{container!="", image!=""}'
 # clock apart from the pods' maxima in the recent query.
 STAT_LABEL = "stat"
 CLOCK_STAT = "clock"
+# Tells each pod's newest sample time apart in the recent query.
+NEWEST_STAT = "newest"
 
 
 class _NonFinite(ValueError):
@@ -46,10 +48,13 @@ class _NonFinite(ValueError):
 
 
 def recent_query(window_seconds: int) -> str:
-    """Each pod's highest activity over the recent window, and Prometheus' evaluation time (one query)."""
+    """Each pod's highest activity over the recent window, the time of its newest sample, and Prometheus'
+    evaluation time (one query)."""
     sel = f"{GPU_SERIES}[{window_seconds}s]"
+    newest = f"max by (namespace, pod) (timestamp({GPU_SERIES}))"
+    newest = f'label_replace({newest}, "{STAT_LABEL}", "{NEWEST_STAT}", "", "")'
     clock = f'label_replace(vector(time()), "{STAT_LABEL}", "{CLOCK_STAT}", "", "")'
-    return f"max by (namespace, pod) (max_over_time({sel})) or {clock}"
+    return f"max by (namespace, pod) (max_over_time({sel})) or {newest} or {clock}"
 
 
 def gpu_query(window_seconds: int) -> str:
@@ -136,9 +141,13 @@ def parse_cpu_result(
 
 
 def parse_recent_result(
-    result: list[dict[str, Any]], query: str, bad: set[PodKey]
+    result: list[dict[str, Any]], query: str, bad: set[PodKey], max_age: float = math.inf
 ) -> tuple[dict[PodKey, float], float]:
-    """(recent maximum per pod, Prometheus' evaluation time as a Unix timestamp)."""
+    """(recent maximum per pod, Prometheus' evaluation time as a Unix timestamp).
+
+    A pod whose newest sample is missing or more than max_age seconds old at that time is left out: its
+    recent usage is unknown, so it is protected.
+    """
     clock = next((s for s in result if (s.get("metric") or {}).get(STAT_LABEL) == CLOCK_STAT), None)
     if clock is None:
         raise PrometheusUnavailable(f"no {CLOCK_STAT} sample in the answer to {query!r}")
@@ -146,7 +155,16 @@ def parse_recent_result(
         at = _value(clock, query)
     except _NonFinite as e:
         raise PrometheusUnavailable(str(e)) from e
-    return _pod_values(result, query, bad), at
+    maxima = _pod_values(result, query, bad)
+    newest = _pod_values(result, query, bad, NEWEST_STAT)
+    fresh: dict[PodKey, float] = {}
+    for key, value in maxima.items():
+        age = at - newest[key] if key in newest else math.inf
+        if age > max_age:
+            log.info("pod %s: newest sample %.0f s old (over %g s): recent usage unknown", key, age, max_age)
+            continue
+        fresh[key] = value
+    return fresh, at
 
 
 def redact_url(url: str) -> str:
@@ -253,7 +271,8 @@ class PrometheusAdapter:
             raise ValueError("GPU window must be > 0 s (a [0s] window reads as idle)")
         bad: set[PodKey] = set()
         q = recent_query(recent_seconds)
-        recent, prom_time = parse_recent_result(self._query(q, f"recent {recent_seconds}s", at), q, bad)
+        answer = self._query(q, f"recent {recent_seconds}s", at)
+        recent, prom_time = parse_recent_result(answer, q, bad, FRESH_RULE_INTERVALS * self.rule_interval)
         if now is not None:
             self.clock_skew_seconds = prom_time - now.timestamp()
         gpu_by_window: dict[int, dict[PodKey, PodUsage]] = {}

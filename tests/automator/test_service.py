@@ -264,6 +264,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
             assert "[300s]" in query
             result = [
                 {"metric": metric, "value": [0, "0.02"]},
+                {"metric": {**metric, "stat": "newest"}, "value": [0, str(time.time())]},
                 {"metric": {"stat": "clock"}, "value": [0, str(time.time())]},
             ]
         else:
