@@ -134,13 +134,9 @@ class Enforcer:
         detail = f"for {d.preemptor}"
         if result.outcome is not EvictionOutcome.OK:
             detail += f": {result.status or 'no answer'} {result.message}"
-        evicted = result.outcome in _GONE
-        stop: str | None = None
-        if result.outcome is EvictionOutcome.UNKNOWN:
-            evicted, stop = self.writer.resolve_unknown(v.pod)
-            detail += f"; pod read again: {'unreadable' if stop else 'evicted' if evicted else 'running'}"
+        unknown = result.outcome is EvictionOutcome.UNKNOWN
         self.writer.record("evict", v.pod, str(result.outcome), detail)
-        if not evicted:
+        if not unknown and result.outcome not in _GONE:
             self._refused(d, v, result, dry_run=False)
             return False
         log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
@@ -150,8 +146,13 @@ class Enforcer:
         self.evicted_for.setdefault(d.preemptor, []).append(v)
         self.budget -= 1
         self.state.evictions.append(self.now)
-        if stop is not None:
-            raise Stop(stop)
+        if unknown:
+            # The eviction may still land (a server-side timeout outlasts ours): taken as done, so the
+            # preemptor enters cooldown and no second victim goes for it; the next pass lists the pod again.
+            raise Stop(
+                f"eviction of {v.pod} has no known outcome ({result.status or 'no answer'}): taken as "
+                "evicted, the pass ends here and the next pass reads the pod again"
+            )
         return True
 
     def _evict_for(self, d: Decision) -> bool:

@@ -19,7 +19,6 @@ from automator.conventions import (
 from automator.metrics import AutomatorMetrics
 from automator.model import JsonObj, PodKey, Unresolved
 from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
-from automator.resources import is_terminating
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +92,6 @@ class ClusterWriter:
         if not dry_run and self.metrics is not None:
             self.metrics.evictions.labels(result=str(result.outcome)).inc()
         return result
-
-    def resolve_unknown(self, pod: PodKey) -> tuple[bool, str | None]:
-        """An eviction without an answer: read the pod before anything else is evicted.
-
-        (evicted, why the pass must stop). A pod that cannot be read is taken as evicted (its preemptor
-        enters cooldown, so no second victim goes for it) and the pass stops.
-        """
-        try:
-            now = self.kube.get_pod(pod)
-        except KubernetesUnavailable as e:
-            return True, f"eviction of {pod} has no known outcome and the pod cannot be read: {e}"
-        uid = self.uids.get(pod)
-        if now is None or is_terminating(now):
-            return True, None
-        return bool(uid) and _uid(now) != uid, None
 
     def preemptor_changed(self, key: PodKey) -> Unresolved | None:
         """Read the preemptor again just before its victims go: gone, scheduled, nominated or replaced."""

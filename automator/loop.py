@@ -97,7 +97,8 @@ class Service:
         if last is None:
             return False, "no pass yet"
         if not last.ok:
-            return False, f"last pass failed ({last.result}): {last.reason}"
+            # Unauthenticated: the reason's text (addresses, API answers) is for /decisions only.
+            return False, f"last pass failed ({last.result}): details in /decisions"
         age = (self.clock() - last.at).total_seconds()
         if age > STALE_INTERVALS * self.interval:
             return False, f"last pass is {age:.0f} s old (interval {self.interval:g} s)"

@@ -20,10 +20,12 @@ class EvictionOutcome(StrEnum):
     OK = "ok"  # 200/201: accepted, the pod terminates gracefully
     REFUSED_PDB = "refused_pdb"  # 429 naming a disruption budget: the victim is excluded, re-plan
     THROTTLED = "throttled"  # 429 without a budget (API Priority and Fairness, Retry-After): end the pass
-    ERROR = "error"  # 500 (e.g. two PDBs select the pod) or any other answer
+    ERROR = "error"  # any other 4xx (403, 422, ...): refused, the victim is excluded, re-plan
     NOT_FOUND = "not_found"  # 404: already gone, its GPUs are free
     CONFLICT = "conflict"  # 409: the uid precondition failed: not the pod that was judged; skip it
-    UNKNOWN = "unknown"  # no answer (timeout, reset): the server may have accepted it; read the pod
+    # No answer (timeout, reset) or a 5xx: the eviction may have happened or may still; taken as done, the
+    # pass ends and the next pass lists the pod again.
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -26,7 +28,7 @@ from automator.conventions import NAMESPACE_LABEL, POD_LABEL
 from automator.dra.model import ContainerUsage
 from automator.model import PodKey, PodUsage
 from automator.ports import PrometheusUnavailable, Usage, When, Windows
-from automator.series import CONTAINER_MEMORY, FRESHNESS_SECONDS, POD_ACTIVITY
+from automator.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
 from exporter.metrics import CONTAINER_LABELS, DEVICE_LABELS
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,8 @@ CPU_SERIES = 'container_cpu_usage_seconds_total{container!="", image!=""}'
 # clock apart from the pods' maxima in the recent query.
 STAT_LABEL = "stat"
 CLOCK_STAT = "clock"
+# Tells each pod's newest sample time apart in the recent query.
+NEWEST_STAT = "newest"
 
 
 class _NonFinite(ValueError):
@@ -44,10 +48,13 @@ class _NonFinite(ValueError):
 
 
 def recent_query(window_seconds: int) -> str:
-    """Each pod's highest activity over the recent window, and Prometheus' evaluation time (one query)."""
+    """Each pod's highest activity over the recent window, the time of its newest sample, and Prometheus'
+    evaluation time (one query)."""
     sel = f"{GPU_SERIES}[{window_seconds}s]"
+    newest = f"max by (namespace, pod) (timestamp({GPU_SERIES}))"
+    newest = f'label_replace({newest}, "{STAT_LABEL}", "{NEWEST_STAT}", "", "")'
     clock = f'label_replace(vector(time()), "{STAT_LABEL}", "{CLOCK_STAT}", "", "")'
-    return f"max by (namespace, pod) (max_over_time({sel})) or {clock}"
+    return f"max by (namespace, pod) (max_over_time({sel})) or {newest} or {clock}"
 
 
 def gpu_query(window_seconds: int) -> str:
@@ -134,9 +141,13 @@ def parse_cpu_result(
 
 
 def parse_recent_result(
-    result: list[dict[str, Any]], query: str, bad: set[PodKey]
+    result: list[dict[str, Any]], query: str, bad: set[PodKey], max_age: float = math.inf
 ) -> tuple[dict[PodKey, float], float]:
-    """(recent maximum per pod, Prometheus' evaluation time as a Unix timestamp)."""
+    """(recent maximum per pod, Prometheus' evaluation time as a Unix timestamp).
+
+    A pod whose newest sample is missing or more than max_age seconds old at that time is left out: its
+    recent usage is unknown, so it is protected.
+    """
     clock = next((s for s in result if (s.get("metric") or {}).get(STAT_LABEL) == CLOCK_STAT), None)
     if clock is None:
         raise PrometheusUnavailable(f"no {CLOCK_STAT} sample in the answer to {query!r}")
@@ -144,7 +155,37 @@ def parse_recent_result(
         at = _value(clock, query)
     except _NonFinite as e:
         raise PrometheusUnavailable(str(e)) from e
-    return _pod_values(result, query, bad), at
+    maxima = _pod_values(result, query, bad)
+    newest = _pod_values(result, query, bad, NEWEST_STAT)
+    fresh: dict[PodKey, float] = {}
+    for key, value in maxima.items():
+        age = at - newest[key] if key in newest else math.inf
+        if age > max_age:
+            log.info("pod %s: newest sample %.0f s old (over %g s): recent usage unknown", key, age, max_age)
+            continue
+        fresh[key] = value
+    return fresh, at
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may be shown: any userinfo replaced by `***` (the adapter still sends it)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
+@dataclass(frozen=True)
+class PrometheusCredentials:
+    """How the adapter authenticates to Prometheus; read from files so no secret sits in a flag."""
+
+    bearer_token: str | None = None
+    basic_auth: tuple[str, str] | None = None
+    ca_file: str | None = None
+
+    def secrets(self) -> tuple[str, ...]:
+        found = [self.bearer_token or "", *(self.basic_auth or ("", ""))]
+        return tuple(x for x in found if x)
 
 
 class PrometheusAdapter:
@@ -156,12 +197,26 @@ class PrometheusAdapter:
         timeout: float = 10.0,
         rule_interval: float = 30.0,
         observe_query: Callable[[float], None] | None = None,
+        credentials: PrometheusCredentials | None = None,
     ) -> None:
+        creds = credentials or PrometheusCredentials()
+        session = requests.Session()
+        if creds.ca_file:
+            session.verify = creds.ca_file
+        headers = {"Authorization": f"Bearer {creds.bearer_token}"} if creds.bearer_token else None
         # No retries: a pass runs every --interval seconds anyway, and a retry would hide a slow Prometheus.
         self._client = PrometheusConnect(
-            url=url, timeout=timeout, retry=Retry(total=0, raise_on_status=False)
+            url=url,
+            timeout=timeout,
+            retry=Retry(total=0, raise_on_status=False),
+            headers=headers,
+            auth=creds.basic_auth,
+            session=session,
         )
-        self.url = url
+        # What an error text must never carry: the URL's userinfo and the credentials' values.
+        parts = urlsplit(url)
+        self._secrets = tuple(x for x in (parts.password, parts.username) if x) + creds.secrets()
+        self.url = redact_url(url)
         self.timeout = timeout
         self.rule_interval = rule_interval
         self._observe = observe_query
@@ -184,7 +239,7 @@ class PrometheusAdapter:
             kind = f"timed out after {self.timeout:g}s" if timed_out else type(e).__name__
             if "(Caused by " in text:  # requests: the cause is at the end, after the encoded query
                 text = text.split("(Caused by ", 1)[1].removesuffix(")")
-            detail = text if len(text) <= 300 else text[:300] + "..."
+            detail = self._scrub(text if len(text) <= 300 else text[:300] + "...")
             raise PrometheusUnavailable(f"{what} query to {self.url} failed ({kind}): {detail}") from e
         finally:
             if self._observe is not None:
@@ -194,6 +249,11 @@ class PrometheusAdapter:
                 f"{what} query to {self.url}: result is not a vector: {result!r:.200}"
             )
         return result
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def usage(self, windows: Windows, at: When = None, recent_seconds: int = 300, now: When = None) -> Usage:
         """Usage of every pod in `windows` that Prometheus knows; a pod it lacks is left out (unknown).
@@ -211,7 +271,8 @@ class PrometheusAdapter:
             raise ValueError("GPU window must be > 0 s (a [0s] window reads as idle)")
         bad: set[PodKey] = set()
         q = recent_query(recent_seconds)
-        recent, prom_time = parse_recent_result(self._query(q, f"recent {recent_seconds}s", at), q, bad)
+        answer = self._query(q, f"recent {recent_seconds}s", at)
+        recent, prom_time = parse_recent_result(answer, q, bad, FRESH_RULE_INTERVALS * self.rule_interval)
         if now is not None:
             self.clock_skew_seconds = prom_time - now.timestamp()
         gpu_by_window: dict[int, dict[PodKey, PodUsage]] = {}

@@ -17,6 +17,7 @@ from automator.dra.job import DraCheckJob
 from automator.keda import wiring as keda
 from automator.kube import LeaderElector
 from automator.loop import Service
+from automator.prom import redact_url
 from automator.settings import ServiceSettings
 from automator.web import http_server
 
@@ -63,7 +64,7 @@ def serve(settings: ServiceSettings, wiring: Wiring) -> int:
         "starting: mode=%s interval=%gs prometheus=%s leader_election=%s",
         service.mode,
         service.interval,
-        settings.prometheus_url,
+        redact_url(settings.prometheus_url),
         wiring.elector is not None,
     )
     if wiring.elector is not None:

@@ -20,6 +20,12 @@ GROUP_INTERVALS: Final[dict[str, int]] = {
     FAST_GROUP: RULE_INTERVAL_SECONDS,
     SLOW_GROUP: SLOW_INTERVAL_SECONDS,
 }
+# A pod's recent usage is known only while its newest POD_ACTIVITY sample is at most this many rule
+# intervals old at the query's evaluation time: one missed evaluation is tolerated, an exporter that
+# stopped reporting is not (its last idle sample would otherwise stand for the whole recent window).
+FRESH_RULE_INTERVALS: Final = 2
+# The same bound for an offline usage file, whose rules are taken to run every RULE_INTERVAL_SECONDS.
+MAX_SAMPLE_AGE_SECONDS: Final = FRESH_RULE_INTERVALS * RULE_INTERVAL_SECONDS
 # A raw reading counts only when its exporter's snapshot is younger than this.
 FRESHNESS_SECONDS: Final = 60
 # A pod whose GPU activity is at or below this ratio is idle (the default of the reclaim class annotation).

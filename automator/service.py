@@ -35,7 +35,7 @@ from automator.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.metrics import AutomatorMetrics
 from automator.ports import KubeAdapter
 from automator.printable import log_handler
-from automator.prom import DraMemoryReader, PrometheusAdapter
+from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials
 from automator.scheduling import Job, Wiring, serve
 from automator.settings import ServiceSettings, SettingError, service_settings
 from automator.web import (
@@ -70,6 +70,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# A token or "user:password" line; anything larger is not a credential file.
+MAX_SECRET_BYTES = 16384
 
 
 def _package_version() -> str:
@@ -109,6 +111,44 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     return DecisionsAccess(settings.decisions_endpoint, token)
 
 
+def _secret_file(flag: str, path: str) -> str:
+    """A credential file's first line, stripped; SettingError names the flag, never the content."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise SettingError(f"{flag}: cannot read {path}: {e.strerror}") from e
+    if len(raw) > MAX_SECRET_BYTES:
+        raise SettingError(f"{flag}: {path} is larger than {MAX_SECRET_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise SettingError(f"{flag}: {path} is not UTF-8 text") from e
+    if not text or "\n" in text or not text.isprintable():
+        raise SettingError(f"{flag}: {path} must hold one non-empty line of printable text")
+    return text
+
+
+def prometheus_credentials(settings: ServiceSettings) -> PrometheusCredentials:
+    """The credentials for Prometheus, read once at start from their files."""
+    token = basic = None
+    if settings.prometheus_bearer_token_file:
+        token = _secret_file("--prometheus-bearer-token-file", settings.prometheus_bearer_token_file)
+    if settings.prometheus_basic_auth_file:
+        flag = "--prometheus-basic-auth-file"
+        user, sep, password = _secret_file(flag, settings.prometheus_basic_auth_file).partition(":")
+        if not sep or not user or not password:
+            raise SettingError(f"{flag}: expected one line 'user:password'")
+        basic = (user, password)
+    if token and basic:
+        raise SettingError(
+            "--prometheus-bearer-token-file and --prometheus-basic-auth-file exclude each other"
+        )
+    ca = settings.prometheus_ca_file
+    if ca and not Path(ca).is_file():
+        raise SettingError(f"--prometheus-ca-file: {ca} is not a readable file")
+    return PrometheusCredentials(token, basic, ca)
+
+
 def _cluster(
     settings: ServiceSettings, metrics: AutomatorMetrics
 ) -> tuple[KubeAdapter, LeaderElector | None]:
@@ -118,10 +158,10 @@ def _cluster(
         return SnapshotKube(Path(settings.cluster_snapshot), gpu_resources), None
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     api = api_client(settings.kubeconfig)
-    kube = KubernetesAdapter(
-        api, identity=identity, request_timeout=settings.api_timeout, gpu_resources=gpu_resources
-    )
     if settings.leader_election is False:
+        kube = KubernetesAdapter(
+            api, identity=identity, request_timeout=settings.api_timeout, gpu_resources=gpu_resources
+        )
         return kube, None
     elector = LeaderElector(
         api,
@@ -129,6 +169,13 @@ def _cluster(
         _lease_namespace(settings),
         identity,
         on_change=metrics.set_leader,
+    )
+    kube = KubernetesAdapter(
+        api,
+        identity=identity,
+        request_timeout=settings.api_timeout,
+        gpu_resources=gpu_resources,
+        write_timeout=elector.write_margin,
     )
     return kube, elector
 
@@ -173,6 +220,7 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         timeout=settings.prometheus_timeout,
         rule_interval=settings.rule_interval,
         observe_query=metrics.query_duration.observe,
+        credentials=prometheus_credentials(settings),
     )
     kube, elector = _cluster(settings, metrics)
     service = Service(

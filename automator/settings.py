@@ -138,6 +138,24 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
         "Prometheus base URL",
     ),
     Setting(
+        "--prometheus-bearer-token-file",
+        str,
+        None,
+        "file holding a bearer token sent to Prometheus (Authorization: Bearer ...); never logged",
+    ),
+    Setting(
+        "--prometheus-basic-auth-file",
+        str,
+        None,
+        "file holding 'user:password' for Prometheus' basic auth; never logged",
+    ),
+    Setting(
+        "--prometheus-ca-file",
+        str,
+        None,
+        "PEM file of the CA that signs Prometheus' TLS certificate (default: the system's CAs)",
+    ),
+    Setting(
         "--prometheus-timeout", spec.number(0, 3600, low_open=True), "10", "seconds per Prometheus query"
     ),
     Setting("--interval", spec.number(1, DAY), "30", "seconds between passes"),
@@ -262,6 +280,9 @@ class ServiceSettings:
     planner: PlannerConfig
     keda: keda.KedaSettings = field(default_factory=keda.KedaSettings)
     dra_check_interval: float = 60.0  # 0: the DRA check is off
+    prometheus_bearer_token_file: str | None = None
+    prometheus_basic_auth_file: str | None = None
+    prometheus_ca_file: str | None = None
 
 
 def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceSettings:

@@ -27,6 +27,7 @@ from automator.resources import (
     parse_time,
     pod_requests,
 )
+from automator.series import MAX_SAMPLE_AGE_SECONDS
 from automator.untrusted import UnreadableError, json_document, yaml_documents
 
 KINDS = ("Node", "Pod", "PriorityClass", "PodDisruptionBudget")
@@ -367,14 +368,18 @@ def _number(value: Any, label: str, field: str, upper: float | None) -> float | 
 
 
 def load_usage(path: Path) -> dict[PodKey, PodUsage]:
-    """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores, gpu_recent_max}]`; a pod not
-    listed is unknown; gpu_recent_max absent or null: no recent sample (protected)."""
+    """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores, gpu_recent_max,
+    newest_sample_age_seconds}]`, optionally `max_sample_age_seconds`; a pod not listed is unknown;
+    gpu_recent_max absent or null, or a newest sample older than max_sample_age_seconds (default
+    MAX_SAMPLE_AGE_SECONDS): no recent usage (protected). newest_sample_age_seconds absent: fresh."""
     docs = [d for d in documents(path) if d is not None]
     if len(docs) != 1 or not isinstance(docs[0], Mapping):
         raise InputError(f"{path}: expected one YAML mapping with a `pods` list")
     pods = docs[0].get("pods")
     if not isinstance(pods, list):
         raise InputError(f"{path}: pods: expected a list")
+    max_age = _number(docs[0].get("max_sample_age_seconds"), str(path), "max_sample_age_seconds", None)
+    max_age = MAX_SAMPLE_AGE_SECONDS if max_age is None else max_age
     usage: dict[PodKey, PodUsage] = {}
     for i, entry in enumerate(pods):
         where = f"{path} pods[{i}]"
@@ -391,5 +396,8 @@ def load_usage(path: Path) -> dict[PodKey, PodUsage]:
         coverage = _number(entry.get("coverage", 1.0), label, "coverage", 1.0)
         cpu = _number(entry.get("cpu_cores"), label, "cpu_cores", None)
         recent = _number(entry.get("gpu_recent_max"), label, "gpu_recent_max", 1.0)
+        age = _number(entry.get("newest_sample_age_seconds"), label, "newest_sample_age_seconds", None)
+        if age is not None and age > max_age:
+            recent = None  # the newest sample is stale: its recent window says nothing about now
         usage[key] = PodUsage(activity, 1.0 if coverage is None else coverage, cpu, recent)
     return usage

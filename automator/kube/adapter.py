@@ -73,6 +73,9 @@ def _refusal(e: ApiException) -> EvictionResult:
         return EvictionResult(outcome, 429, message, None if pdb else retry_after(e))
     if status == 0:  # the client's own errors (no HTTP answer)
         return EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
+    if status >= 500:
+        # The API server's own timeout (504) or a proxy's 502/503: the delete may still commit.
+        return EvictionResult(EvictionOutcome.UNKNOWN, status, message)
     return EvictionResult(_OUTCOMES.get(status, EvictionOutcome.ERROR), e.status, message)
 
 
@@ -85,6 +88,7 @@ class KubernetesAdapter:
         identity: str = COMPONENT,
         request_timeout: float = 30.0,
         gpu_resources: tuple[str, ...] = (DEFAULT_GPU_RESOURCE,),
+        write_timeout: float | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -93,6 +97,8 @@ class KubernetesAdapter:
         self.apps = client.AppsV1Api(api)
         self.identity = identity
         self.timeout = request_timeout
+        # A write must end before a lease checked just before it can pass to another replica.
+        self.write_timeout = min(request_timeout, write_timeout or request_timeout)
         self.gpu_resources = gpu_resources
 
     # --- reads ---
@@ -214,7 +220,7 @@ class KubernetesAdapter:
                 body,
                 _headers=JSON_HEADERS,
                 _preload_content=False,
-                _request_timeout=self.timeout,
+                _request_timeout=self.write_timeout,
             )
         except ApiException as e:
             return _refusal(e)
@@ -234,7 +240,7 @@ class KubernetesAdapter:
                 {"metadata": meta},
                 _content_type="application/merge-patch+json",
                 _preload_content=False,
-                _request_timeout=self.timeout,
+                _request_timeout=self.write_timeout,
             )
 
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
@@ -280,5 +286,5 @@ class KubernetesAdapter:
             body,
             _headers=JSON_HEADERS,
             _preload_content=False,
-            _request_timeout=self.timeout,
+            _request_timeout=self.write_timeout,
         )

@@ -79,6 +79,12 @@ class LeaderElector:
             and self._clock() - renewed < self.renew_deadline
         )
 
+    @property
+    def write_margin(self) -> float:
+        """The longest a write may take: leadership is checked before it (renewed less than renew_deadline
+        ago), and another replica may take the lease lease_duration after the last renewal."""
+        return self.lease_duration - self.renew_deadline
+
     def _set(self, leading: bool) -> None:
         if leading == self._leading:
             return

@@ -125,11 +125,15 @@ EVICTION = "/api/v1/namespaces/ml/pods/a/eviction"
             ),
             EvictionOutcome.REFUSED_PDB,
         ),
+        # Any 5xx may hide an eviction that still commits: not a refusal.
         (
             500,
             status(500, "InternalError", "This pod has more than one PodDisruptionBudget"),
-            EvictionOutcome.ERROR,
+            EvictionOutcome.UNKNOWN,
         ),
+        (502, status(502, "InternalError", "bad gateway"), EvictionOutcome.UNKNOWN),
+        (503, status(503, "ServiceUnavailable", "unavailable"), EvictionOutcome.UNKNOWN),
+        (504, status(504, "Timeout", "no response in time"), EvictionOutcome.UNKNOWN),
         (404, status(404, "NotFound", 'pods "a" not found'), EvictionOutcome.NOT_FOUND),
         (409, status(409, "Conflict", "Operation cannot be fulfilled"), EvictionOutcome.CONFLICT),
         (403, status(403, "Forbidden", "cannot create pods/eviction"), EvictionOutcome.ERROR),

@@ -55,6 +55,10 @@ def _openmetrics() -> str:
     lines += _gpu_samples("ml", "burst-60s", [1.0] * 2 + [0.0] * 78)
     lines += _gpu_samples("ml", "burst-90s", [1.0] * 3 + [0.0] * 77)
     lines += _gpu_samples("ml", "newest-6m-missing", [0.0] * 48, skip=12)
+    # The newest 4 minutes missing: one old idle sample still sits in a 300 s recent window.
+    lines += _gpu_samples("ml", "newest-4m-missing", [0.0] * 52, skip=8)
+    # One evaluation missed: still fresh (newest sample 45 s old, under two rule intervals).
+    lines += _gpu_samples("ml", "one-missed", [0.0] * 79, skip=1)
     lines.append("# TYPE container_cpu_usage_seconds counter")
     for pod, cores in (("idle", 0.5), ("busy", 3.0)):
         # The pod-level cgroup series (container="", image="") must not be counted twice.
@@ -193,7 +197,8 @@ def answer(*samples: tuple[dict[str, str], str], recent: tuple[tuple[dict[str, s
 
     def handle(request: Request) -> Response:
         recent_query = "max_over_time" in request.args["query"]
-        body = _vector(*recent, CLOCK) if recent_query else _vector(*samples)
+        newest = tuple(({**m, "stat": "newest"}, str(T)) for m, _ in recent)  # every pod fresh
+        body = _vector(*recent, *newest, CLOCK) if recent_query else _vector(*samples)
         return Response(json.dumps(body), 200, content_type="application/json")
 
     return handle
@@ -218,7 +223,13 @@ def test_one_query_per_distinct_window_whatever_the_pod_count(httpserver: HTTPSe
 def test_sends_the_evaluation_time(httpserver: HTTPServer) -> None:
     httpserver.expect_request(
         "/api/v1/query", query_string={"query": recent_query(300), "time": f"{T}.000"}
-    ).respond_with_json(_vector(({"namespace": "a", "pod": "b"}, "0.5"), CLOCK))
+    ).respond_with_json(
+        _vector(
+            ({"namespace": "a", "pod": "b"}, "0.5"),
+            ({"namespace": "a", "pod": "b", "stat": "newest"}, str(T)),
+            CLOCK,
+        )
+    )
     httpserver.expect_request(
         "/api/v1/query", query_string={"query": gpu_query(60), "time": f"{T}.000"}
     ).respond_with_json(
@@ -342,3 +353,17 @@ def test_query_text() -> None:
     assert cpu_query(300) == (
         'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="", image!=""}[300s]))'
     )
+
+
+@pytest.mark.integration
+def test_pod_whose_newest_4_minutes_are_missing_is_protected(prometheus: Prometheus) -> None:
+    """Its 300 s recent window still holds one idle sample, but the newest is 255 s old: not fresh."""
+    adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
+    stale, fresh = PodKey("ml", "newest-4m-missing"), PodKey("ml", "one-missed")
+    usage = adapter.usage(
+        {stale: UsageWindow(1800, 0), fresh: UsageWindow(1800, 0)}, at=AT, recent_seconds=300
+    )
+    assert usage[stale].coverage > 0.8 and usage[stale].gpu_activity == 0.0  # the window alone says idle
+    assert usage[stale].gpu_recent_max is None
+    assert usage[fresh].gpu_recent_max == 0.0
+    assert _recent_verdicts(usage) == {"newest-4m-missing": "recent-usage-unknown", "one-missed": "8-idle"}

@@ -372,27 +372,25 @@ def test_statefulset_pod_recreated_under_the_same_name_is_not_evicted() -> None:
 
 
 @pytest.mark.parametrize("accepted", [True, False])
-def test_timeout_after_the_server_accepted_is_not_a_refusal(accepted: bool) -> None:
+def test_unknown_outcome_ends_the_pass_and_cools_the_preemptor(accepted: bool) -> None:
+    # Whether or not the server took it, a pod still running now may be evicted by the request later.
     kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
     if accepted:
         kube.accepted_silently.add(PodKey("ml", "x"))
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
-    assert PodKey("ml", "x") in kube.get_calls  # resolved by reading the pod before anything else
-    if accepted:  # it was evicted: no second victim
-        assert kube.evicted == [PodKey("ml", "x")] and kube.eviction_calls == [PodKey("ml", "x")]
-        assert result.plan is not None and [d.node for d in result.plan.decisions] == ["node-a"]
-    else:  # still running: another victim is found
-        assert kube.evicted == [PodKey("ml", "y")]
-
-
-def test_unknown_outcome_that_cannot_be_read_ends_the_pass() -> None:
-    kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
-    kube.fail_get = {PodKey("ml", "x")}
-    result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
     assert kube.eviction_calls == [PodKey("ml", "x")]  # y is not evicted while x's fate is unknown
-    assert "no known outcome" in result.reason
+    assert result.replans == 0 and "no known outcome" in result.reason
     # Taken as evicted: the preemptor enters cooldown (annotations name x), so no second victim follows.
     assert kube.written[PRE][RECLAIM_VICTIMS_ANNOTATION] == "ml/x"
+
+
+def test_unknown_outcome_keeps_the_preemptor_waiting_next_pass() -> None:
+    kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
+    state = ActuatorState()
+    usage = FakePrometheus(k8s.idle("x", "y"))
+    run_pass(kube, usage, PlannerConfig(), Mode.ENFORCE, NOW, state=state)
+    later = run_pass(kube, usage, PlannerConfig(), Mode.ENFORCE, NOW + timedelta(seconds=30), state=state)
+    assert kube.eviction_calls == [PodKey("ml", "x")] and not later.acted
 
 
 def test_preemptor_that_cannot_be_read_again_gets_nothing() -> None:

@@ -92,10 +92,13 @@ def test_readyz_fails_when_prometheus_is_down() -> None:
     result = svc.run_once()
     assert result is not None and result.result == "prometheus_unavailable"
     response = http.get("/readyz")
-    assert response.status_code == 503 and b"Prometheus unavailable" in response.data
+    # A fixed reason: the details (addresses, error texts) are /decisions' only.
+    assert response.status_code == 503 and b"prometheus_unavailable" in response.data
+    assert b"connection refused" not in response.data
     assert kube.eviction_calls == []
     body = http.get("/decisions").get_json()
     assert body["result"] == "prometheus_unavailable" and body["decisions"] == [] and body["acted"] is False
+    assert "connection refused" in body["reason"]
 
 
 def test_standby_runs_no_pass_and_is_ready() -> None:
@@ -261,6 +264,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
             assert "[300s]" in query
             result = [
                 {"metric": metric, "value": [0, "0.02"]},
+                {"metric": {**metric, "stat": "newest"}, "value": [0, str(time.time())]},
                 {"metric": {"stat": "clock"}, "value": [0, str(time.time())]},
             ]
         else:
