@@ -26,6 +26,9 @@ LAST_RECLAIM_ANNOTATION: Final = "gpu-steward.io/last-reclaim-time"
 RECLAIM_NODE_ANNOTATION: Final = "gpu-steward.io/reclaim-node"
 RECLAIM_VICTIMS_ANNOTATION: Final = "gpu-steward.io/reclaim-victims"
 RECLAIM_COUNT_ANNOTATION: Final = "gpu-steward.io/reclaim-count"
+# On the leader election Lease: the evictions of the last hour, by minute, so that the hourly budget
+# survives a restart and passes to the next leader.
+EVICTIONS_ANNOTATION: Final = "gpu-steward.io/evictions-last-hour"
 # Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
 WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = (
     LAST_RECLAIM_ANNOTATION,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from automator.conventions import (
+    EVICTIONS_ANNOTATION,
     LAST_RECLAIM_ANNOTATION,
     RECLAIM_COUNT_ANNOTATION,
     RECLAIM_NODE_ANNOTATION,
@@ -52,6 +53,47 @@ class ActuatorState:
         while self.evictions and now - self.evictions[0] >= HOUR:
             self.evictions.popleft()
         return len(self.evictions)
+
+
+def evictions_record(evictions: Iterable[datetime], now: datetime) -> dict[str, str]:
+    """The last hour's evictions as the Lease annotation: `minute:count,...` (Unix minutes, at most 61)."""
+    minutes: dict[int, int] = {}
+    for when in evictions:
+        if now - when < HOUR:
+            minute = int(when.timestamp()) // 60
+            minutes[minute] = minutes.get(minute, 0) + 1
+    return {EVICTIONS_ANNOTATION: ",".join(f"{m}:{c}" for m, c in sorted(minutes.items()))}
+
+
+def restore_evictions(state: ActuatorState, annotations: Mapping[str, str], now: datetime, cap: int) -> int:
+    """Merge the evictions recorded on the Lease into state (per minute, the larger count); how many
+    were added. Idempotent: reading the same record again adds nothing.
+
+    A minute's recorded evictions count from the end of that minute (they expire a little later than
+    they happened, never sooner). An unreadable record counts as the whole budget spent now.
+    """
+    text = annotations.get(EVICTIONS_ANNOTATION)
+    if not text:
+        return 0
+    own: dict[int, int] = {}
+    for when in state.evictions:
+        own[int(when.timestamp()) // 60] = own.get(int(when.timestamp()) // 60, 0) + 1
+    added: list[datetime] = []
+    try:
+        for entry in text.split(","):
+            minute_text, count_text = entry.split(":", 1)
+            minute, count = whole_number(minute_text), whole_number(count_text)
+            if minute < 0 or count < 0:
+                raise ValueError(f"negative entry {entry!r}")
+            end = datetime.fromtimestamp((minute + 1) * 60, tz=UTC)
+            missing = min(count, cap) - own.get(minute, 0)
+            if now - end < HOUR and missing > 0:
+                added += [min(end, now)] * missing
+    except (ValueError, OverflowError, OSError):
+        added = [now] * max(0, cap - len(state.evictions))
+    added = sorted(added)[-cap:] if cap else []
+    state.evictions = deque(sorted([*state.evictions, *added]))
+    return len(added)
 
 
 def _parse_time(text: str) -> datetime | None:

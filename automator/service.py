@@ -21,12 +21,15 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from automator.conventions import COMPONENT
+from automator.cooldown import ActuatorState, evictions_record, restore_evictions
 from automator.dra.cache import RecordCache
 from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
 from automator.keda import wiring as keda
@@ -149,8 +152,14 @@ def prometheus_credentials(settings: ServiceSettings) -> PrometheusCredentials:
     return PrometheusCredentials(token, basic, ca)
 
 
+def _restore_budget(state: ActuatorState, found: Mapping[str, str], cap: int) -> None:
+    added = restore_evictions(state, found, datetime.now(UTC), cap)
+    if added:
+        log.info("hourly eviction budget: %d evictions of the last hour read from the Lease", added)
+
+
 def _cluster(
-    settings: ServiceSettings, metrics: AutomatorMetrics
+    settings: ServiceSettings, metrics: AutomatorMetrics, state: ActuatorState
 ) -> tuple[KubeAdapter, LeaderElector | None]:
     """The cluster adapter (the snapshot file, or the API) and, when on, the leader elector."""
     gpu_resources = settings.planner.gpu_resources
@@ -169,6 +178,9 @@ def _cluster(
         _lease_namespace(settings),
         identity,
         on_change=metrics.set_leader,
+        # The hourly eviction budget lives on the Lease, so a restart or the next leader keeps it.
+        annotations=lambda: evictions_record(list(state.evictions), datetime.now(UTC)),
+        on_acquire=lambda found: _restore_budget(state, found, settings.max_evictions_per_hour),
     )
     kube = KubernetesAdapter(
         api,
@@ -222,8 +234,10 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         observe_query=metrics.query_duration.observe,
         credentials=prometheus_credentials(settings),
     )
-    kube, elector = _cluster(settings, metrics)
+    state = ActuatorState()
+    kube, elector = _cluster(settings, metrics, state)
     service = Service(
+        state=state,
         kube=kube,
         prom=prom,
         config=settings.planner,

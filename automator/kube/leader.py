@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +49,8 @@ class LeaderElector:
         on_change: Callable[[bool], None] | None = None,
         request_timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        annotations: Callable[[], Mapping[str, str]] | None = None,
+        on_acquire: Callable[[Mapping[str, str]], None] | None = None,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
@@ -68,6 +70,10 @@ class LeaderElector:
         self._leading = False
         self._stopped = threading.Event()
         self._on_change = on_change
+        # What the holder keeps on the Lease (written at each renewal), and who reads it when this
+        # process takes the Lease: before its first pass as leader.
+        self._annotations = annotations
+        self._on_acquire = on_acquire
         self._thread: threading.Thread | None = None
 
     @property
@@ -125,12 +131,13 @@ class LeaderElector:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
+                "metadata": {"name": self.name, "namespace": self.namespace, "annotations": self._kept()},
                 "spec": self._record(now, None),
             }
             self.coordination.create_namespaced_lease(
                 self.namespace, body, _preload_content=False, _request_timeout=t
             )
+            self._acquired({})
             self._renewed_at = started
             return True
         spec = lease.get("spec") or {}
@@ -141,12 +148,23 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
         if holder and holder != self.identity and started - self._observed_at < duration:
             return False  # held by another replica whose lease has not expired (by our clock)
+        found = dict((lease.get("metadata") or {}).get("annotations") or {})
+        if not self.is_leader:
+            self._acquired(found)  # taking over, or back after a restart: read what the holder kept
         lease["spec"] = self._record(now, lease)
+        lease.setdefault("metadata", {})["annotations"] = {**found, **self._kept()}
         self.coordination.replace_namespaced_lease(
             self.name, self.namespace, lease, _preload_content=False, _request_timeout=t
         )
         self._renewed_at = started
         return True
+
+    def _kept(self) -> dict[str, str]:
+        return dict(self._annotations()) if self._annotations is not None else {}
+
+    def _acquired(self, found: Mapping[str, str]) -> None:
+        if self._on_acquire is not None:
+            self._on_acquire({str(k): str(v) for k, v in found.items()})
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
