@@ -70,10 +70,21 @@ NODE = "demo-gpu-node-1"
 SCENARIOS = {"scenario.yaml": "exporter", "inference-scenario.yaml": "inference_exporter",
              "dra-scenario.yaml": "dra_exporter"}  # fmt: skip
 DRA_REASON = REASONS[USAGE_OVER_CLAIM]
-DRA_CLAIM = ("demo-dra", "llm-chat-gpu")
-OUTAGE_SECONDS = 100  # Prometheus stopped on purpose for this long (scaled): past the KEDA fallback
+# The amounts a usage-over-claim message compares: measured, then promised (bytes, and their short form).
+_AMOUNTS = re.compile(r"uses GPU memory (\d+)(?: \(([^)]+)\))?.* consumed (\d+)(?: \(([^)]+)\))?")
+OUTAGE_SECONDS = 80  # Prometheus stopped on purpose for this long (scaled): past the KEDA fallback
 STORIES = {
-    "reclaim": ("recording", "idle", "alert", "alertmanager", "evicted", "gone", "scheduled", "busy", "waste"),
+    "reclaim": (
+        "recording",
+        "idle",
+        "alert",
+        "alertmanager",
+        "evicted",
+        "gone",
+        "scheduled",
+        "busy",
+        "waste",
+    ),
     "KEDA": ("keda-applied", "keda-up", "keda-fallback", "keda-down"),
     "DRA": ("dra-finding", "dra-event", "dra-alert", "dra-alertmanager"),
 }
@@ -158,7 +169,9 @@ class Demo:
             scenario = yaml.safe_load((DEMO / name).read_text())
             base = self.workdir / name.replace(".yaml", ".base.yaml")
             base.write_text(yaml.safe_dump(demorules.scale_scenario(scenario, self.scale), sort_keys=False))
-        self.devices = GpuDevices.from_file(self.workdir / "scenario.base.yaml", self.workdir / "scenario.yaml")
+        self.devices = GpuDevices.from_file(
+            self.workdir / "scenario.base.yaml", self.workdir / "scenario.yaml"
+        )
         self.inference_devices = GpuDevices.from_file(
             self.workdir / "inference-scenario.base.yaml", self.workdir / "inference-scenario.yaml"
         )
@@ -172,7 +185,8 @@ class Demo:
         return demorules.scale_cluster(objects, self.scale), rules
 
     def start(self) -> Demo:
-        """Everything but the GPUs first; the exporters last, so the scenarios' clock starts with the story."""
+        """Everything but the GPUs first; the exporters last, so their scenarios' clock starts with the
+        story."""
         objects, rules = self._prepare()
         ports = self.ports.resolved()
         self.api = FakeApiServer(
@@ -312,7 +326,7 @@ class Story:
     keda_told: int = 0  # KEDA polls looked at so far
     keda_answer: tuple[Any, ...] | None = None
     keda_steps: list[Poll] = field(default_factory=list)  # the polls that scaled
-    outage: tuple[float, float] | None = None  # when Prometheus was stopped, and when it came back (0: not yet)
+    outage: tuple[float, float] | None = None  # Prometheus stopped, and back (0: not yet)
 
     STEPS = tuple(step for steps in STORIES.values() for step in steps)
 
@@ -485,8 +499,8 @@ class Story:
                     self.told["keda-fallback"] = poll.at
                 elif not poll.error and up and "keda-up" not in self.told:
                     self.told["keda-up"] = poll.at
-                elif not poll.error and down and "keda-fallback" in self.told and "keda-down" not in self.told:
-                    self.told["keda-down"] = poll.at
+                elif not poll.error and down and "keda-fallback" in self.told:
+                    self.told.setdefault("keda-down", poll.at)
         self.keda_told = len(polls)
         return out
 
@@ -519,7 +533,7 @@ class Story:
         if not found:
             return None
         f = self.dra_finding = found[0]
-        amounts = re.search(r"uses GPU memory (\d+)(?: \(([^)]+)\))?.* consumed (\d+)(?: \(([^)]+)\))?", f["message"])
+        amounts = _AMOUNTS.search(f["message"])
         measured = (amounts.group(2) or amounts.group(1)) if amounts else "?"
         promised = (amounts.group(4) or amounts.group(3)) if amounts else "?"
         f["measured"], f["promised"] = measured, promised
@@ -540,7 +554,8 @@ class Story:
             return None
         e = events[0]
         obj = e["involvedObject"]
-        return f"Event {DRA_REASON} ({e.get('type')}) on ResourceClaim {obj['namespace']}/{obj['name']}: {e['message']}"
+        claim = f"{obj['namespace']}/{obj['name']}"
+        return f"Event {DRA_REASON} ({e.get('type')}) on ResourceClaim {claim}: {e['message']}"
 
     def _dra_alert(self) -> str | None:
         assert self.demo.prometheus is not None
@@ -548,7 +563,7 @@ class Story:
             return None
         production = demorules.alert_for(ROOT, DRA_ALERT)
         return (
-            f"alert {DRA_ALERT} fires ({FINDINGS_METRIC}{{kind=\"{USAGE_OVER_CLAIM}\"}} > 0 for "
+            f'alert {DRA_ALERT} fires ({FINDINGS_METRIC}{{kind="{USAGE_OVER_CLAIM}"}} > 0 for '
             f"{self.demo.scale.dra_alert_seconds} s in the demo; {production} in production)"
         )
 
@@ -559,7 +574,8 @@ class Story:
         if not alerts:
             return None
         self.dra_received = alerts
-        return f"Alertmanager received {DRA_ALERT} (severity {alerts[0]['labels'].get('severity')}): {am.url}/#/alerts"
+        severity = alerts[0]["labels"].get("severity")
+        return f"Alertmanager received {DRA_ALERT} (severity {severity}): {am.url}/#/alerts"
 
     def poll(self) -> list[str]:
         """What happened since the last poll, as timeline lines."""
@@ -596,21 +612,20 @@ class Story:
         prom, am = demo.prometheus.url, demo.alertmanager.url
         waste = self.waste[-1][1] if self.waste else None
         gpus = demo.devices.assigned.get(PREEMPTOR, []) if demo.devices else []
-        steps = " then ".join(
-            f"{p.current} to {p.replicas}" + (" (fallback, Prometheus stopped)" if p.fallback else "")
-            for p in self.keda_steps
-        )
+        steps = [str(self.keda_steps[0].current)] if self.keda_steps else []
+        steps += [f"{p.replicas}" + (" (fallback)" if p.fallback else "") for p in self.keda_steps]
         f = self.dra_finding
         q = urllib.parse.quote
         return "\n".join(
             [
                 "What each job did, and where to look:",
-                f"  reclaim    evicted {_pod(VICTIM)} (idle, holding 2 GPUs) for {_pod(PREEMPTOR)}, now busy on "
-                f"GPUs {', '.join(map(str, gpus))}"
+                f"  reclaim    evicted {_pod(VICTIM)} (idle, holding 2 GPUs) for {_pod(PREEMPTOR)}, "
+                f"now busy on GPUs {', '.join(map(str, gpus))}"
                 + (f"; {waste:.0f} idle GPU-seconds in all" if waste is not None else ""),
                 f"             {demo.automator_url}/decisions   {prom}/graph?g0.expr={q(WASTE)}",
                 f"             {prom}/graph?g0.expr={q(POD_ACTIVITY)}",
-                f"  KEDA       scaled inference/api on its own GPU utilization: {steps or 'no step'}",
+                "  KEDA       (stand-in) scaled inference/api on its own GPU utilization, replicas "
+                f"{' -> '.join(steps) or 'unchanged'}; the fallback held while Prometheus was stopped",
                 f"             {demo.keda_url}   (Authorization: Bearer <{demo.workdir / 'keda-token'}>)",
                 f"             {prom}/graph?g0.expr={q('gpu_steward_automator_keda_requests_total')}",
                 f"  DRA        {f.get('pod', '?')} uses {f.get('measured', '?')} of GPU memory on "

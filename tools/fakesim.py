@@ -203,9 +203,16 @@ class Cluster:
                     "namespace": rs_meta.get("namespace"),
                     "labels": dict(meta.get("labels") or {}),
                     "annotations": dict(meta.get("annotations") or {}),
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                         "name": rs_meta["name"], "uid": rs_meta.get("uid"),
-                                         "controller": True, "blockOwnerDeletion": True}],  # fmt: skip
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "ReplicaSet",
+                            "name": rs_meta["name"],
+                            "uid": rs_meta.get("uid"),
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
                 },
                 "spec": spec,
                 "status": {"phase": "Pending"},

@@ -148,7 +148,7 @@ def fallback_value(metric_type: MetricType, target: float, replicas: int, curren
 def _number(obj: Mapping[str, Any], key: str, path: str, default: float | None = None) -> float:
     raw = obj.get(key, default)
     try:
-        value = float(raw)  # type: ignore[arg-type]
+        value = float(raw)
     except (TypeError, ValueError):
         raise ScaledObjectError(f"{path}.{key}: expected a number, got {raw!r}") from None
     if not math.isfinite(value) or value < 0:
@@ -210,15 +210,17 @@ class ScaledObject:
                 if d.get("kind") == "TriggerAuthentication" and (d.get("metadata") or {}).get("name") == ref
             ]
             if not auths:
-                raise ScaledObjectError(f"spec.triggers[0].authenticationRef: no TriggerAuthentication {ref!r}")
-            targets = [
-                t for t in (auths[0].get("spec") or {}).get("secretTargetRef") or [] if t.get("parameter") == "token"
-            ]
+                raise ScaledObjectError(
+                    f"spec.triggers[0].authenticationRef: no TriggerAuthentication {ref!r}"
+                )
+            refs = (auths[0].get("spec") or {}).get("secretTargetRef") or []
+            targets = [t for t in refs if t.get("parameter") == "token"]
             if not targets:
                 raise ScaledObjectError("TriggerAuthentication spec.secretTargetRef: no `token` parameter")
             bearer = (str(targets[0]["name"]), str(targets[0]["key"]))
         fallback = spec.get("fallback")
-        behavior = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior") or {}
+        hpa_config = (spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}
+        behavior = hpa_config.get("behavior") or {}
         down = (behavior.get("scaleDown") or {}).get("stabilizationWindowSeconds", DEFAULT_SCALE_DOWN_WINDOW)
         up = (behavior.get("scaleUp") or {}).get("stabilizationWindowSeconds", 0)
         minimum = int(_number(spec, "minReplicaCount", "spec", 0))
@@ -235,7 +237,9 @@ class ScaledObject:
             polling_interval=_number(spec, "pollingInterval", "spec", 30),
             min_replicas=minimum,
             max_replicas=maximum,
-            failure_threshold=int(_number(fallback, "failureThreshold", "spec.fallback")) if fallback else None,
+            failure_threshold=(
+                int(_number(fallback, "failureThreshold", "spec.fallback")) if fallback else None
+            ),
             fallback_replicas=int(_number(fallback, "replicas", "spec.fallback")) if fallback else None,
             scale_down_window=float(down),
             scale_up_window=float(up),
@@ -258,6 +262,7 @@ class Poll:
     error: str = ""  # why the poll failed (HTTP status and the endpoint's reason)
     failures: int = 0  # consecutive failed polls, this one included
     fallback: bool = False  # the HPA got the fallback metric
+    raw: int | None = None  # the HPA's recommendation before stabilization and limits
 
     @property
     def answer(self) -> tuple[Any, ...]:
@@ -330,7 +335,8 @@ class KedaStandIn:
         current = int((deployment.get("spec") or {}).get("replicas", 1))
         labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         selector = urllib.parse.quote(",".join(f"{k}={v}" for k, v in sorted(labels.items())))
-        pods = self._api("GET", f"/api/v1/namespaces/{self.scaled_object.namespace}/pods?labelSelector={selector}")
+        namespace = self.scaled_object.namespace
+        pods = self._api("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
         ready = sum(
             1
             for p in pods.get("items") or []
@@ -354,16 +360,20 @@ class KedaStandIn:
         metric = value
         if error:
             self.failures += 1
-            if so.fallback_replicas is not None and so.failure_threshold is not None:
-                if self.failures > so.failure_threshold:
-                    fallback = True
-                    metric = fallback_value(so.metric_type, so.target, so.fallback_replicas, current)
+            threshold, replicas = so.failure_threshold, so.fallback_replicas
+            if threshold is not None and replicas is not None and self.failures > threshold:
+                fallback = True
+                metric = fallback_value(so.metric_type, so.target, replicas, current)
         else:
             self.failures = 0
+        raw = None
+        if metric is not None and so.min_replicas <= current <= so.max_replicas:
+            raw = raw_replicas(so.metric_type, metric, so.target, current, ready)
         replicas = hpa_replicas(self.hpa, now, so.metric_type, metric, so.target, current, ready)
         if replicas != current:
             self._api("PATCH", self._deployment_path(), {"spec": {"replicas": replicas}})
-        result = Poll(now, current, replicas, value, unit, error, self.failures if error else 0, fallback)
+        failures = self.failures if error else 0
+        result = Poll(now, current, replicas, value, unit, error, failures, fallback, raw)
         with self._lock:
             self.polls.append(result)
         return result
@@ -401,21 +411,31 @@ def describe(so: ScaledObject, poll: Poll) -> str:
     """A poll as the demo tells it."""
     head = f"KEDA (metrics-api, {so.profile}): {so.namespace}/{so.deployment}"
     if poll.error:
+        threshold = so.failure_threshold
         if poll.fallback:
-            what = f"fallback ({so.fallback_replicas} replicas, after more than {so.failure_threshold} failures)"
+            what = f"fallback to {so.fallback_replicas} replicas (failure {poll.failures}, over {threshold})"
         else:
-            left = "" if so.failure_threshold is None else f"failure {poll.failures} of {so.failure_threshold}"
+            left = "" if threshold is None else f"failure {poll.failures} of {threshold}"
             what = "the HPA keeps its size" + (f" ({left} before the fallback)" if left else "")
-        return f"{head} endpoint answered {poll.error}: {what} -> {_step(poll)}"
+        return f"{head} endpoint answered {poll.error}: {what} -> {_step(so, poll)}"
     assert poll.value is not None
     divisor = SIGNAL_WORDS.get(poll.unit, 1.0)
     value, target = poll.value / divisor, so.target / divisor
     word = "over" if poll.value > so.target else "under" if poll.value < so.target else "at"
     signal = "GPU utilization" if poll.unit == "percent" else f"value ({poll.unit})"
-    return f"{head} {signal} {value:.2f} {word} target {target:.2f} -> {_step(poll)}"
+    return f"{head} {signal} {value:.2f} {word} target {target:.2f} -> {_step(so, poll)}"
 
 
-def _step(poll: Poll) -> str:
+def _replicas(n: int) -> str:
+    return f"{n} replica" + ("" if n == 1 else "s")
+
+
+def _step(so: ScaledObject, poll: Poll) -> str:
     if poll.replicas != poll.current:
-        return f"{poll.current} to {poll.replicas} replicas"
-    return f"stays at {poll.replicas} replicas"
+        return f"{poll.current} to {_replicas(poll.replicas)}"
+    held = ""
+    if poll.raw is not None and poll.raw < poll.replicas and poll.replicas > so.min_replicas:
+        held = f" (wants {poll.raw}; scale-down stabilization window {so.scale_down_window:g} s)"
+    elif poll.raw is not None and poll.raw > poll.replicas and poll.replicas < so.max_replicas:
+        held = f" (wants {poll.raw}; scale-up stabilization window {so.scale_up_window:g} s)"
+    return f"stays at {_replicas(poll.replicas)}{held}"
