@@ -492,15 +492,14 @@ class Story:
                 continue
             self.keda_answer = answer
             out.append((poll.at, describe(so, poll)))
+            if poll.fallback and self.outage is not None:
+                self.told.setdefault("keda-fallback", poll.at)  # held, whether or not the size changed
             if scaled:
                 self.keda_steps.append(poll)
-                up, down = poll.replicas > poll.current, poll.replicas < poll.current
-                if poll.fallback and "keda-fallback" not in self.told and self.outage is not None:
-                    self.told["keda-fallback"] = poll.at
-                elif not poll.error and up and "keda-up" not in self.told:
-                    self.told["keda-up"] = poll.at
-                elif not poll.error and down and "keda-fallback" in self.told:
-                    self.told.setdefault("keda-down", poll.at)
+                if not poll.error and poll.replicas > poll.current:
+                    self.told.setdefault("keda-up", poll.at)
+                elif not poll.error and "keda-fallback" in self.told:
+                    self.told.setdefault("keda-down", poll.at)  # back on the value, after the fallback
         self.keda_told = len(polls)
         return out
 

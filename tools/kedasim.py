@@ -8,10 +8,11 @@ metrics-api scaler and the HPA controller would do with them:
   bearer`: `Authorization: Bearer <token>`), the scaler's 3 s timeout, only HTTP 200 accepted, the number
   at `valueLocation` (a top-level key here; NaN, Inf and negatives read as 0). A failed GET is retried once
   (KEDA refreshes the scaler and asks again); a poll whose retry fails too is one failure. Once the
-  consecutive failures pass `fallback.failureThreshold`, KEDA hands the HPA the metric that makes it ask
-  for `fallback.replicas` (target x replicas for AverageValue; for Value, as KEDA 2.18 does, target x
-  replicas / current replicas); before that, and without a fallback, the HPA gets no metric and keeps
-  the size.
+  consecutive failures pass `fallback.failureThreshold` (KEDA: NumberOfFailures > FailureThreshold),
+  KEDA hands the HPA the metric that makes it ask for `fallback.replicas`: target x replicas for
+  AverageValue (KEDA's doFallback); for Value (fallback for Value triggers since KEDA 2.18), the value
+  whose Value formula gives that count, target x replicas / current replicas. Before that, and without a
+  fallback, the HPA gets no metric and keeps its size.
 - The HPA (pkg/controller/podautoscaler, replica_calculator.go and horizontal.go), `hpa_replicas`: the
   metric and target in milli-units; `Value`: ratio = value / target, desired = ceil(ratio x ready pods);
   `AverageValue`: ratio = value / (target x current replicas), desired = ceil(value / target); no change

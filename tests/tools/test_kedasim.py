@@ -91,7 +91,7 @@ def test_the_recommendation_is_stabilized_and_limited_as_the_hpa_does(name: str)
 def test_the_demo_scaled_object_is_read() -> None:
     so = ScaledObject.from_manifests(load_objects(DEMO_KEDA))
     assert (so.namespace, so.deployment, so.metric_type, so.target) == ("inference", "api", "Value", 70)
-    assert (so.min_replicas, so.max_replicas, so.failure_threshold, so.fallback_replicas) == (1, 5, 3, 4)
+    assert (so.min_replicas, so.max_replicas, so.failure_threshold, so.fallback_replicas) == (1, 5, 3, 5)
     assert so.bearer_secret == ("gpu-steward-keda", "token") and so.profile == "triton-inference"
     assert (so.scale_down_window, so.scale_up_window) == (60, 30)
 
@@ -185,8 +185,8 @@ def test_503_is_retried_once_and_the_fallback_applies_only_past_the_threshold(
         assert poll.error == "HTTP 503 prometheus_unavailable"
     assert len(calls) == 2 * threshold  # each poll: the GET and its one retry
     poll = keda.poll()
-    assert (poll.fallback, poll.replicas, replicas(kube)) == (True, 4, 4)
-    assert "fallback to 4 replicas" in describe(keda.scaled_object, poll)
+    assert (poll.fallback, poll.replicas, replicas(kube)) == (True, 5, 5)
+    assert "fallback to 5 replicas" in describe(keda.scaled_object, poll)
 
 
 def test_an_answer_between_failures_resets_the_count(httpserver: HTTPServer, kube: FakeApiServer) -> None:
