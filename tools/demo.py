@@ -492,7 +492,9 @@ class Story:
                 continue
             self.keda_answer = answer
             out.append((poll.at, describe(so, poll)))
-            if poll.fallback and self.outage is not None:
+            if poll.fallback and self.outage is None:
+                self.failed = f"KEDA: the endpoint failed {poll.failures} polls in a row with Prometheus up"
+            elif poll.fallback:
                 self.told.setdefault("keda-fallback", poll.at)  # held, whether or not the size changed
             if scaled:
                 self.keda_steps.append(poll)
