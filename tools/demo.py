@@ -1,16 +1,20 @@
-"""`make demo` and `make demo-fast`: the closed loop on one machine, no cluster (docs/demo.md).
+"""`make demo` and `make demo-fast`: the automator's three jobs on one machine, no cluster (docs/demo.md).
 
-Starts the fake Kubernetes API server with its simulated kubelet, scheduler and GPUs (tools/fakekube.py,
-tools/fakesim.py) holding deploy/demo/cluster.yaml, the mock exporter following the fake's GPUs, a real
-Prometheus with the recording rules and alerts, Alertmanager receiving the alerts, and `gpu-automator run`
-in enforce mode reaching the fake through a kubeconfig and its real Kubernetes adapter. It then narrates
-the story as it happens (Story) and says where to look.
+Starts the fake Kubernetes API server with its simulated kubelet, scheduler, ReplicaSet controller and GPUs
+(tools/fakekube.py, tools/fakesim.py) holding deploy/demo/cluster.yaml and deploy/demo/dra-cluster.yaml, a
+mock exporter per GPU node following the fake's GPUs, a real Prometheus with the recording rules and
+alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode reaching the fake through a
+kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA (tools/kedasim.py) playing
+deploy/demo/keda.yaml against the automator's KEDA endpoint. It then narrates the three stories as they
+happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while on purpose, so that the
+ScaledObject's fallback applies), and the DRA check's broken promise; then sums up where to look.
 
-`--fast` divides the story's durations by 10 (tools/demorules.py) and exits when the story is complete:
-0, or 1 when it fails or has not completed within DEMO_TIMEOUT seconds (180).
-Environment: DEMO_API_PORT (16443), DEMO_EXPORTER_PORT (31995), DEMO_PROMETHEUS_PORT (19090),
-DEMO_ALERTMANAGER_PORT (19093), DEMO_AUTOMATOR_PORT (18080) for `make demo` (`--fast` takes free ports),
-DEMO_DURATION (seconds; `make demo` runs until Ctrl-C without it).
+`--fast` divides the story's durations by 10 (tools/demorules.py) and exits when every story is complete:
+0, or 1 when one fails or is not complete within DEMO_TIMEOUT seconds (180), naming it.
+Environment: DEMO_API_PORT (16443), DEMO_EXPORTER_PORT (31995), DEMO_INFERENCE_EXPORTER_PORT (31996),
+DEMO_DRA_EXPORTER_PORT (31997), DEMO_PROMETHEUS_PORT (19090), DEMO_ALERTMANAGER_PORT (19093),
+DEMO_AUTOMATOR_PORT (18080) for `make demo` (`--fast` takes free ports), DEMO_DURATION (seconds; `make
+demo` runs until Ctrl-C without it).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -34,12 +40,15 @@ from typing import Any
 import yaml
 
 from automator.conventions import REASON_VICTIM
+from automator.dra.model import USAGE_OVER_CLAIM
+from automator.dra.report import FINDINGS_METRIC, REASONS
 from automator.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from automator.settings import ALL_SETTINGS
 from tools import demorules
-from tools.demorules import IDLE_ALERT, TimeScale
+from tools.demorules import DRA_ALERT, IDLE_ALERT, TimeScale
 from tools.fakekube import FakeApiServer
 from tools.fakesim import GpuDevices
+from tools.kedasim import KedaStandIn, Poll, ScaledObject, describe
 from tools.kubeapi import is_dry_run, load_objects
 from tools.promserver import (
     ROOT,
@@ -53,10 +62,32 @@ from tools.promserver import (
     wait_http,
 )
 
-NORMAL = TimeScale(factor=1, idle_alert_seconds=60)
-FAST = TimeScale(factor=10, idle_alert_seconds=6)
+NORMAL = TimeScale(factor=1, idle_alert_seconds=60, dra_alert_seconds=60)
+FAST = TimeScale(factor=10, idle_alert_seconds=6, dra_alert_seconds=6)
 DEMO = ROOT / "deploy" / "demo"
 NODE = "demo-gpu-node-1"
+# The GPU nodes the exporters play: scenario file, and the Ports field of its exporter.
+SCENARIOS = {"scenario.yaml": "exporter", "inference-scenario.yaml": "inference_exporter",
+             "dra-scenario.yaml": "dra_exporter"}  # fmt: skip
+DRA_REASON = REASONS[USAGE_OVER_CLAIM]
+# The amounts a usage-over-claim message compares: measured, then promised (bytes, and their short form).
+_AMOUNTS = re.compile(r"uses GPU memory (\d+)(?: \(([^)]+)\))?.* consumed (\d+)(?: \(([^)]+)\))?")
+OUTAGE_SECONDS = 80  # Prometheus stopped on purpose for this long (scaled): past the KEDA fallback
+STORIES = {
+    "reclaim": (
+        "recording",
+        "idle",
+        "alert",
+        "alertmanager",
+        "evicted",
+        "gone",
+        "scheduled",
+        "busy",
+        "waste",
+    ),
+    "KEDA": ("keda-applied", "keda-up", "keda-fallback", "keda-down"),
+    "DRA": ("dra-finding", "dra-event", "dra-alert", "dra-alertmanager"),
+}
 VICTIM, BUSY, PREEMPTOR = ("research", "batch-idle"), ("ml-team", "train-busy"), ("ml-team", "train-urgent")
 NEVER_EVICTED = (BUSY, ("inference", "api-a"))
 WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
@@ -73,6 +104,8 @@ class Ports:
     prometheus: int = 0
     alertmanager: int = 0
     automator: int = 0
+    inference_exporter: int = 0
+    dra_exporter: int = 0
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -83,11 +116,14 @@ class Ports:
             int(env.get("DEMO_PROMETHEUS_PORT", "19090")),
             int(env.get("DEMO_ALERTMANAGER_PORT", "19093")),
             int(env.get("DEMO_AUTOMATOR_PORT", "18080")),
+            int(env.get("DEMO_INFERENCE_EXPORTER_PORT", "31996")),
+            int(env.get("DEMO_DRA_EXPORTER_PORT", "31997")),
         )
 
     def resolved(self) -> Ports:
-        return Ports(*(p or free_port() for p in (self.api, self.exporter, self.prometheus,
-                                                  self.alertmanager, self.automator)))  # fmt: skip
+        return Ports(*(p or free_port() for p in (self.api, self.exporter, self.prometheus, self.alertmanager,
+                                                  self.automator, self.inference_exporter,
+                                                  self.dra_exporter)))  # fmt: skip
 
 
 def _pod(key: tuple[str, str]) -> str:
@@ -102,89 +138,139 @@ class Demo:
     scale: TimeScale = NORMAL
     ports: Ports = field(default_factory=Ports)
     api: FakeApiServer | None = None
-    devices: GpuDevices | None = None
+    devices: GpuDevices | None = None  # the training node's GPUs (demo-gpu-node-1)
+    inference_devices: GpuDevices | None = None  # the inference node's (demo-gpu-node-2)
     prometheus: Prometheus | None = None
     alertmanager: Alertmanager | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     automator_url: str = ""
+    keda_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    keda: KedaStandIn | None = None
+    scaled_object: ScaledObject | None = None
+    exporter_urls: list[str] = field(default_factory=list)
+    _prometheus_args: dict[str, Any] = field(default_factory=dict)
 
     @property
     def keda_url(self) -> str:
-        """The KEDA metrics-api URL of the demo's Deployment inference/api (docs/keda.md)."""
-        query = "namespace=inference&deployment=api&profile=triton-inference"
-        return f"{self.automator_url}/keda/v1/metrics?{query}"
+        """The demo ScaledObject's metrics-api URL (deploy/demo/keda.yaml), on the demo's automator."""
+        so = self.scaled_object or ScaledObject.from_manifests(load_objects(DEMO / "keda.yaml"))
+        parts = urllib.parse.urlsplit(so.url)
+        return f"{self.automator_url}{parts.path}?{parts.query}"
 
-    exporter_url: str = ""
+    @property
+    def exporter_url(self) -> str:
+        return self.exporter_urls[0] if self.exporter_urls else ""
 
     def _prepare(self) -> tuple[list[dict[str, Any]], list[Path]]:
-        """The (time-scaled) cluster, scenario, rules and alerts under workdir."""
+        """The (time-scaled) clusters, scenarios, KEDA objects, rules and alerts under workdir."""
         shutil.rmtree(self.workdir, ignore_errors=True)  # fresh TSDB: the story starts at t=0
         self.workdir.mkdir(parents=True)
-        scenario = yaml.safe_load((DEMO / "scenario.yaml").read_text())
-        base = self.workdir / "scenario.base.yaml"
-        base.write_text(yaml.safe_dump(demorules.scale_scenario(scenario, self.scale), sort_keys=False))
-        self.devices = GpuDevices.from_file(base, self.workdir / "scenario.yaml")
+        for name in SCENARIOS:
+            scenario = yaml.safe_load((DEMO / name).read_text())
+            base = self.workdir / name.replace(".yaml", ".base.yaml")
+            base.write_text(yaml.safe_dump(demorules.scale_scenario(scenario, self.scale), sort_keys=False))
+        self.devices = GpuDevices.from_file(
+            self.workdir / "scenario.base.yaml", self.workdir / "scenario.yaml"
+        )
+        self.inference_devices = GpuDevices.from_file(
+            self.workdir / "inference-scenario.base.yaml", self.workdir / "inference-scenario.yaml"
+        )
+        shutil.copy(self.workdir / "dra-scenario.base.yaml", self.workdir / "dra-scenario.yaml")
+        self.scaled_object = demorules.scale_scaled_object(
+            ScaledObject.from_manifests(load_objects(DEMO / "keda.yaml")), self.scale
+        )
+        (self.workdir / "keda-token").write_text(self.keda_token + "\n")
         rules = demorules.write_rule_files(ROOT, self.workdir / "rules", self.scale)
-        return demorules.scale_cluster(load_objects(DEMO / "cluster.yaml"), self.scale), rules
+        objects = load_objects(DEMO / "cluster.yaml") + load_objects(DEMO / "dra-cluster.yaml")
+        return demorules.scale_cluster(objects, self.scale), rules
 
     def start(self) -> Demo:
-        """Everything but the GPUs first; the exporter last, so the scenario's clock starts with the story."""
+        """Everything but the GPUs first; the exporters last, so their scenarios' clock starts with the
+        story."""
         objects, rules = self._prepare()
         ports = self.ports.resolved()
         self.api = FakeApiServer(
-            objects, simulate=True, devices=self.devices, tick=0.2, port=ports.api
+            objects,
+            simulate=True,
+            devices=[d for d in (self.devices, self.inference_devices) if d is not None],
+            tick=0.2,
+            port=ports.api,
         ).start()
         kubeconfig = self.api.kubeconfig(self.workdir / "kubeconfig")
         fast = self.scale.factor > 1
         self.alertmanager = start_alertmanager(self.workdir / "alertmanager", ports.alertmanager)
         scrape = "1s" if fast else "5s"
-        self.prometheus = start_prometheus(
-            self.workdir / "prometheus",
-            {
-                "gpu-steward-exporter": [f"127.0.0.1:{ports.exporter}"],
+        exporters = {name: getattr(ports, field_) for name, field_ in SCENARIOS.items()}
+        self._prometheus_args = {
+            "workdir": self.workdir / "prometheus",
+            "scrape_targets": {
+                "gpu-steward-exporter": [f"127.0.0.1:{port}" for port in exporters.values()],
                 "gpu-steward-automator": [f"127.0.0.1:{ports.automator}"],
             },
-            rule_files=rules,
-            scrape_interval=scrape,
-            evaluation_interval=scrape,
-            port=ports.prometheus,
-            alertmanagers=[f"127.0.0.1:{ports.alertmanager}"],
-        )
+            "rule_files": rules,
+            "scrape_interval": scrape,
+            "evaluation_interval": scrape,
+            "port": ports.prometheus,
+            "alertmanagers": [f"127.0.0.1:{ports.alertmanager}"],
+        }
+        self.prometheus = start_prometheus(**self._prometheus_args)
         self._start_automator(kubeconfig, ports.automator)
-        self.procs.append(
-            start_mock_exporter(
-                self.workdir / "scenario.yaml",
-                ports.exporter,
-                self.workdir / "exporter.log",
-                *("--interval", "1" if fast else "5", "--scenario-reload", "--compat", "dcgm"),
+        for name, port in exporters.items():
+            self.procs.append(
+                start_mock_exporter(
+                    self.workdir / name,
+                    port,
+                    self.workdir / name.replace("scenario.yaml", "exporter.log"),
+                    *("--interval", "1" if fast else "5", "--scenario-reload", "--compat", "dcgm"),
+                )
             )
-        )
-        self.exporter_url = f"http://127.0.0.1:{ports.exporter}/metrics"
+            self.exporter_urls.append(f"http://127.0.0.1:{port}/metrics")
         return self
 
     def _start_automator(self, kubeconfig: Path, port: int) -> None:
         assert self.prometheus is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_STEWARD_") and k != "KUBECONFIG"}
         env["POD_NAME"] = "gpu-automator-demo"
+        seconds = self.scale.seconds
         cmd = [
             sys.executable, "-m", "automator", "run",
             "--mode", "enforce",
             "--kubeconfig", str(kubeconfig),
             "--lease-namespace", "gpu-steward",
             "--prometheus-url", self.prometheus.url,
-            "--interval", f"{max(1.0, self.scale.seconds(20)):g}",
+            "--interval", f"{max(1.0, seconds(20)):g}",
             "--rule-interval", f"{self.scale.rule_interval_seconds:g}",
             "--listen-address", "127.0.0.1",
             "--port", str(port),
+            # The DRA check as often as the service allows in the fast demo (10 s at least).
+            "--dra-check-interval", f"{max(10, round(seconds(20)))}",
+            "--keda-bearer-token-file", str(self.workdir / "keda-token"),
+            "--keda-refresh-seconds", f"{max(1.0, seconds(15)):g}",
+            "--keda-max-age-seconds", f"{max(1, round(seconds(120)))}",
+            "--keda-pod-grace-seconds", f"{max(1, round(seconds(120)))}",
         ]  # fmt: skip
         flags = {s.flag for s in ALL_SETTINGS}
-        for flag, seconds in OPTIONAL_WINDOWS.items():  # windows of automator versions that have them
+        for flag, window in OPTIONAL_WINDOWS.items():  # windows of automator versions that have them
             if flag in flags:
-                cmd += [flag, f"{max(1, round(self.scale.seconds(seconds)))}"]
+                cmd += [flag, f"{max(1, round(seconds(window)))}"]
         log = (self.workdir / "automator.log").open("wb")
         self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
         self.automator_url = f"http://127.0.0.1:{port}"
         wait_http(f"{self.automator_url}/healthz")
+
+    def start_keda(self) -> KedaStandIn:
+        """The KEDA stand-in, polling the endpoint the demo ScaledObject names, with its bearer token."""
+        assert self.scaled_object is not None and self.api is not None
+        self.keda = KedaStandIn(self.scaled_object, self.keda_url, self.api.url, self.keda_token).start()
+        return self.keda
+
+    def stop_prometheus(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+
+    def restart_prometheus(self) -> None:
+        """Prometheus again, on the same port and TSDB."""
+        self.prometheus = start_prometheus(**self._prometheus_args)
 
     def exited(self) -> str | None:
         """The first part that stopped on its own, if any."""
@@ -194,6 +280,8 @@ class Demo:
         return None
 
     def stop(self) -> None:
+        if self.keda is not None:
+            self.keda.stop()
         for p in self.procs:
             stop(p)
         for part in (self.prometheus, self.alertmanager, self.api):
@@ -211,8 +299,10 @@ class Demo:
                 f"{pad}{WASTE}",
                 f"  Alertmanager   {self.alertmanager.url}",
                 f"  automator      {self.automator_url}/decisions   (enforce; log: {work / 'automator.log'})",
+                f"                 {self.automator_url}/dra   (the DRA check's last report)",
                 f"  KEDA           {self.keda_url}",
-                f"  exporter       {self.exporter_url}   (follows {work / 'scenario.yaml'})",
+                f"                 (bearer token in {work / 'keda-token'}; stand-in: tools/kedasim.py)",
+                f"  exporters      {'  '.join(self.exporter_urls)}",
                 f"  fake cluster   {self.api.url}   kubectl --kubeconfig {work / 'kubeconfig'} get pods -A",
                 f"  dashboards     import {ROOT / 'dashboards' / 'json'}/*.json into Grafana "
                 f"(data source: Prometheus {self.prometheus.url})",
@@ -231,18 +321,28 @@ class Story:
     waste: list[tuple[float, float]] = field(default_factory=list)
     # Alertmanager's answer when it had the alert.
     received: list[dict[str, Any]] = field(default_factory=list)
+    dra_received: list[dict[str, Any]] = field(default_factory=list)
+    dra_finding: dict[str, Any] = field(default_factory=dict)
+    keda_told: int = 0  # KEDA polls looked at so far
+    keda_answer: tuple[Any, ...] | None = None
+    keda_steps: list[Poll] = field(default_factory=list)  # the polls that scaled
+    outage: tuple[float, float] | None = None  # Prometheus stopped, and back (0: not yet)
 
-    STEPS = ("recording", "idle", "alert", "alertmanager", "evicted", "gone", "scheduled", "busy", "waste")
+    STEPS = tuple(step for steps in STORIES.values() for step in steps)
 
     def _step(self, name: str) -> str | None:
         if name == "waste":
             return self._waste_stopped() if "gone" in self.told else None
-        step: Callable[[], str | None] = getattr(self, f"_{name}" if name != "evicted" else "_evicted_step")
+        method = {"evicted": "_evicted_step"}.get(name, "_" + name.replace("-", "_"))
+        step: Callable[[], str | None] = getattr(self, method)
         return step()
 
     @property
     def complete(self) -> bool:
         return all(step in self.told for step in self.STEPS)
+
+    def story_complete(self, story: str) -> bool:
+        return all(step in self.told for step in STORIES[story])
 
     def _activity(self, key: tuple[str, str]) -> float | None:
         assert self.demo.prometheus is not None
@@ -348,9 +448,139 @@ class Story:
             f"{now - since:.0f} s ({WASTE})"
         )
 
+    # --- KEDA ---
+
+    def _keda_applied(self) -> str | None:
+        """The stand-in starts once the endpoint has an answer, as one applies a ScaledObject after
+        checking that the workload has data (docs/keda.md)."""
+        demo = self.demo
+        req = urllib.request.Request(demo.keda_url, headers={"Authorization": f"Bearer {demo.keda_token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=3) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError:
+            return None  # 503 while the first readings are recorded
+        so = demo.scaled_object
+        assert so is not None
+        demo.start_keda()
+        return (
+            f"KEDA stand-in (tools/kedasim.py, not KEDA): ScaledObject {so.namespace}/{so.name} applied; "
+            f"its metrics-api trigger answers value {body['value']:.2f} ({body.get('unit')}) for "
+            f"{body.get('pods')} pod(s); polling every {so.polling_interval:g} s "
+            f"({so.metric_type}, target {so.target:g}, replicas {so.min_replicas}-{so.max_replicas}, "
+            f"fallback {so.fallback_replicas} after {so.failure_threshold} failures)"
+        )
+
+    def _keda_up(self) -> str | None:
+        return None  # told by _keda_polls
+
+    _keda_fallback = _keda_down = _keda_up
+
+    def _keda_polls(self) -> list[tuple[float, str]]:
+        """The stand-in's polls since the last look that changed its answer, and the milestones they make."""
+        keda, so = self.demo.keda, self.demo.scaled_object
+        if keda is None or so is None:
+            return []
+        polls = keda.history()
+        out = []
+        for poll in polls[self.keda_told :]:
+            if poll.current < 0:
+                continue  # the API server did not answer the stand-in
+            scaled = poll.replicas != poll.current
+            answer = (poll.replicas, poll.error == "", poll.fallback)
+            if answer == self.keda_answer and not scaled:
+                continue
+            self.keda_answer = answer
+            out.append((poll.at, describe(so, poll)))
+            if poll.fallback and self.outage is None:
+                self.failed = f"KEDA: the endpoint failed {poll.failures} polls in a row with Prometheus up"
+            elif poll.fallback:
+                self.told.setdefault("keda-fallback", poll.at)  # held, whether or not the size changed
+            if scaled:
+                self.keda_steps.append(poll)
+                if not poll.error and poll.replicas > poll.current:
+                    self.told.setdefault("keda-up", poll.at)
+                elif not poll.error and "keda-fallback" in self.told:
+                    self.told.setdefault("keda-down", poll.at)  # back on the value, after the fallback
+        self.keda_told = len(polls)
+        return out
+
+    def _outage(self) -> list[tuple[float, str]]:
+        """Prometheus stopped on purpose once the reclaim and DRA stories are told and KEDA has scaled up,
+        and started again OUTAGE_SECONDS (scaled) later."""
+        now = time.monotonic()
+        length = self.demo.scale.seconds(OUTAGE_SECONDS)
+        if self.outage is None:
+            ready = self.story_complete("reclaim") and self.story_complete("DRA") and "keda-up" in self.told
+            if not ready:
+                return []
+            self.demo.stop_prometheus()
+            self.outage = (now, 0.0)
+            return [(now, f"stopping Prometheus on purpose for {length:g} s: the KEDA endpoint cannot read "
+                          "fresh data and answers 503; watch the stand-in apply the ScaledObject's fallback "
+                          "after failureThreshold failed polls, as KEDA would")]  # fmt: skip
+        if self.outage[1] == 0.0 and now - self.outage[0] >= length:
+            self.demo.restart_prometheus()
+            self.outage = (self.outage[0], now)
+            return [(now, "Prometheus is back: the endpoint answers again once fresh readings are recorded")]
+        return []
+
+    # --- DRA ---
+
+    def _dra_finding(self) -> str | None:
+        with urllib.request.urlopen(f"{self.demo.automator_url}/dra", timeout=10) as r:
+            report = json.load(r)
+        found = [f for f in report.get("findings") or [] if f.get("kind") == USAGE_OVER_CLAIM]
+        if not found:
+            return None
+        f = self.dra_finding = found[0]
+        amounts = _AMOUNTS.search(f["message"])
+        measured = (amounts.group(2) or amounts.group(1)) if amounts else "?"
+        promised = (amounts.group(4) or amounts.group(3)) if amounts else "?"
+        f["measured"], f["promised"] = measured, promised
+        return (
+            f"the DRA check found a broken promise ({f['kind']}, {f['severity']}): pod {f['pod']} on node "
+            f"{f['node']}, device {f['device']}, claim {f['claim']}: {measured} of GPU memory measured, "
+            f"{promised} promised ({self.demo.automator_url}/dra)"
+        )
+
+    def _dra_event(self) -> str | None:
+        assert self.demo.api is not None
+        events = [
+            e
+            for e in self.demo.api.objects_of("events")
+            if e.get("reason") == DRA_REASON and e["involvedObject"].get("kind") == "ResourceClaim"
+        ]
+        if not events:
+            return None
+        e = events[0]
+        obj = e["involvedObject"]
+        claim = f"{obj['namespace']}/{obj['name']}"
+        return f"Event {DRA_REASON} ({e.get('type')}) on ResourceClaim {claim}: {e['message']}"
+
+    def _dra_alert(self) -> str | None:
+        assert self.demo.prometheus is not None
+        if not self.demo.prometheus.query(f'ALERTS{{alertname="{DRA_ALERT}",alertstate="firing"}}'):
+            return None
+        production = demorules.alert_for(ROOT, DRA_ALERT)
+        return (
+            f'alert {DRA_ALERT} fires ({FINDINGS_METRIC}{{kind="{USAGE_OVER_CLAIM}"}} > 0 for '
+            f"{self.demo.scale.dra_alert_seconds} s in the demo; {production} in production)"
+        )
+
+    def _dra_alertmanager(self) -> str | None:
+        am = self.demo.alertmanager
+        assert am is not None
+        alerts = am.alerts(DRA_ALERT) if "dra-alert" in self.told else []
+        if not alerts:
+            return None
+        self.dra_received = alerts
+        severity = alerts[0]["labels"].get("severity")
+        return f"Alertmanager received {DRA_ALERT} (severity {severity}): {am.url}/#/alerts"
+
     def poll(self) -> list[str]:
         """What happened since the last poll, as timeline lines."""
-        lines = []
+        lines: list[tuple[float, str]] = []
         for key in NEVER_EVICTED:
             if key in self._evicted():
                 self.failed = f"{_pod(key)} was evicted: it must never be"
@@ -360,14 +590,54 @@ class Story:
             try:
                 message = self._step(name)
             except (OSError, urllib.error.URLError, json.JSONDecodeError, KeyError, IndexError):
-                message = None  # a part still starting: ask again next time
+                message = None  # a part still starting (or Prometheus stopped): ask again next time
             if message is not None:
                 self.told[name] = time.monotonic()
-                lines.append(f"[{self.told[name] - self.started:5.0f} s] {message}")
-        return lines
+                lines.append((self.told[name], message))
+        lines += self._keda_polls()
+        lines += self._outage()
+        return [f"[{at - self.started:3.0f} s] {message}" for at, message in sorted(lines)]
 
     def missing(self) -> list[str]:
-        return [s for s in self.STEPS if s not in self.told]
+        """The stories not complete, each with its missing steps: `KEDA (keda-fallback)`."""
+        return [
+            f"{story} ({', '.join(s for s in steps if s not in self.told)})"
+            for story, steps in STORIES.items()
+            if not self.story_complete(story)
+        ]
+
+    def summary(self) -> str:
+        """What each job did, and where to look."""
+        demo = self.demo
+        assert demo.prometheus is not None and demo.alertmanager is not None
+        prom, am = demo.prometheus.url, demo.alertmanager.url
+        waste = self.waste[-1][1] if self.waste else None
+        gpus = demo.devices.assigned.get(PREEMPTOR, []) if demo.devices else []
+        steps = [str(self.keda_steps[0].current)] if self.keda_steps else []
+        steps += [f"{p.replicas}" + (" (fallback)" if p.fallback else "") for p in self.keda_steps]
+        f = self.dra_finding
+        q = urllib.parse.quote
+        return "\n".join(
+            [
+                "What each job did, and where to look:",
+                f"  reclaim    evicted {_pod(VICTIM)} (idle, holding 2 GPUs) for {_pod(PREEMPTOR)}, "
+                f"now busy on GPUs {', '.join(map(str, gpus))}"
+                + (f"; {waste:.0f} idle GPU-seconds in all" if waste is not None else ""),
+                f"             {demo.automator_url}/decisions   {prom}/graph?g0.expr={q(WASTE)}",
+                f"             {prom}/graph?g0.expr={q(POD_ACTIVITY)}",
+                "  KEDA       (stand-in) scaled inference/api on its own GPU utilization, replicas "
+                f"{' -> '.join(steps) or 'unchanged'}; the fallback held while Prometheus was stopped",
+                f"             {demo.keda_url}   (Authorization: Bearer <{demo.workdir / 'keda-token'}>)",
+                f"             {prom}/graph?g0.expr={q('gpu_steward_automator_keda_requests_total')}",
+                f"  DRA        {f.get('pod', '?')} uses {f.get('measured', '?')} of GPU memory on "
+                f"{f.get('device', '?')}, its claim {f.get('claim', '?')} promised {f.get('promised', '?')}: "
+                f"Event {DRA_REASON} on the claim, alert {DRA_ALERT} in Alertmanager",
+                f"             {demo.automator_url}/dra   {am}/#/alerts   "
+                f"{prom}/graph?g0.expr={q(FINDINGS_METRIC)}",
+                f"  dashboards import {ROOT / 'dashboards' / 'json'}/*.json into Grafana "
+                f"(data source: Prometheus {prom}; docs/dashboards.md)",
+            ]
+        )
 
 
 def run_story(
@@ -380,6 +650,7 @@ def run_story(
     """Narrate until complete (or forever); 0, or 1 on a failure, a part exiting, or the timeout."""
     story = story or Story(demo)
     poll = max(0.5, min(2.0, demo.scale.rule_interval_seconds / 3))
+    summarized = False
     while not stopping():
         for line in story.poll():
             print(line, flush=True)
@@ -388,14 +659,18 @@ def run_story(
         if story.failed or (why := demo.exited()):
             print(f"demo: FAILED: {story.failed or why}", flush=True)
             return 1
-        if story.complete and stop_when_complete:
-            print(f"demo: the story is complete ({time.monotonic() - story.started:.0f} s)", flush=True)
-            return 0
+        if story.complete and not summarized:
+            print(story.summary(), flush=True)
+            summarized = True
+            if stop_when_complete:
+                print(f"demo: all three stories are complete ({time.monotonic() - story.started:.0f} s)",
+                      flush=True)  # fmt: skip
+                return 0
         if timeout is not None and time.monotonic() - story.started > timeout:
             if story.complete:
                 return 0
             print(
-                f"demo: not complete after {timeout:.0f} s; missing: {', '.join(story.missing())}", flush=True
+                f"demo: not complete after {timeout:.0f} s; missing: {'; '.join(story.missing())}", flush=True
             )
             return 1
         time.sleep(poll)
@@ -427,8 +702,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         print(
-            f"GPU Steward demo{' (time / 10)' if args.fast else ''}: a fake cluster, the mock exporter, "
-            "Prometheus, Alertmanager and the automator in enforce mode.\n"
+            f"GPU Steward demo{' (time / 10)' if args.fast else ''}: a fake cluster, the mock exporters, "
+            "Prometheus, Alertmanager, the automator in enforce mode and a stand-in for KEDA.\n"
             + demo.where_to_look()
             + ("" if args.fast else "\n  Ctrl-C stops everything.")
             + "\n",

@@ -4,9 +4,11 @@ Generated at run time from rules/, alerts/ and deploy/demo/, never committed, so
 - every rule group's `interval` is divided by the time factor, and the raw readings' range, one
   interval less 1 ms (`[29s999ms]`, docs/rules.md), follows the fast group's interval;
 - the idle alert (GpuStewardGpuAllocatedIdle, an hour in production) fires after `idle_alert_seconds`,
-  so that it shows within the demo, before the automator's window is full;
-- the cluster's reclaim windows and toleration (PriorityClass annotations) and the pods' grace periods,
-  and the scenario's phase times and periods, are divided by the factor.
+  so that it shows within the demo, before the automator's window is full; the DRA usage alert
+  (GpuStewardDraUsageOverClaim, 10 minutes) after `dra_alert_seconds`;
+- the cluster's reclaim windows and toleration (PriorityClass annotations), the pods' (and pod
+  templates') grace periods, the Deployments' load phases, and the scenario's phase times and periods,
+  are divided by the factor.
 Anything else (thresholds, `for:` durations of other alerts, the 1 h and 24 h reporting windows) is kept.
 A pattern that is no longer found is an error: the demo fails instead of silently running other rules.
 """
@@ -14,15 +16,23 @@ A pattern that is no longer found is an error: the demo fails instead of silentl
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from automator.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
 from automator.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
+from tools.fakesim import LOAD_ANNOTATION, parse_load
+from tools.kedasim import ScaledObject
 
 IDLE_ALERT = "GpuStewardGpuAllocatedIdle"
+DRA_ALERT = "GpuStewardDraUsageOverClaim"
+_DRA_FOR = re.compile(rf"(- alert: {DRA_ALERT}\n(?:(?!\s*- alert:).*\n)*?\s*for: )(\S+)")
 _DURATION = re.compile(r"(\d+)(ms|s|m|h)")
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _INTERVAL = re.compile(r"^(\s*interval:\s*)(\S+)\s*$", re.MULTILINE)
@@ -57,6 +67,7 @@ class TimeScale:
 
     factor: float = 1.0
     idle_alert_seconds: int = 60
+    dra_alert_seconds: int = 60
 
     def scaled_ms(self, ms: int) -> int:
         return max(1000, round(ms / self.factor))
@@ -69,7 +80,14 @@ class TimeScale:
         return self.scaled_ms(RULE_INTERVAL_SECONDS * 1000) / 1000
 
 
-def compress_rules(text: str, scale: TimeScale, *, idle_alert: bool = False, recording: bool = False) -> str:
+def compress_rules(
+    text: str,
+    scale: TimeScale,
+    *,
+    idle_alert: bool = False,
+    recording: bool = False,
+    dra_alert: bool = False,
+) -> str:
     """One rule or alert file with its group intervals (and raw ranges, and the idle alert) rewritten.
 
     `recording`: the file must read raw series over one interval less 1 ms (the recording rules do).
@@ -90,6 +108,10 @@ def compress_rules(text: str, scale: TimeScale, *, idle_alert: bool = False, rec
             raise DemoRulesError(
                 f"expected one `{POD_IDLE_SECONDS} >= N` in the {IDLE_ALERT} alert, found {n}"
             )
+    if dra_alert:
+        out, n = _DRA_FOR.subn(lambda m: f"{m.group(1)}{scale.dra_alert_seconds}s", out)
+        if n != 1:
+            raise DemoRulesError(f"expected one `for:` in the {DRA_ALERT} alert, found {n}")
     return out
 
 
@@ -102,7 +124,13 @@ def write_rule_files(root: Path, target: Path, scale: TimeScale) -> list[Path]:
         kind = source.parent.name
         copy_ = target / f"{kind}-{source.name}"
         copy_.write_text(
-            compress_rules(text, scale, idle_alert=IDLE_ALERT in text, recording=kind == "rules")
+            compress_rules(
+                text,
+                scale,
+                idle_alert=IDLE_ALERT in text,
+                recording=kind == "rules",
+                dra_alert=f"alert: {DRA_ALERT}" in text,
+            )
         )
         out.append(copy_)
     return out
@@ -115,10 +143,16 @@ def scale_cluster(objects: list[dict[str, Any]], scale: TimeScale) -> list[dict[
         for key in _SECONDS_ANNOTATIONS:
             if key in annotations:
                 annotations[key] = str(max(1, round(scale.seconds(float(annotations[key])))))
+        if LOAD_ANNOTATION in annotations:
+            phases = parse_load(annotations[LOAD_ANNOTATION])
+            annotations[LOAD_ANNOTATION] = json.dumps(
+                [{"from": scale.seconds(start), "utilization": level} for start, level in phases]
+            )
         spec = obj.get("spec") or {}
-        if obj.get("kind") == "Pod" and "terminationGracePeriodSeconds" in spec:
-            spec["terminationGracePeriodSeconds"] = max(
-                1, round(scale.seconds(spec["terminationGracePeriodSeconds"]))
+        pod_spec = spec if obj.get("kind") == "Pod" else (spec.get("template") or {}).get("spec") or {}
+        if "terminationGracePeriodSeconds" in pod_spec:
+            pod_spec["terminationGracePeriodSeconds"] = max(
+                1, round(scale.seconds(pod_spec["terminationGracePeriodSeconds"]))
             )
     return out
 
@@ -137,3 +171,24 @@ def scale_scenario(doc: dict[str, Any], scale: TimeScale) -> dict[str, Any]:
             for phase in proc.get("phases") or []:
                 phase["from"] = scale.seconds(phase["from"])
     return out
+
+
+def scale_scaled_object(so: ScaledObject, scale: TimeScale) -> ScaledObject:
+    """The demo ScaledObject's polling interval and stabilization windows divided by the factor (the
+    endpoint's window in its URL is kept: 30 s is the shortest the endpoint accepts)."""
+    return dataclasses.replace(
+        so,
+        polling_interval=scale.seconds(so.polling_interval),
+        scale_down_window=scale.seconds(so.scale_down_window),
+        scale_up_window=scale.seconds(so.scale_up_window),
+    )
+
+
+def alert_for(root: Path, alert: str) -> str:
+    """The `for:` of an alert in alerts/*.yaml (what production waits), e.g. `10m`."""
+    for path in sorted((root / "alerts").glob("*.yaml")):
+        for group in (yaml.safe_load(path.read_text()) or {}).get("groups") or []:
+            for rule in group.get("rules") or []:
+                if rule.get("alert") == alert:
+                    return str(rule.get("for", "0s"))
+    raise DemoRulesError(f"no alert {alert} in alerts/")

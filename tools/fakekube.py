@@ -14,8 +14,9 @@ It speaks the JSON subset of the API the project's adapters call, through the of
 - discovery documents, so kubectl works against it.
 The API's vocabulary (resources, Status errors, selectors, patches, paths) is tools/kubeapi.py.
 
-`FakeApiServer.step()` is the cluster's kubelet and scheduler (tools/fakesim.py): terminating pods disappear
-after their grace period and pending pods are bound to a node where they fit. `simulate=True` runs it in
+`FakeApiServer.step()` is the cluster's kubelet, scheduler and ReplicaSet controller (tools/fakesim.py):
+terminating pods disappear after their grace period, a Deployment's ReplicaSet keeps its number of pods,
+and pending pods are bound to a node where they fit. `simulate=True` runs it in
 a background thread; tests call it themselves. Every request is recorded (`calls`, `requests()`,
 `writes()`: method, path, query, content type and body, what the least-privilege RBAC test reads), and
 `answer()`/`fail()` script an answer (any code, Status details and headers such as `Retry-After`, late by
@@ -40,7 +41,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -217,7 +218,7 @@ class FakeApiServer:
         clock: Clock = time.time,
         simulate: bool = False,
         tick: float = 0.25,
-        devices: fakesim.GpuDevices | None = None,
+        devices: fakesim.GpuDevices | Sequence[fakesim.GpuDevices] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         max_connections: int = 32,
@@ -229,7 +230,11 @@ class FakeApiServer:
         self._scripted_answers: list[_Scripted] = []
         for obj in objects:
             self.store.add(obj)
-        self.cluster = fakesim.Cluster(self.store, devices)
+        if devices is None:
+            devices = []
+        elif isinstance(devices, fakesim.GpuDevices):
+            devices = [devices]
+        self.cluster = fakesim.Cluster(self.store, list(devices))  # one per GPU node
         self.simulate, self.tick = simulate, tick
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -7,19 +7,30 @@
   memory and extended resources such as nvidia.com/gpu, plus one pod) counting every pod bound there,
   terminating ones included. Highest priority first, then oldest. It never preempts, and knows no taints,
   affinity or topology. A pod that fits nowhere gets `PodScheduled=False, reason Unschedulable`.
-- GPUs (`GpuDevices`, optional): the node of a mock exporter scenario (exporter/sources/scenario.py). The
+- Workloads: a Deployment's `spec.replicas` goes to the ReplicaSet it controls, and a ReplicaSet keeps that
+  many pods of its template (named `<replicaset>-<5 characters>`, owned by it, their priority from their
+  PriorityClass as admission sets it): missing pods are created Pending, extra ones deleted gracefully,
+  unscheduled and newest first (as the ReplicaSet controller ranks them). No rollouts.
+- GPUs (`GpuDevices`, optional, one per GPU node): the node of a mock exporter scenario
+  (exporter/sources/scenario.py). The
   fake keeps which GPU each container holds, and writes the scenario file again whenever that changes;
   the exporter started with `--scenario-reload` follows it. A terminating pod's processes stop at once
   (its GPUs go quiet, still allocated), its allocations go when it is removed; a pod bound to the node
   gets free GPUs and, when its pod sets `fakekube.gpu-steward.io/gpu-utilization` (0-1, and optionally
   `fakekube.gpu-steward.io/gpu-memory`, a quantity), one process per GPU at that level from now on.
+  A Deployment with `fakekube.gpu-steward.io/gpu-load` (a JSON list of `{"from": seconds, "utilization":
+  total}` in scenario time) has that total load spread over its running pods: each of their GPUs runs at
+  total / running pods (at most 1), rewritten whenever the number of running pods changes, so the
+  exporter measures what a load balancer in front of the replicas would make of that load.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,9 +51,11 @@ log = logging.getLogger("fakekube.sim")
 
 UTILIZATION_ANNOTATION = "fakekube.gpu-steward.io/gpu-utilization"
 MEMORY_ANNOTATION = "fakekube.gpu-steward.io/gpu-memory"
+LOAD_ANNOTATION = "fakekube.gpu-steward.io/gpu-load"
 GPU_RESOURCE = "nvidia.com/gpu"
 SCHEDULER = "default-scheduler"
 KUBELET = "kubelet"
+REPLICASET_CONTROLLER = "replicaset-controller"
 FIRST_PID = 20_000
 
 
@@ -99,10 +112,143 @@ def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, A
     return True
 
 
+def _controller_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return (pod.get("status") or {}).get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+
+
+def parse_load(text: str) -> list[tuple[float, float]]:
+    """The gpu-load annotation: (from, total utilization) phases, sorted; ValueError when malformed."""
+    phases = json.loads(text)
+    if not isinstance(phases, list) or not phases:
+        raise ValueError(f"{LOAD_ANNOTATION}: expected a non-empty JSON list")
+    out = []
+    for phase in phases:
+        start, level = float(phase["from"]), float(phase["utilization"])
+        if not (start >= 0 and 0 <= level <= 1000):
+            raise ValueError(f"{LOAD_ANNOTATION}: phase {phase!r} out of range")
+        out.append((start, level))
+    return sorted(out)
+
+
 @dataclass
 class Cluster:
     store: Store
-    devices: GpuDevices | None = None
+    devices: list[GpuDevices] = field(default_factory=list)
+
+    # --- workloads: Deployment -> ReplicaSet -> pods ---
+
+    def _reconcile_workloads(self) -> None:
+        objects = self.store.objects
+        deployments = {str(d["metadata"].get("uid")): d for d in objects["deployments"].values()}
+        pods = self.store.pods()
+        for rs in list(objects["replicasets"].values()):
+            owner = deployments.get(_controller_uid(rs) or "")
+            spec = rs.setdefault("spec", {})
+            if owner is not None:
+                want = int((owner.get("spec") or {}).get("replicas", 1))
+                if int(spec.get("replicas", 1)) != want:
+                    spec["replicas"] = want
+                    self.store.stamp(rs)
+            uid = str(rs["metadata"].get("uid"))
+            mine = [p for p in pods if _controller_uid(p) == uid and not _finished(p)]
+            active = [p for p in mine if p["metadata"].get("deletionTimestamp") is None]
+            want = int(spec.get("replicas", 1))
+            for _ in range(want - len(active)):
+                self._create_pod(rs)
+            if len(active) > want:
+                # The ReplicaSet controller deletes unscheduled pods first, then the newest.
+                unscheduled = [p for p in active if not (p.get("spec") or {}).get("nodeName")]
+                scheduled = sorted(
+                    (p for p in active if (p.get("spec") or {}).get("nodeName")),
+                    key=lambda p: str(p["metadata"].get("creationTimestamp", "")),
+                    reverse=True,
+                )
+                for pod in (unscheduled + scheduled)[: len(active) - want]:
+                    self.terminate(pod, None)
+                    self.store.event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {_key(pod)[1]}",
+                                     REPLICASET_CONTROLLER)  # fmt: skip
+            mine = [p for p in self.store.pods() if _controller_uid(p) == uid and not _finished(p)]
+            status = {"replicas": len(mine), "readyReplicas": sum(_ready(p) for p in mine)}
+            if owner is not None:
+                owner["status"] = {**status, "availableReplicas": status["readyReplicas"],
+                                   "updatedReplicas": len(mine)}  # fmt: skip
+            if rs.get("status") != status:
+                rs["status"] = status
+                self.store.stamp(rs)
+
+    def _create_pod(self, rs: JsonObj) -> None:
+        template = copy.deepcopy((rs.get("spec") or {}).get("template") or {})
+        meta = template.get("metadata") or {}
+        rs_meta = rs["metadata"]
+        name = f"{rs_meta['name']}-{secrets.token_hex(3)[:5]}"
+        spec = template.get("spec") or {}
+        klass = self.store.objects["priorityclasses"].get(("", str(spec.get("priorityClassName") or "")))
+        if klass is not None:
+            spec["priority"] = int(klass.get("value", 0))
+        pod = self.store.add(
+            {
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": rs_meta.get("namespace"),
+                    "labels": dict(meta.get("labels") or {}),
+                    "annotations": dict(meta.get("annotations") or {}),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "ReplicaSet",
+                            "name": rs_meta["name"],
+                            "uid": rs_meta.get("uid"),
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": spec,
+                "status": {"phase": "Pending"},
+            }
+        )
+        self.store.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}",
+                         REPLICASET_CONTROLLER)  # fmt: skip
+
+    def loads(self) -> dict[tuple[str, str], list[tuple[float, float]]]:
+        """Per running pod of a Deployment with a gpu-load annotation: its share of the load, by phase."""
+        out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        objects = self.store.objects
+        by_rs = {
+            str(rs["metadata"].get("uid")): _controller_uid(rs) for rs in objects["replicasets"].values()
+        }
+        for deployment in objects["deployments"].values():
+            text = ((deployment.get("metadata") or {}).get("annotations") or {}).get(LOAD_ANNOTATION)
+            if not text:
+                continue
+            try:
+                phases = parse_load(str(text))
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("%s/%s: %s", *_key(deployment), e)
+                continue
+            uid = str(deployment["metadata"].get("uid"))
+            running = [
+                _key(p)
+                for p in self.store.pods()
+                if by_rs.get(_controller_uid(p) or "") == uid
+                and (p.get("spec") or {}).get("nodeName")
+                and p["metadata"].get("deletionTimestamp") is None
+                and not _finished(p)
+            ]
+            for key in running:
+                out[key] = [(start, min(1.0, level / len(running))) for start, level in phases]
+        return out
 
     # --- pods leaving ---
 
@@ -254,9 +400,12 @@ class Cluster:
 
     def step(self) -> None:
         self._reap()
+        self._reconcile_workloads()
         self._schedule()
-        if self.devices is not None:
-            self.devices.sync(self.store.pods())
+        if self.devices:
+            pods, loads = self.store.pods(), self.loads()
+            for devices in self.devices:
+                devices.sync(pods, loads)
 
 
 @dataclass
@@ -283,8 +432,13 @@ class GpuDevices:
     def _gpus(self) -> list[dict[str, Any]]:
         return list(self.base.get("gpus") or [])
 
-    def sync(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Follow the node's pods: what gone or terminating pods ran or held goes, new pods get GPUs."""
+    def sync(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        loads: Mapping[tuple[str, str], list[tuple[float, float]]] | None = None,
+    ) -> None:
+        """Follow the node's pods: what gone or terminating pods ran or held goes, new pods get GPUs, and
+        pods sharing a Deployment's load run at their share of it (`loads`, Cluster.loads)."""
         on_node = {
             _key(p): p
             for p in pods
@@ -309,7 +463,33 @@ class GpuDevices:
         for key, pod in sorted(on_node.items()):
             if key not in held and pod["metadata"].get("deletionTimestamp") is None:
                 self._allocate(pod)
+        for key, phases in (loads or {}).items():
+            if key in on_node:
+                self._share(key, on_node[key], phases)
         self._write()
+
+    def _share(self, key: tuple[str, str], pod: Mapping[str, Any], phases: list[tuple[float, float]]) -> None:
+        """The pod's GPUs each run one process at its share of its Deployment's load."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        for gpu in self._gpus():
+            owners = [a for a in gpu.get("allocations") or [] if (a["namespace"], a["pod"]) == key]
+            if not owners:
+                continue
+            old = [p for p in gpu.get("processes") or [] if (p.get("owner") or {}).get("pod") == key[1]]
+            memory = annotations.get(MEMORY_ANNOTATION) or (
+                old[0]["phases"][0].get("memory", "1Gi") if old and old[0].get("phases") else "1Gi"
+            )
+            if old:
+                pid = int(old[0]["pid"])
+            else:
+                pid, self.next_pid = self.next_pid, self.next_pid + 1
+            gpu["processes"] = [
+                p for p in gpu.get("processes") or [] if (p.get("owner") or {}).get("pod") != key[1]
+            ] + [
+                {"pid": pid, "owner": dict(owners[0]),
+                 "phases": [{"from": start, "utilization": round(level, 4), "memory": memory}
+                            for start, level in phases]}
+            ]  # fmt: skip
 
     def _allocate(self, pod: Mapping[str, Any]) -> None:
         ns, name = _key(pod)

@@ -1,8 +1,10 @@
-"""`make demo-fast`, end to end: the fake cluster, the mock exporter, a real Prometheus and Alertmanager, and
-the real automator enforcing through its Kubernetes adapter (tools/demo.py, docs/demo.md).
+"""`make demo-fast`, end to end: the fake cluster, the mock exporters, a real Prometheus and Alertmanager,
+the real automator enforcing through its Kubernetes adapter, and the KEDA stand-in (tools/demo.py,
+docs/demo.md).
 
-The story is driven to completion with its narrator; every claim is then checked again here, from the
-parts themselves: the fake API server's request log and objects, Prometheus, Alertmanager's API.
+The three stories are driven to completion with their narrator; every claim is then checked again here,
+from the parts themselves: the fake API server's request log and objects, Prometheus, Alertmanager's API,
+the automator's /dra.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from automator.series import IDLE_THRESHOLD, POD_ACTIVITY
-from tools.demo import FAST, PREEMPTOR, VICTIM, WASTE, Demo, Ports, Story, run_story
-from tools.demorules import IDLE_ALERT
+from tools.demo import DRA_REASON, FAST, PREEMPTOR, VICTIM, WASTE, Demo, Ports, Story, run_story
+from tools.demorules import DRA_ALERT, IDLE_ALERT
 from tools.kubeapi import is_dry_run
 
 pytestmark = pytest.mark.integration
@@ -96,7 +99,59 @@ def test_the_waste_series_stops_growing_after_the_eviction(demo: Demo) -> None:
 
 
 def test_the_keda_endpoint_answers_for_the_demo_deployment(demo: Demo) -> None:
-    # The URL the demo prints: the Deployment inference/api's pod api-a, busy on its own GPUs.
-    with urllib.request.urlopen(demo.keda_url, timeout=30) as r:
+    # The URL the demo prints, with the token of the demo's TriggerAuthentication; without it, 401.
+    req = urllib.request.Request(demo.keda_url, headers={"Authorization": f"Bearer {demo.keda_token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
         body = json.load(r)
-    assert r.status == 200 and body["pods"] == 1 and body["value"] > 0, body
+    assert r.status == 200 and body["pods"] >= 1 and body["deployment"] == "api", body
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(demo.keda_url, timeout=30)
+    assert refused.value.code == 401
+
+
+def test_keda_scaled_the_deployment_up_fell_back_while_prometheus_was_stopped_then_down(story: Story) -> None:
+    demo = story.demo
+    assert demo.api is not None and demo.keda is not None and story.outage is not None
+    stopped, back = story.outage
+    polls = demo.keda.history()
+    # Up on the value before the outage; the fallback only while Prometheus was stopped; down after it.
+    assert any(p.replicas > p.current and not p.error and p.at < stopped for p in polls)
+    fallbacks = [p for p in polls if p.fallback]
+    assert fallbacks and all(stopped <= p.at <= back + 5 and p.error for p in fallbacks)
+    assert fallbacks[0].failures == (demo.scaled_object.failure_threshold or 0) + 1  # type: ignore[union-attr]
+    assert any(p.replicas < p.current and not p.error and p.at > back for p in polls)
+    # What the stand-in did is in the fake API server: merge patches of the Deployment's replicas...
+    patches = [
+        c.body["spec"]["replicas"]
+        for c in demo.api.writes()
+        if c.method == "PATCH" and c.path.endswith("/deployments/api")
+    ]
+    assert patches == [p.replicas for p in polls if p.replicas != p.current]
+    # ...which its ReplicaSet played: api-* pods created, placed on the inference node, some deleted.
+    created = [e for e in demo.api.objects_of("events") if e.get("reason") == "SuccessfulCreate"]
+    deleted = [e for e in demo.api.objects_of("events") if e.get("reason") == "SuccessfulDelete"]
+    assert created and deleted
+    names = {e["message"].removeprefix("Created pod: ") for e in created}
+    assert names and all(n.startswith("api-7d4b9c-") for n in names)
+    placed = {
+        e["involvedObject"]["name"]: e["message"].rsplit(" ", 1)[1]
+        for e in demo.api.objects_of("events")
+        if e.get("reason") == "Scheduled" and e["involvedObject"]["name"] in names
+    }
+    assert placed and set(placed.values()) == {"demo-gpu-node-2"}  # the inference node, never the H100s
+
+
+def test_the_dra_check_found_the_broken_promise_wrote_the_event_and_alerted(story: Story) -> None:
+    demo = story.demo
+    assert demo.api is not None
+    with urllib.request.urlopen(f"{demo.automator_url}/dra", timeout=30) as r:
+        report = json.load(r)
+    assert [(f["kind"], f["claim"], f["pod"]) for f in report["findings"]] == [
+        ("usage-over-claim", "demo-dra/llm-chat-gpu", "demo-dra/llm-chat")
+    ]
+    events = [e for e in demo.api.objects_of("events") if e.get("reason") == DRA_REASON]
+    assert [(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events] == [
+        ("ResourceClaim", "llm-chat-gpu")
+    ]
+    assert story.dra_received and all(a["labels"]["alertname"] == DRA_ALERT for a in story.dra_received)
+    assert story.dra_finding["measured"] == "20Gi" and story.dra_finding["promised"] == "16000Mi"

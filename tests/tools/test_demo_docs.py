@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from tools.demo import FAST, NORMAL, Ports
+from tools.demo import FAST, NORMAL, OUTAGE_SECONDS, STORIES, Ports
+from tools.kedasim import ScaledObject
 from tools.kubeapi import RESOURCES, load_objects
 from tools.promserver import ROOT
 
@@ -64,3 +65,18 @@ def test_readme_gives_both_demo_commands_and_the_tour() -> None:
              "the automator evicted", "the scheduler started", "busy", "waste counter stopped")  # fmt: skip
     for step in steps:
         assert step in tour and step in DOC, step
+
+
+def test_the_keda_story_is_documented_as_a_stand_in_with_the_demo_scaled_objects_numbers() -> None:
+    so = ScaledObject.from_manifests(load_objects(ROOT / "deploy" / "demo" / "keda.yaml"))
+    keda = " ".join(section(DOC, "### KEDA: a stand-in").split())
+    assert "stand-in" in keda and "tools/kedasim.py" in keda
+    assert f"({so.failure_threshold})" in keda and f"`fallback.replicas` ({so.fallback_replicas})" in keda
+    assert f"{so.polling_interval:g} s `pollingInterval`" in keda
+    assert f"{so.min_replicas}..{so.max_replicas}" in keda
+    assert f"stops Prometheus for {OUTAGE_SECONDS} s ({FAST.seconds(OUTAGE_SECONDS):g} s in" in keda
+    fast = " ".join(section(DOC, "## `make demo-fast`").split())
+    assert f"Prometheus is stopped for {FAST.seconds(OUTAGE_SECONDS):g} s" in fast
+    assert f"DRA usage alert fires after {FAST.dra_alert_seconds} s" in fast
+    for story in STORIES:
+        assert f"**{story}**" in DOC and f"**{story}**" in README, story

@@ -15,14 +15,17 @@ from automator.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
 from exporter.sources.scenario import parse_scenario
 from tools.demo import FAST, NORMAL
 from tools.demorules import (
+    DRA_ALERT,
     IDLE_ALERT,
     DemoRulesError,
+    alert_for,
     compress_rules,
     duration_ms,
     scale_cluster,
     scale_scenario,
     write_rule_files,
 )
+from tools.fakesim import LOAD_ANNOTATION, parse_load
 from tools.kubeapi import load_objects
 from tools.promserver import ROOT
 
@@ -86,3 +89,23 @@ def test_cluster_and_scenario_scale() -> None:
     scenario = parse_scenario(scale_scenario(doc, FAST))
     batch = scenario.gpus[4].processes[0]
     assert [p.start for p in batch.phases] == [0, 6]
+
+
+def test_the_dra_usage_alert_fires_after_the_demos_seconds_and_nothing_else_changes() -> None:
+    text = (ROOT / "alerts" / "dra.yaml").read_text()
+    out = yaml.safe_load(compress_rules(text, FAST, dra_alert=True))
+    waits = {r["alert"]: r["for"] for g in out["groups"] for r in g["rules"]}
+    original = {r["alert"]: r["for"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]}
+    assert waits.pop(DRA_ALERT) == f"{FAST.dra_alert_seconds}s" and original.pop(DRA_ALERT) == "10m"
+    assert waits == original
+    assert alert_for(ROOT, DRA_ALERT) == "10m"
+    with pytest.raises(DemoRulesError, match=DRA_ALERT):
+        compress_rules(text.replace(f"alert: {DRA_ALERT}", "alert: Renamed"), FAST, dra_alert=True)
+
+
+def test_the_load_phases_and_template_grace_periods_are_scaled() -> None:
+    objects = scale_cluster(load_objects(ROOT / "deploy" / "demo" / "cluster.yaml"), FAST)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    phases = parse_load(deployment["metadata"]["annotations"][LOAD_ANNOTATION])
+    assert [start for start, _ in phases] == [0, 3, 30]
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 1

@@ -23,7 +23,7 @@ import yaml
 from exporter.sources.scenario import load_scenario
 from tests.fakeclock import FakeClock
 from tools.fakekube import FakeApiServer
-from tools.fakesim import MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GpuDevices
+from tools.fakesim import LOAD_ANNOTATION, MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GpuDevices
 
 GPU = "nvidia.com/gpu"
 
@@ -330,3 +330,65 @@ def test_a_scripted_answer_can_be_late_and_not_json(make: Any) -> None:
     with pytest.raises(OSError):  # the answer comes after the client gave up; the request was recorded
         urllib.request.urlopen(server.url + "/api/v1/nodes", timeout=0.2)
     assert [c.path for c in server.requests("GET")] == ["/api/v1/pods", "/api/v1/nodes"]
+
+
+def workload(replicas: int, load: str | None = None) -> list[dict[str, Any]]:
+    """A Deployment and the ReplicaSet it controls, whose template asks for one GPU."""
+    template = {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {"terminationGracePeriodSeconds": 5,
+                 "containers": [{"name": "c", "resources": {"limits": {GPU: "1"}}}]},
+    }  # fmt: skip
+    annotations = {LOAD_ANNOTATION: load} if load else {}
+    return [
+        {"kind": "Deployment",
+         "metadata": {"name": "web", "namespace": "ml", "uid": "dep", "annotations": annotations},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}}, "template": template}},
+        {"kind": "ReplicaSet",
+         "metadata": {"name": "web-5d8f", "namespace": "ml", "uid": "rs",
+                      "ownerReferences": [{"kind": "Deployment", "name": "web", "uid": "dep",
+                                           "controller": True}]},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}}, "template": template}},
+    ]  # fmt: skip
+
+
+def web_pods(server: FakeApiServer) -> list[dict[str, Any]]:
+    return [p for p in server.objects_of("pods") if p["metadata"]["name"].startswith("web-5d8f-")]
+
+
+def test_a_deployment_keeps_its_replicas_through_its_replicaset(make: Any, clock: FakeClock) -> None:
+    server = make(node(gpus=4), *workload(1))
+    server.step()
+    (first,) = web_pods(server)
+    assert first["metadata"]["ownerReferences"][0]["uid"] == "rs" and first["spec"]["nodeName"] == "node-1"
+    status, _ = call(server, "PATCH", "/apis/apps/v1/namespaces/ml/deployments/web",
+                     {"spec": {"replicas": 3}}, "application/merge-patch+json")  # fmt: skip
+    assert status == 200
+    clock.now += 60
+    server.step()
+    pods = web_pods(server)
+    assert len(pods) == 3 and all(p["status"]["phase"] == "Running" for p in pods)
+    (deployment,) = server.objects_of("deployments")
+    assert deployment["status"]["replicas"] == 3
+    call(server, "PATCH", "/apis/apps/v1/namespaces/ml/deployments/web", {"spec": {"replicas": 1}},
+         "application/merge-patch+json")  # fmt: skip
+    server.step()
+    leaving = [p["metadata"]["name"] for p in web_pods(server) if p["metadata"].get("deletionTimestamp")]
+    assert len(leaving) == 2 and first["metadata"]["name"] not in leaving  # the newest go first
+    clock.now += 6
+    server.step()
+    assert [p["metadata"]["name"] for p in web_pods(server)] == [first["metadata"]["name"]]
+
+
+def test_a_deployments_load_is_shared_by_its_running_replicas(make: Any, clock: FakeClock) -> None:
+    load = '[{"from": 0, "utilization": 1.5}, {"from": 60, "utilization": 0.3}]'
+    server = make(node(gpus=4), *workload(1, load))
+    server.step()
+    assert list(server.cluster.loads().values()) == [[(0.0, 1.0), (60.0, 0.3)]]  # one replica: at most 1
+    call(server, "PATCH", "/apis/apps/v1/namespaces/ml/deployments/web", {"spec": {"replicas": 3}},
+         "application/merge-patch+json")  # fmt: skip
+    server.step()
+    shares = server.cluster.loads()
+    assert len(shares) == 3 and all(
+        [x for phase in s for x in phase] == pytest.approx([0, 0.5, 60, 0.1]) for s in shares.values()
+    )
