@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from flask import Blueprint, Flask, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from waitress.server import create_server
+from waitress.channel import HTTPChannel
+from waitress.server import BaseWSGIServer, create_server
 
 from automator.dra.job import DraCheckJob
 from automator.loop import Service
@@ -20,6 +23,9 @@ from automator.loop import Service
 HTTP_BACKLOG = 64
 HTTP_CHANNEL_TIMEOUT = 30
 HTTP_CONNECTION_LIMIT = 100
+# Seconds a request head (request line and headers) may take from its first byte: waitress' own
+# channel_timeout counts inactivity only, which a client sending a byte now and then never reaches.
+HTTP_HEAD_DEADLINE = 10.0
 
 
 # `Bearer`, one space, one token of visible ASCII characters, nothing after it.
@@ -114,12 +120,46 @@ _SERVER_BOUNDS: Final[dict[str, Any]] = {
     "backlog": HTTP_BACKLOG,
     "connection_limit": HTTP_CONNECTION_LIMIT,
     "channel_timeout": HTTP_CHANNEL_TIMEOUT,
-    "cleanup_interval": HTTP_CHANNEL_TIMEOUT,
+    "cleanup_interval": 1,  # the sweep that enforces both timeouts
     "max_request_body_size": 0,  # no route takes a body: one is refused (413) unread
     "ident": "gpu-steward-automator",
 }
 
 
-def http_server(app: Flask, host: str, port: int, threads: int) -> Any:
-    """waitress with a bounded pool: `threads` workers, a listen backlog, connection limit and timeouts."""
-    return create_server(app, host=host, port=port, threads=threads, **_SERVER_BOUNDS)
+class _HeadDeadlineChannel(HTTPChannel):
+    """A waitress connection that remembers when the head of its current request began."""
+
+    head_started: float | None = None
+
+    def received(self, data: bytes) -> bool:
+        if data and self.request is None and self.head_started is None:
+            self.head_started = time.monotonic()
+        done: bool = super().received(data)
+        if self.request is None or self.request.headers_finished:
+            self.head_started = None
+        return done
+
+
+def _sweep(server: Any, inactivity: Callable[[Any], None], head_deadline: float, now: float) -> None:
+    """waitress' inactivity sweep, then: close every connection whose request head is overdue."""
+    inactivity(now)
+    overdue = time.monotonic() - head_deadline
+    for channel in list(server.active_channels.values()):
+        started = getattr(channel, "head_started", None)
+        if started is not None and started < overdue:
+            channel.will_close = True
+
+
+def http_server(
+    app: Flask, host: str, port: int, threads: int, head_deadline: float = HTTP_HEAD_DEADLINE
+) -> Any:
+    """waitress with a bounded pool: `threads` workers, a listen backlog, connection limit, timeouts and a
+    deadline on each request head (so trickling clients cannot hold every connection slot)."""
+    server = create_server(app, host=host, port=port, threads=threads, **_SERVER_BOUNDS)
+    if not isinstance(server, BaseWSGIServer):  # one host and port: always a single listener
+        raise TypeError(f"unexpected waitress server {type(server).__name__}")
+    # waitress has no setting for a head deadline: its connection class and sweep are extended here.
+    server.channel_class = _HeadDeadlineChannel
+    sweep = functools.partial(_sweep, server, server.maintenance, head_deadline)
+    server.maintenance = sweep  # type: ignore[method-assign]
+    return server

@@ -421,3 +421,42 @@ def test_http_server_is_waitress_with_a_bounded_pool() -> None:
             assert resp.status == 200 and resp.headers["Server"] == "gpu-steward-automator"
     finally:
         server.close()
+
+
+def test_trickling_clients_are_cut_at_the_head_deadline_and_probes_answer() -> None:
+    """A connection limit's worth of clients each sending a header line now and then (never idle long
+    enough for waitress' inactivity timeout) is cut at the head deadline: /healthz answers again."""
+    import socket
+    import threading
+    import urllib.request
+
+    from tools.promserver import free_port
+
+    svc, _, _ = make_service()
+    port = free_port()
+    server = service.http_server(service.create_app(svc), "127.0.0.1", port, threads=2, head_deadline=1.5)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    tricklers: list[socket.socket] = []
+    try:
+        for _ in range(service.HTTP_CONNECTION_LIMIT):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            tricklers.append(sock)
+        cut = 0
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and cut < len(tricklers):
+            time.sleep(0.5)
+            cut = 0
+            for sock in tricklers:
+                try:
+                    sock.sendall(b"X-Trickle: 1\r\n")  # a line at a time, never the blank line
+                except OSError:
+                    cut += 1
+        assert cut == len(tricklers), f"{cut} of {len(tricklers)} trickling connections cut"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as resp:
+            assert resp.status == 200
+    finally:
+        for sock in tricklers:
+            sock.close()
+        server.close()
