@@ -18,15 +18,15 @@ from types import ModuleType
 from automator import settings
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
-from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
-from automator.resources import FieldError, parse_time
+from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.objects.resources import FieldError, parse_time
 
 # The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
 # and the other commands start without them.
 
 
 def _now(text: str | None) -> datetime:
-    from automator.snapshot import InputError
+    from automator.reclaim.snapshot import InputError
 
     if text is None:
         return datetime.now(UTC)
@@ -37,7 +37,7 @@ def _now(text: str | None) -> datetime:
 
 
 def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage], PlannerConfig, datetime]:
-    from automator.snapshot import InputError, load_cluster, load_usage
+    from automator.reclaim.snapshot import InputError, load_cluster, load_usage
 
     try:
         config = settings.planner_config(args)
@@ -49,8 +49,8 @@ def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from automator import report
-    from automator.planner import plan
+    from automator.reclaim import report
+    from automator.reclaim.planner import plan
 
     cluster, usage, config, now = _load(args)
     result = plan(cluster, usage, config, now)
@@ -62,9 +62,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from automator import report
-    from automator.planner import plan
-    from automator.snapshot import InputError
+    from automator.reclaim import report
+    from automator.reclaim.planner import plan
+    from automator.reclaim.snapshot import InputError
 
     try:
         key = PodKey.parse(args.pod)
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_service() -> ModuleType:
     # The web framework and the live adapters: only `run` needs them, so plan/explain never load them.
-    return importlib.import_module("automator.service")
+    return importlib.import_module("automator.service.main")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return keda_cli.run(args)
     if args.command not in ("plan", "explain"):
         return _run(args)
-    from automator.snapshot import InputError
+    from automator.reclaim.snapshot import InputError
 
     try:
         return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)

@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
-from automator.conventions import REASON_VICTIM
-from automator.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from automator.settings import ALL_SETTINGS
+from steward_common.conventions import REASON_VICTIM
+from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools import demorules
 from tools.demorules import IDLE_ALERT, TimeScale
 from tools.fakekube import FakeApiServer

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from automator.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
-from automator.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
+from steward_common.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
+from steward_common.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
 
 IDLE_ALERT = "GpuStewardGpuAllocatedIdle"
 _DURATION = re.compile(r"(\d+)(ms|s|m|h)")

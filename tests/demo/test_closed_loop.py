@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from automator.series import IDLE_THRESHOLD, POD_ACTIVITY
+from steward_common.series import IDLE_THRESHOLD, POD_ACTIVITY
 from tools.demo import FAST, PREEMPTOR, VICTIM, WASTE, Demo, Ports, Story, run_story
 from tools.demorules import IDLE_ALERT
 from tools.kubeapi import is_dry_run

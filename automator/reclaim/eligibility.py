@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.class_settings import ClassSettings
-from automator.conventions import (
+from automator.objects.class_settings import ClassSettings
+from automator.objects.model import JsonObj, PlannerConfig, PodUsage
+from automator.objects.resources import labels_of
+from automator.reclaim.fit import requirement_matches
+from automator.reclaim.report import fmt_measure
+from steward_common.conventions import (
     NEVER_RECLAIM_LABEL,
     WORD_NAMESPACE_EXCLUDED,
     WORD_OPTED_OUT,
     WORD_RECENT_UNKNOWN,
     WORD_RECENTLY_BUSY,
 )
-from automator.fit import requirement_matches
-from automator.model import JsonObj, PlannerConfig, PodUsage
-from automator.report import fmt_measure
-from automator.resources import labels_of
 
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from waitress.server import create_server
 
 from automator.dra.job import DraCheckJob
-from automator.loop import Service
+from automator.service.loop import Service
 
 # waitress: pending connections and seconds an idle or slow connection is kept.
 HTTP_BACKLOG = 64

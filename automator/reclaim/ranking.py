@@ -18,9 +18,9 @@ import operator
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from automator.cluster_index import Candidate, NodeState
-from automator.resources import Requests
-from automator.splits import Splits
+from automator.objects.resources import Requests
+from automator.reclaim.cluster_index import Candidate, NodeState
+from automator.reclaim.splits import Splits
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]

@@ -1,6 +1,6 @@
 """What the actuator remembers between passes, and the cooldown annotations it writes on a preemptor.
 
-Pure: no I/O. The annotations (automator/conventions.py) keep a served preemptor in the planner's cooldown;
+Pure: no I/O. The annotations (steward_common.conventions) keep a served preemptor in the planner's cooldown;
 the memory is their backstop when patching failed or the next list does not show them yet.
 """
 
@@ -12,14 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from automator.conventions import (
-    LAST_RECLAIM_ANNOTATION,
-    RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_NODE_ANNOTATION,
-    RECLAIM_VICTIMS_ANNOTATION,
-)
-from automator.model import ClusterState, Decision, JsonObj, PodKey
-from automator.resources import (
+from automator.objects.model import ClusterState, Decision, JsonObj, PodKey
+from automator.objects.resources import (
     FieldError,
     annotations_of,
     is_finished,
@@ -27,6 +21,12 @@ from automator.resources import (
     node_name,
     pod_requests,
     rfc3339,
+)
+from steward_common.conventions import (
+    LAST_RECLAIM_ANNOTATION,
+    RECLAIM_COUNT_ANNOTATION,
+    RECLAIM_NODE_ANNOTATION,
+    RECLAIM_VICTIMS_ANNOTATION,
 )
 
 HOUR = timedelta(hours=1)
