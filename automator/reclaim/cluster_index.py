@@ -108,7 +108,7 @@ def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
 
 
 def is_reclaim_class(pc: JsonObj | None) -> bool:
-    """Issue 15, decision 3: the opt-in value is exactly "true" (not "TRUE", not " true")."""
+    """The opt-in value is exactly "true" (not "TRUE", not " true")."""
     return pc is not None and annotations_of(pc).get(RECLAIM_ANNOTATION) == "true"
 
 

@@ -281,7 +281,7 @@ def base_verdict(
 
 
 def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int) -> tuple[str, str] | None:
-    """Issue 7 rule 1: the recent window's maximum must be known and at or below the threshold.
+    """The recent-activity rule: the recent window's maximum must be known and at or below the threshold.
 
     An average over a long window hides a job that just started; the maximum over the last few minutes
     does not. Equal to the threshold counts as idle, as for the average.
@@ -297,7 +297,7 @@ def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int)
 
 
 def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None:
-    """Issue 7 scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
+    """Scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
     ns = str((pod.get("metadata") or {}).get("namespace") or "default")
     if ns in config.exclude_namespaces:
         return (

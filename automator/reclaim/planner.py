@@ -306,12 +306,12 @@ class _Pass:
                 self.pdb_changed[pdb] = self.pdb_version
         if victims:
             # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass
-            # (issue 4: freed GPUs are not offered to the next preemptor).
+            # (freed GPUs are not offered to the next preemptor).
             node.take(req)
             node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
             node.version += 1
             self.rankings.changed(node)
-        # Issue 15, decision 1: a preemptor that already fits reserves nothing; later preemptors may count
+        # A preemptor that already fits reserves nothing; later preemptors may count
         # the same free GPUs (the next pass sees what the scheduler did).
         target = self.plan.decisions if victims else self.plan.already_fit
         target.append(

@@ -1,4 +1,4 @@
-"""Which nodes a preemptor's search visits, at fleet scale (issue 14). Pure.
+"""Which nodes a preemptor's search visits, at fleet scale. Pure.
 
 For one search shape (preemptor priority, requests) every node gets a lower bound of the key of its best
 victim set (victims.set_key without the names): the fewest victims that could free the GPUs, cpu and
