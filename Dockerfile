@@ -2,6 +2,7 @@
 FROM python:3.11-slim
 WORKDIR /src
 COPY pyproject.toml requirements.lock README.md ./
+COPY steward_common ./steward_common
 COPY exporter ./exporter
 COPY automator ./automator
 COPY dashboards ./dashboards

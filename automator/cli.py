@@ -19,16 +19,16 @@ from typing import TypeVar
 from automator import settings
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
-from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
-from automator.printable import printable
-from automator.resources import FieldError, parse_time
+from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.objects.resources import FieldError, parse_time
+from steward_common.printable import printable
 
 # The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
 # and the other commands start without them.
 
 
 def _now(text: str | None) -> datetime:
-    from automator.snapshot import InputError
+    from automator.reclaim.snapshot import InputError
 
     if text is None:
         return datetime.now(UTC)
@@ -39,7 +39,7 @@ def _now(text: str | None) -> datetime:
 
 
 def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage], PlannerConfig, datetime]:
-    from automator.snapshot import InputError, load_cluster, load_usage
+    from automator.reclaim.snapshot import InputError, load_cluster, load_usage
 
     try:
         config = settings.planner_config(args)
@@ -56,7 +56,7 @@ _T = TypeVar("_T")
 def _read(name: str, reader: Callable[[Path], _T]) -> _T:
     """reader(Path(name)); what a hostile file makes Python itself refuse (nesting past the recursion
     limit, a number past its digit limit) is bad input naming the file, like any other, not a traceback."""
-    from automator.snapshot import InputError
+    from automator.reclaim.snapshot import InputError
 
     try:
         return reader(Path(name))
@@ -65,8 +65,8 @@ def _read(name: str, reader: Callable[[Path], _T]) -> _T:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from automator import report
-    from automator.planner import plan
+    from automator.reclaim import report
+    from automator.reclaim.planner import plan
 
     cluster, usage, config, now = _load(args)
     result = plan(cluster, usage, config, now)
@@ -78,9 +78,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from automator import report
-    from automator.planner import plan
-    from automator.snapshot import InputError
+    from automator.reclaim import report
+    from automator.reclaim.planner import plan
+    from automator.reclaim.snapshot import InputError
 
     try:
         key = PodKey.parse(args.pod)
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_service() -> ModuleType:
     # The web framework and the live adapters: only `run` needs them, so plan/explain never load them.
-    return importlib.import_module("automator.service")
+    return importlib.import_module("automator.service.main")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return keda_cli.run(args)
     if args.command not in ("plan", "explain"):
         return _run(args)
-    from automator.snapshot import InputError
+    from automator.reclaim.snapshot import InputError
 
     try:
         return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)

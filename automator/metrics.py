@@ -12,9 +12,9 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.conventions import UnresolvedReason
-from automator.model import Mode, PassOutcome, Unresolved
+from automator.objects.model import Mode, PassOutcome, Unresolved
 from automator.ports import EvictionOutcome
+from steward_common.conventions import UnresolvedReason
 
 PREFIX: Final = "gpu_steward_automator_"
 

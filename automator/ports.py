@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, TypeAlias
 
-from automator.model import ClusterState, JsonObj, PodKey, PodUsage, UsageWindow
+from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage, UsageWindow
 
 
 class EvictionOutcome(StrEnum):

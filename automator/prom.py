@@ -24,12 +24,12 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from automator.conventions import NAMESPACE_LABEL, POD_LABEL
 from automator.dra.model import ContainerUsage
-from automator.model import PodKey, PodUsage
+from automator.objects.model import PodKey, PodUsage
 from automator.ports import PrometheusUnavailable, Usage, When, Windows
-from automator.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
-from exporter.metrics import CONTAINER_LABELS, DEVICE_LABELS
+from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
+from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS
+from steward_common.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
 
 log = logging.getLogger(__name__)
 

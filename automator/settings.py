@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from automator import settingspec as spec
-from automator.conventions import DEFAULT_LEASE_NAME
 from automator.keda import settings as keda
-from automator.model import Mode, PlannerConfig
-from automator.series import RULE_INTERVAL_SECONDS
-from automator.settingspec import Setting, SettingError
+from automator.objects.model import Mode, PlannerConfig
+from steward_common import settingspec as spec
+from steward_common.conventions import DEFAULT_LEASE_NAME
+from steward_common.series import RULE_INTERVAL_SECONDS
+from steward_common.settingspec import Setting, SettingError
 
 __all__ = ["SettingError"]
 

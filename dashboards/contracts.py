@@ -1,7 +1,7 @@
 """Every series name and number the dashboards take from the rest of the project, in one place.
 
-Nothing here is retyped: recorded series come from automator.series, the exporter's metric names from the
-exporter's metric table (exporter/metrics.py), the automator's from automator.metrics and
+Nothing here is retyped: recorded series come from steward_common.series, the exporter's metric names from the
+exporter's metric table (steward_common/metrics.py), the automator's from automator.metrics and
 automator/dra/report.py, the coverage minimum from the planner's defaults. When one of those homes moves,
 only this module changes. Importing it fails, naming the series, when a name the dashboards need is gone, so
 `make dashboards` and the tests fail instead of committing a dashboard that queries nothing.
@@ -15,21 +15,22 @@ from typing import Final
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from automator import series
 from automator.dra import checks as dra_checks
 from automator.dra import model as dra_model
 from automator.dra import report as dra_report
 from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
-from automator.model import PlannerConfig
-from exporter import metrics as exporter_metrics
+from automator.objects.model import PlannerConfig
+from steward_common import metrics as exporter_metrics
+from steward_common import series
 
 # --- numbers -----------------------------------------------------------------------------------------
+
 IDLE_THRESHOLD: Final = series.IDLE_THRESHOLD
 FRESHNESS_SECONDS: Final = series.FRESHNESS_SECONDS
 MIN_COVERAGE: Final = PlannerConfig().min_coverage
 
-# --- recorded series (rules/, named in automator/series.py) -------------------------------------------
+# --- recorded series (rules/, named in steward_common/series.py) -------------------------------------------
 POD_ACTIVITY: Final = series.POD_ACTIVITY
 POD_IDLE: Final = series.POD_IDLE
 POD_IDLE_SECONDS: Final = series.POD_IDLE_SECONDS
@@ -46,7 +47,7 @@ RULE_EVALUATION_TIMESTAMP: Final = series.RULE_EVALUATION_TIMESTAMP
 def sibling(name: str, *, level: str | None = None, operation: str | None = None) -> str:
     """The recorded series `level:metric:operation` next to `name`, checked against series.RECORDED.
 
-    For series that automator/series.py lists but does not name: derived from a named one by the
+    For series that steward_common/series.py lists but does not name: derived from a named one by the
     level:metric:operations convention, so only the part that differs is written here.
     """
     parts = name.split(":")
@@ -55,7 +56,9 @@ def sibling(name: str, *, level: str | None = None, operation: str | None = None
     lvl = parts[0] if level is None else level
     derived = f"{lvl}:{parts[1]}:{parts[2] if operation is None else operation}"
     if derived not in series.RECORDED:
-        raise LookupError(f"recorded series {derived!r} (from {name!r}) is not in automator.series.RECORDED")
+        raise LookupError(
+            f"recorded series {derived!r} (from {name!r}) is not in steward_common.series.RECORDED"
+        )
     return derived
 
 
@@ -65,7 +68,7 @@ POD_COVERAGE: Final[Mapping[str, str]] = {"1h": sibling(POD_ACTIVITY, operation=
 HELD_GPU_BY_CONTAINER: Final = series.CONTAINER_EXPECTED
 
 
-# --- the exporter's metrics (exporter/metrics.py, the one metric table) ------------------------------
+# --- the exporter's metrics (steward_common/metrics.py, the one metric table) ------------------------------
 # Every sample name the exporter serves (for the test that the dashboards read nothing else).
 EXPORTER_SAMPLES: Final = frozenset(m.sample_name for m in exporter_metrics.ALL_METRICS)
 GPU_UTILIZATION: Final = exporter_metrics.GPU_UTILIZATION.sample_name

@@ -15,8 +15,6 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from automator.printable import log_handler, printable
-from automator.settingspec import SettingError
 from exporter.attribution.degraded import DegradedAttributor
 from exporter.exposition import Exposition
 from exporter.loop import CollectionLoop, FamilyExtension
@@ -25,6 +23,8 @@ from exporter.server import HttpServer, Limits, make_handler
 from exporter.settings import Config, logging_level, parse_config
 from exporter.sources.scenario import ScenarioError, load_scenario
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
+from steward_common.printable import log_handler, printable
+from steward_common.settingspec import SettingError
 
 log = logging.getLogger("exporter")
 

@@ -13,7 +13,7 @@ wrote against it). As dcgm-exporter's default mode emits them:
   GPU_I_ID on MIG devices, whose UUID is the parent's as upstream reports it).
 - Every field of upstream's default-counters.csv NVML can give, with upstream's type: counters keep
   their names without `_total` (total energy, remapped rows). Profiling fields NVML cannot
-  give are left out (exporter/metrics.py, DCGM_NOT_AVAILABLE), never derived from other readings.
+  give are left out (steward_common/metrics.py, DCGM_NOT_AVAILABLE), never derived from other readings.
 - A device reading is never hidden by attribution: an unattributable process only withholds the
   per-container split, not the device's utilization or memory.
 - A lost GPU is not reported under these names (dcgm-exporter stops reporting a GPU it cannot read).
@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from exporter import metrics as m
 from exporter.families import FamilyBuilder, FamilyData
 from exporter.model import ContainerRef, GpuSample
 from exporter.view import GpuView
+from steward_common import metrics as m
 
 MIB = 1024 * 1024
 

@@ -22,9 +22,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.samples import Sample
 
 import exporter
-from exporter import metrics as m
 from exporter.families import FamilyData
 from exporter.loop import CollectionLoop, Snapshot
+from steward_common import metrics as m
 
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"

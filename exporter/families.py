@@ -1,7 +1,7 @@
 """Snapshot views -> ready-made samples per metric family (pure).
 
 The collection loop calls `gpu_families` once per collection, so that a scrape only wraps the samples
-(exporter/exposition.py). Names, types and help come from the table in exporter/metrics.py.
+(exporter/exposition.py). Names, types and help come from the table in steward_common/metrics.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from prometheus_client.samples import Sample
 
-from exporter import metrics as m
 from exporter.model import CLOCK_EVENT_REASONS, ContainerRef, GpuSample
 from exporter.view import GpuView
+from steward_common import metrics as m
 
 # Per-GPU gauges and the GpuSample field each one reports (left out when the field is None).
 GPU_GAUGES: tuple[tuple[m.MetricSpec, str], ...] = (

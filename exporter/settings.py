@@ -2,8 +2,8 @@
 
 Every flag `--some-flag` has an environment variable `GPU_STEWARD_SOME_FLAG`; a flag wins over its
 variable, the variable over the default. Parsing, ranges and the error format (`<flag or variable>:
-expected ..., got '...'`, exit 2) are automator.settingspec's, shared with gpu-automator; docs/exporter.md
-lists the same table (a test compares them).
+expected ..., got '...'`, exit 2) are steward_common.settingspec's, shared with gpu-automator;
+docs/exporter.md lists the same table (a test compares them).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import exporter
-from automator import settingspec
-from automator.settingspec import (
+from exporter.ports import DEFAULT_PODRESOURCES_SOCKET
+from steward_common import settingspec
+from steward_common.settingspec import (
     Setting,
     SettingError,
     boolean,
@@ -28,7 +29,6 @@ from automator.settingspec import (
     number,
     port,
 )
-from exporter.ports import DEFAULT_PODRESOURCES_SOCKET
 
 DEFAULT_PORT = 31995
 SOURCES = ("nvml", "mock")

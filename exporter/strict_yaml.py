@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from automator.untrusted import UnreadableError, json_document, yaml_document
+from steward_common.untrusted import UnreadableError, json_document, yaml_document
 
 
 class DuplicateKeyError(ValueError):
@@ -57,7 +57,7 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def load(text: str) -> Any:
     """Parse one YAML document; yaml.YAMLError when malformed, DuplicateKeyError on a repeated key,
-    UnreadableError (automator/untrusted.py) past the limits on aliases, nesting and numbers.
+    UnreadableError (steward_common/untrusted.py) past the limits on aliases, nesting and numbers.
 
     JSON (told by content: it starts with `{`) is parsed by json, many times faster than a YAML parser;
     text that only looks like JSON (a YAML flow mapping) falls back to YAML."""

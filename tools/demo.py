@@ -39,11 +39,11 @@ from typing import Any
 
 import yaml
 
-from automator.conventions import REASON_VICTIM
 from automator.dra.model import USAGE_OVER_CLAIM
 from automator.dra.report import FINDINGS_METRIC, REASONS
-from automator.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from automator.settings import ALL_SETTINGS
+from steward_common.conventions import REASON_VICTIM
+from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools import demorules
 from tools.demorules import DRA_ALERT, IDLE_ALERT, TimeScale
 from tools.fakekube import FakeApiServer

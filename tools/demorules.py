@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from automator.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
-from automator.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
+from steward_common.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
+from steward_common.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
 from tools.fakesim import LOAD_ANNOTATION, parse_load
 from tools.kedasim import ScaledObject
 

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from automator.quantity import parse_quantity
 from exporter.sources.scenario import parse_scenario
+from steward_common.quantity import parse_quantity
 
 if TYPE_CHECKING:
     from tools.fakekube import Store

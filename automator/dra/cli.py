@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from automator.printable import printable
+from steward_common.printable import printable
 
 COMMAND = "dra-check"
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from automator.dra.checks import check
     from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
     from automator.dra.report import json_text, to_text
-    from automator.gc_pause import gc_paused
+    from automator.objects.gc_pause import gc_paused
 
     try:
         with gc_paused():  # parsing a large List makes millions of objects and no garbage cycles

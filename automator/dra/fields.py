@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any, TypeGuard
 
 from automator.dra.model import UNPARSABLE, Finding
-from automator.quantity import parse_quantity
+from steward_common.quantity import parse_quantity
 
 # 2**63: no capacity or memory figure is larger; anything above is a typo or an attack on the sums.
 MAX_AMOUNT = Decimal(2**63)

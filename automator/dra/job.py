@@ -37,7 +37,7 @@ from automator.dra.model import (
     Report,
 )
 from automator.dra.report import EVENT_COMPONENT, events, to_json
-from automator.gc_pause import gc_paused
+from automator.objects.gc_pause import gc_paused
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
 from automator.dra.read_json import read_json_document, read_json_objects
 from automator.dra.read_typed import ClaimRecords, TypedClaim, TypedPod, as_dict, pod_record, read_typed
 from automator.dra.read_typed import Objects as TypedObjects
-from automator.gc_pause import gc_paused
-from automator.snapshot import InputError, documents, flatten
+from automator.objects.gc_pause import gc_paused
+from automator.reclaim.snapshot import InputError, documents, flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
@@ -209,7 +209,7 @@ def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
     """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML.
 
     A JSON document goes through msgspec, keeping only the fields the loader reads (read_json.py); anything
-    msgspec does not read, through the general reader (automator/snapshot.py)."""
+    msgspec does not read, through the general reader (automator/reclaim/snapshot.py)."""
     objects = read_json_objects(path)
     if objects is not None:
         return objects

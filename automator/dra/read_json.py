@@ -4,9 +4,9 @@ msgspec decodes the document straight into the Structs below, in C: every object
 namespace, uid, and of its spec and status only the fields the loader reads (automator/dra/load_*.py);
 the rest (managedFields, labels, annotations, container images and env, container statuses, allocation
 node selectors: most of a dump) is never built. Each object is then one small dict of those fields, which
-the loader reads as it reads any object, with where it was in the file as automator/snapshot.py's flatten
+the loader reads as it reads any object, with where it was in the file as reclaim/snapshot.py's flatten
 says it. A document of another shape (not JSON, a number out of range, metadata that is not a map, ...)
-gives None, and the caller reads the file with the general reader (automator/snapshot.py), which reports or
+gives None, and the caller reads the file with the general reader (reclaim/snapshot.py), which reports or
 accepts it as it always did: what this reader accepts, it reads the same.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from automator.snapshot import is_json
+from automator.reclaim.snapshot import is_json
 
 
 def _typed(name: str, fields: dict[str, Any]) -> Any:
@@ -79,7 +79,7 @@ _DECODER = msgspec.json.Decoder(_Object)
 
 
 def _pairs(obj: _Object, where: str, out: list[tuple[Mapping[str, Any], str]]) -> None:
-    """As automator/snapshot.py's flatten: a List's items (recursively), each with where it was."""
+    """As automator/reclaim/snapshot.py's flatten: a List's items (recursively), each with where it was."""
     kind = obj.kind
     items = obj.items
     if items is not msgspec.UNSET and isinstance(kind, str) and kind.endswith("List"):

@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import msgspec
 
-from automator.conventions import COMPONENT, REPORTING_COMPONENT
 from automator.dra.model import CRITICAL, KINDS, Finding, Report
-from automator.printable import printable, printable_lines
+from steward_common.conventions import COMPONENT, REPORTING_COMPONENT
+from steward_common.printable import printable, printable_lines
 
 # Metric names: the one home (docs/dra.md and alerts/dra.yaml are checked against these).
 CAPACITY_METRIC: Final = "gpu_steward_dra_device_capacity"
@@ -36,7 +36,7 @@ EVENTS_METRIC: Final = "gpu_steward_dra_events"  # counter, exposed as ..._total
 REASONS: Final[dict[str, str]] = {
     kind: "Dra" + "".join(part.capitalize() for part in kind.split("-")) for kind in KINDS
 }
-EVENT_COMPONENT: Final = COMPONENT  # the one home: automator/conventions.py
+EVENT_COMPONENT: Final = COMPONENT  # the one home: steward_common/conventions.py
 MAX_EVENT_MESSAGE: Final = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from automator.settingspec import SettingError
+from steward_common.settingspec import SettingError
 
 API_KEY_HEADER = "X-API-KEY"
 API_KEY_PARAM = "api_key"

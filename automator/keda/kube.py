@@ -10,7 +10,7 @@ from kubernetes import client
 
 from automator.keda.workloads import Namespace
 from automator.kube import KubernetesAdapter
-from automator.model import JsonObj
+from automator.objects.model import JsonObj
 
 
 def _names(objects: list[JsonObj]) -> frozenset[str]:

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from automator.eligibility import selector_matches
 from automator.keda.signals import AGGREGATIONS, ALIASES, METRIC_TYPES, PROFILES, SIGNALS, Signal, signal
-from automator.series import RULE_INTERVAL_SECONDS
+from automator.reclaim.eligibility import selector_matches
+from steward_common.series import RULE_INTERVAL_SECONDS
 
 # The metrics-api contract: where KEDA asks, and the GJSON path of the number (the trigger's valueLocation).
 METRICS_PATH: Final = "/keda/v1/metrics"

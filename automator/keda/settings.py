@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from automator import settingspec as spec
 from automator.keda import auth
-from automator.settingspec import Setting, SettingError
+from steward_common import settingspec as spec
+from steward_common.settingspec import Setting, SettingError
 
 DAY = 86_400
 

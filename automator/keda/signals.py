@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from automator.series import (
+from steward_common.metrics import GPU_MEMORY_TOTAL, GPU_POWER, GPU_TEMPERATURE
+from steward_common.series import (
     CONTAINER_EXPECTED,
     CONTAINER_MEMORY,
     CONTAINER_UTILIZATION,
@@ -21,7 +22,6 @@ from automator.series import (
     POD_IDLE,
     POD_MEMORY_RATIO,
 )
-from exporter.metrics import GPU_MEMORY_TOTAL, GPU_POWER, GPU_TEMPERATURE
 
 # Label that tells the per-pod freshness timestamps apart from the (pod, GPU) values in one query result.
 STAT_LABEL: Final = "stat"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from automator.keda.workloads import Namespace
-from automator.model import JsonObj, PodKey
+from automator.objects.model import JsonObj, PodKey
 from automator.ports import KubernetesUnavailable
-from automator.snapshot import InputError, documents, flatten
+from automator.reclaim.snapshot import InputError, documents, flatten
 
 
 class SnapshotNamespaces:

@@ -8,8 +8,8 @@ from typing import Any
 
 from automator.keda.request import Workload, matches
 from automator.keda.values import PodRef
-from automator.model import JsonObj
-from automator.resources import FieldError, is_finished, is_terminating, labels_of, parse_time
+from automator.objects.model import JsonObj
+from automator.objects.resources import FieldError, is_finished, is_terminating, labels_of, parse_time
 
 
 class UnknownWorkload(LookupError):

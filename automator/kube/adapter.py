@@ -3,7 +3,7 @@
 Reads hand the planner plain records of the fields it uses, in the shape the API's JSON gives them
 (camelCase dicts, `_preload_content=False`), the same shape `kubectl get -o json` and the snapshot file have;
 pods only when pending or on a node with GPUs, in pages, each page decoded by msgspec straight into records
-(automator/records.py). Writes: policy/v1 Evictions with a uid precondition (so PodDisruptionBudgets and
+(objects/records.py). Writes: policy/v1 Evictions with a uid precondition (so PodDisruptionBudgets and
 graceful termination are honoured, and a pod recreated under the same name is never evicted), a JSON merge
 patch of the automator's own annotations, and core/v1 Events (what `kubectl describe pod` shows). Every
 call has a timeout. The KEDA cache and the DRA check read through the public list methods.
@@ -20,8 +20,6 @@ from typing import Literal
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from automator.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
-from automator.gc_pause import gc_paused
 from automator.kube.client import (
     ACTIVE_PODS,
     JSON_HEADERS,
@@ -32,10 +30,12 @@ from automator.kube.client import (
     retry_after,
     status_message,
 )
-from automator.model import ClusterState, JsonObj, PodKey
+from automator.objects.gc_pause import gc_paused
+from automator.objects.model import ClusterState, JsonObj, PodKey
+from automator.objects.records import decode_pod, decode_pods
+from automator.objects.resources import FieldError, node_allocatable
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
-from automator.records import decode_pod, decode_pods
-from automator.resources import FieldError, node_allocatable
+from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
 
 MAX_EVENT_MESSAGE = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
 
@@ -182,7 +182,7 @@ class KubernetesAdapter:
             return ClusterState(nodes=nodes, pods=pods, priority_classes=list(classes), pdbs=list(pdbs))
 
     def get_pod(self, pod: PodKey) -> JsonObj | None:
-        """The record of one pod (automator/records.py), None when it does not exist."""
+        """The record of one pod (automator/objects/records.py), None when it does not exist."""
         try:
             resp = self.core.read_namespaced_pod(
                 pod.name, pod.namespace, _preload_content=False, _request_timeout=self.timeout

@@ -7,8 +7,8 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from automator.quantity import parse_quantity
 from exporter.sources.scenario_model import MAX_BYTES, MAX_COUNT, MAX_SECONDS, ScenarioError
+from steward_common.quantity import parse_quantity
 
 
 def fail(path: str, message: str) -> ScenarioError:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from automator.conventions import LAST_RECLAIM_ANNOTATION
-from automator.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.resources import rfc3339
 from automator.ports import (
     EvictionOutcome,
     EvictionResult,
@@ -25,7 +25,7 @@ from automator.ports import (
     When,
     Windows,
 )
-from automator.resources import rfc3339
+from steward_common.conventions import LAST_RECLAIM_ANNOTATION
 
 _STATUS = {
     EvictionOutcome.OK: 201,

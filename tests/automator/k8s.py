@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from automator.conventions import DEFAULT_GPU_RESOURCE, PLUGIN_PREFIX, RECLAIM_ANNOTATION
-from automator.model import ClusterState, JsonObj, PodKey, PodUsage
-from automator.resources import rfc3339
+from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.resources import rfc3339
+from steward_common.conventions import DEFAULT_GPU_RESOURCE, PLUGIN_PREFIX, RECLAIM_ANNOTATION
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 GPU = DEFAULT_GPU_RESOURCE

@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from automator.cluster_index import Candidate, NodeState, index_cluster
-from automator.eligibility import verdict_for
-from automator.fit import static_misfit
-from automator.model import ClusterState, PlannerConfig, PodKey, PodUsage
-from automator.planner import plan
-from automator.resources import Requests
-from automator.victims import SetKey, set_key
+from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.objects.resources import Requests
+from automator.reclaim.cluster_index import Candidate, NodeState, index_cluster
+from automator.reclaim.eligibility import verdict_for
+from automator.reclaim.fit import static_misfit
+from automator.reclaim.planner import plan
+from automator.reclaim.victims import SetKey, set_key
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,11 @@ from datetime import datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from automator.actuator import ActuatorState, run_pass
-from automator.conventions import (
+from automator.metrics import AutomatorMetrics
+from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
+from automator.ports import EvictionOutcome
+from automator.service.actuator import ActuatorState, run_pass
+from steward_common.conventions import (
     ANN_GPU_IDLE_SECONDS,
     ANN_MIN_PREEMPTABLE_PRIORITY,
     LAST_RECLAIM_ANNOTATION,
@@ -18,9 +21,6 @@ from automator.conventions import (
     REASON_VICTIM,
     UnresolvedReason,
 )
-from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
-from automator.ports import EvictionOutcome
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 

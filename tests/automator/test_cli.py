@@ -213,7 +213,7 @@ HEAVY = (
     "kubernetes",
     "prometheus_api_client",
     "requests",
-    "automator.service",
+    "automator.service.main",
 )
 
 

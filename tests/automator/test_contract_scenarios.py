@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from automator import cli
-from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
-from automator.model import JsonObj
+from automator.objects.model import JsonObj
+from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from tests.automator import k8s
 
 NOW = k8s.ts(k8s.NOW)

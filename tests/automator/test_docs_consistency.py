@@ -23,8 +23,17 @@ from kubernetes import client
 from kubernetes.utils import parse_quantity
 from prometheus_client import CollectorRegistry
 
-from automator import cli, conventions, service, settings
-from automator.conventions import (
+from automator import cli, settings
+from automator.dra.job import DraCheckJob, SnapshotDraCluster
+from automator.keda.kube import NamespaceLister
+from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
+from automator.metrics import AutomatorMetrics
+from automator.objects.model import Mode, PlannerConfig, PodKey
+from automator.ports import EvictionOutcome
+from automator.reclaim.snapshot import load_cluster, load_usage
+from automator.service.main import main as service
+from steward_common import conventions
+from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
     ANN_GPU_IDLE_SECONDS,
@@ -33,14 +42,7 @@ from automator.conventions import (
     ANN_TOLERATION_SECONDS,
     PLUGIN_PREFIX,
 )
-from automator.dra.job import DraCheckJob, SnapshotDraCluster
-from automator.keda.kube import NamespaceLister
-from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
-from automator.metrics import AutomatorMetrics
-from automator.model import Mode, PlannerConfig, PodKey
-from automator.ports import EvictionOutcome
-from automator.settingspec import Setting
-from automator.snapshot import load_cluster, load_usage
+from steward_common.settingspec import Setting
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tools.fakekube import FakeApiServer
 
@@ -237,7 +239,8 @@ def test_annotation_table_matches_the_planner_defaults() -> None:
 
 def test_eligibility_table_lists_every_rule_of_the_code_in_order() -> None:
     source = "".join(
-        (REPO / "automator" / name).read_text() for name in ("eligibility.py", "planner.py", "victims.py")
+        (REPO / "automator" / "reclaim" / name).read_text()
+        for name in ("eligibility.py", "planner.py", "victims.py")
     )
     code_rules = set(re.findall(r'"(\d-[a-z-]+|[a-z]+-malformed|excluded)"', source))
     text = section(RECLAIM_DOC.read_text(), "Which pods can be victims")
@@ -582,7 +585,7 @@ def test_architecture_note_names_real_contract_homes() -> None:
     text = (DOCS / "architecture.md").read_text()
     rows = table_rows(section(text, "Who owns each contract"))[1:]
     homes = [span for row in rows for span in code_spans(row[1]) if span.endswith(".py")]
-    assert "automator/conventions.py" in homes and "automator/settings.py" in homes
-    assert "automator/series.py" in homes
+    assert "steward_common/conventions.py" in homes and "automator/settings.py" in homes
+    assert "steward_common/series.py" in homes
     for home in homes:
         assert (REPO / home).is_file(), home

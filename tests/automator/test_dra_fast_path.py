@@ -23,7 +23,7 @@ from automator.dra.load import DraInputError, load_usage_file, parse_usage
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_pods import read_pod, usual_pod
 from automator.dra.model import Claim, Finding, Pod
-from automator.snapshot import documents
+from automator.reclaim.snapshot import documents
 from tests.automator.fixtures.dra import builders as b
 
 Obj = dict[str, Any]

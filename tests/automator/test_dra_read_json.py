@@ -1,7 +1,7 @@
 """The msgspec reader of JSON dumps (automator/dra/read_json.py) against the general reader it stands in for.
 
 Whatever file the msgspec reader accepts must give the same report, findings included, as the general
-reader (automator/snapshot.py's documents + flatten); whatever it does not accept goes to the general reader.
+reader (reclaim/snapshot.py's documents + flatten); whatever it does not accept goes to the general reader.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from automator.dra.checks import check
 from automator.dra.load import load_objects, read_objects
 from automator.dra.model import Report
 from automator.dra.read_json import read_json_objects
-from automator.snapshot import InputError, documents, flatten
+from automator.reclaim.snapshot import InputError, documents, flatten
 from tests.automator.fixtures.dra import builders as b
 
 Obj = dict[str, Any]

@@ -1,7 +1,7 @@
 """`dra-check`'s typed reader (automator/dra/read_typed.py) against the general reader it stands in for.
 
 Whatever JSON List the typed reader accepts must load into the records (findings included) the general
-reader (automator/snapshot.py's documents + flatten, then load_objects) gives; whatever it does not accept
+reader (reclaim/snapshot.py's documents + flatten, then load_objects) gives; whatever it does not accept
 goes to the general reader. Realistic objects must take it (else it is dead code); every realistic claim
 and pod with one field deleted or replaced by a value of another type either takes it with the same
 records, or is left to the general reader."""
@@ -19,7 +19,7 @@ import yaml
 from automator.dra.load import load_cluster_file, load_objects
 from automator.dra.model import UNPARSABLE, Records
 from automator.dra.read_typed import read_typed
-from automator.snapshot import documents, flatten
+from automator.reclaim.snapshot import documents, flatten
 from tests.automator.fixtures.dra import builders as b
 from tests.automator.test_dra_fast_path import realistic_claims, realistic_pods, variants
 

@@ -19,7 +19,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 from pytest_httpserver import HTTPServer
 
-from automator import cli, service, settings
+from automator import cli, settings
 from automator.dra.job import STALE_INTERVALS, DraCheckJob, SnapshotDraCluster
 from automator.dra.load import load_usage_file
 from automator.dra.model import KINDS, CheckOutcome, ContainerUsage
@@ -34,8 +34,9 @@ from automator.dra.report import (
 from automator.kube import ACTIVE_PODS, DraKubernetesAdapter, KubernetesAdapter
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter, dra_memory_query
-from automator.series import CONTAINER_MEMORY
-from exporter.metrics import CONTAINER_MEMORY_USED
+from automator.service.main import main as service
+from steward_common.metrics import CONTAINER_MEMORY_USED
+from steward_common.series import CONTAINER_MEMORY
 from tests.fakeclock import Clock
 from tools.fakekube import FakeApiServer
 from tools.promserver import Prometheus, free_port, rules_on_mock_exporter

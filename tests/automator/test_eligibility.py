@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from automator import eligibility
-from automator.eligibility import PdbIndex
-from automator.model import PlannerConfig, PodKey, PodUsage, Verdict
-from automator.planner import plan, usage_windows
+from automator.objects.model import PlannerConfig, PodKey, PodUsage, Verdict
+from automator.reclaim import eligibility
+from automator.reclaim.eligibility import PdbIndex
+from automator.reclaim.planner import plan, usage_windows
 from tests.automator import k8s
 
 VICTIM = PodKey("ml", "v")

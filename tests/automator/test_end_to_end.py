@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from automator.prom import GPU_SERIES
+from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from tools.fakekube import FakeApiServer
 from tools.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus, stop
 

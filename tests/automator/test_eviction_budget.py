@@ -11,11 +11,11 @@ from datetime import timedelta
 import pytest
 from kubernetes import client
 
-from automator.actuator import ActuatorState, run_pass
-from automator.conventions import EVICTIONS_ANNOTATION
-from automator.cooldown import evictions_record, restore_evictions
 from automator.kube import LeaderElector
-from automator.model import Mode, PlannerConfig
+from automator.objects.model import Mode, PlannerConfig
+from automator.service.actuator import ActuatorState, run_pass
+from automator.service.cooldown import evictions_record, restore_evictions
+from steward_common.conventions import EVICTIONS_ANNOTATION
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.automator.test_reclaim_safety import two_nodes_cluster

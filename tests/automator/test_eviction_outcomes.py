@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from automator.actuator import run_pass
 from automator.kube import KubernetesAdapter
-from automator.model import Mode, PlannerConfig
+from automator.objects.model import Mode, PlannerConfig
+from automator.service.actuator import run_pass
 from tests.automator import k8s
 from tests.automator.fakes import FakePrometheus
 from tests.automator.test_reclaim_safety import two_nodes_cluster

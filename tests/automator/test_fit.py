@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from automator.fit import affinity_matches, static_misfit, untolerated_taint
-from automator.model import JsonObj, PlannerConfig
-from automator.planner import plan
+from automator.objects.model import JsonObj, PlannerConfig
+from automator.reclaim.fit import affinity_matches, static_misfit, untolerated_taint
+from automator.reclaim.planner import plan
 from tests.automator import k8s
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from automator import untrusted
+from steward_common import untrusted
 from tests.automator.cli_run import REPO
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from automator.cluster_index import index_cluster
-from automator.model import JsonObj, PlannerConfig
-from automator.resources import FieldError, pod_requests, scheduled_at
+from automator.objects.model import JsonObj, PlannerConfig
+from automator.objects.resources import FieldError, pod_requests, scheduled_at
+from automator.reclaim.cluster_index import index_cluster
 from tests.automator.k8s import GPU, NOW, ago, cluster, node, pod
 
 

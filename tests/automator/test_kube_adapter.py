@@ -14,10 +14,10 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATION
 from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
-from automator.model import PodKey
+from automator.objects.model import PodKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
+from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATION
 from tests.fakeclock import FakeClock
 from tools.fakekube import FakeApiServer
 from tools.promserver import free_port

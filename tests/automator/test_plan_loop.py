@@ -1,5 +1,5 @@
-"""Issue 14: the plan loop's shortcuts give what the general code gives (automator/victims.py,
-automator/ranking.py)."""
+"""Issue 14: the plan loop's shortcuts give what the general code gives (automator/reclaim/victims.py,
+automator/reclaim/ranking.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from automator import victims as victims_module
-from automator.cluster_index import ClusterIndex, index_cluster
-from automator.model import JsonObj, PlannerConfig
-from automator.ranking import _by_tie_key, _single, tie_key
+from automator.objects.model import JsonObj, PlannerConfig
+from automator.reclaim import victims as victims_module
+from automator.reclaim.cluster_index import ClusterIndex, index_cluster
+from automator.reclaim.ranking import _by_tie_key, _single, tie_key
 from tests.automator import k8s
 
 

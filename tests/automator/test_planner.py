@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from automator.conventions import LAST_RECLAIM_ANNOTATION
-from automator.model import ClusterState, Plan, PlannerConfig, PodKey, PodUsage
-from automator.planner import plan
-from automator.report import plan_to_json
+from automator.objects.model import ClusterState, Plan, PlannerConfig, PodKey, PodUsage
+from automator.reclaim.planner import plan
+from automator.reclaim.report import plan_to_json
+from steward_common.conventions import LAST_RECLAIM_ANNOTATION
 from tests.automator import k8s
 
 

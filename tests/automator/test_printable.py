@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from automator import report
-from automator.model import PlannerConfig
-from automator.planner import plan
-from automator.printable import PrintableFormatter, printable
-from automator.resources import parse_time
-from automator.snapshot import load_cluster, load_usage
+from automator.objects.model import PlannerConfig
+from automator.objects.resources import parse_time
+from automator.reclaim import report
+from automator.reclaim.planner import plan
+from automator.reclaim.snapshot import load_cluster, load_usage
+from steward_common.printable import PrintableFormatter, printable
 from tests.automator.cli_run import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"

@@ -14,8 +14,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator import planner
-from automator.model import JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
 from automator.ports import PrometheusUnavailable
 from automator.prom import (
     GPU_SERIES,
@@ -25,6 +24,7 @@ from automator.prom import (
     gpu_query,
     recent_query,
 )
+from automator.reclaim import planner
 from tests.automator import k8s
 from tools.promserver import Prometheus, free_port, start_backfilled_prometheus
 

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator import service
 from automator.prom import redact_url
+from automator.service.main import main as service
 from automator.settings import SettingError
 from tests.automator.test_service import cluster, resolved
 

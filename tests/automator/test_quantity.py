@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from kubernetes.utils.quantity import parse_quantity as client_parse_quantity
 
-from automator.quantity import parse_quantity
+from steward_common.quantity import parse_quantity
 
 AGREED = [
     "0", "1", "+1", "-1", "500m", "0.5", ".5", "1.", "100n", "3u", "2k", "1M", "80G", "2T", "1P", "1E",

@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from automator import conventions, planner
-from automator.actuator import run_pass
-from automator.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_COUNT_ANNOTATION, UnresolvedReason
-from automator.cooldown import gpus_held_by_reclaim
 from automator.metrics import AutomatorMetrics, MetricSpec, declare, unresolved_by_reason
-from automator.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
+from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
 from automator.ports import EvictionOutcome
+from automator.reclaim import planner
+from automator.service.actuator import run_pass
+from automator.service.cooldown import gpus_held_by_reclaim
+from steward_common import conventions
+from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_COUNT_ANNOTATION, UnresolvedReason
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.automator.test_actuator import eight_gpu_node, idle_usage, two_nodes

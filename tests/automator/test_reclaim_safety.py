@@ -17,8 +17,11 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from automator.actuator import ActuatorState, run_pass, skew_verdict
-from automator.conventions import (
+from automator.metrics import AutomatorMetrics
+from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
+from automator.ports import EvictionOutcome
+from automator.service.actuator import ActuatorState, run_pass, skew_verdict
+from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
     NEVER_RECLAIM_LABEL,
     REASON_GAVE_UP,
@@ -28,9 +31,6 @@ from automator.conventions import (
     WRITTEN_ANNOTATIONS,
     UnresolvedReason,
 )
-from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
-from automator.ports import EvictionOutcome
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.automator.test_contract_scenarios import Cli, evicted, unresolved, usage
@@ -514,7 +514,7 @@ def test_nonfinite_series_are_counted() -> None:
 
 
 def test_usage_file_reads_the_recent_maximum(tmp_path: Path) -> None:
-    from automator.snapshot import load_usage
+    from automator.reclaim.snapshot import load_usage
 
     path = tmp_path / "usage.yaml"
     path.write_text(yaml.safe_dump({"pods": [{"namespace": "a", "name": "b", "gpu_activity": 0.0,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from automator.records import decode_pod, decode_pods, record
+from automator.objects.records import decode_pod, decode_pods, record
 from tests.bench.bench_automator_memory import realistic_pod
 
 
@@ -105,6 +105,6 @@ def test_a_well_formed_page_never_takes_the_slow_way(monkeypatch: pytest.MonkeyP
 
     items = [realistic_pod(1, "gpu-00000"), realistic_pod(2, None), WITH_INIT]
     expected = slow(items)
-    monkeypatch.setattr("automator.records.json.loads", refuse)
+    monkeypatch.setattr("automator.objects.records.json.loads", refuse)
     assert decode_pods(page(items))[0] == expected
     assert decode_pod(json.dumps(items[0]).encode()) == expected[0]

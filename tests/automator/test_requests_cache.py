@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from automator.resources import FieldError, Requests, node_allocatable, pod_requests
+from automator.objects.resources import FieldError, Requests, node_allocatable, pod_requests
 
 GPU = ("nvidia.com/gpu",)
 

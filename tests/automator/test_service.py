@@ -16,10 +16,11 @@ from prometheus_client import CollectorRegistry
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator import service, settings
+from automator import settings
 from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, Mode, PlannerConfig, PodKey, PodUsage
+from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey, PodUsage
 from automator.ports import KubernetesUnavailable
+from automator.service.main import main as service
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.fakeclock import Clock

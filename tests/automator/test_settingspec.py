@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from automator.settingspec import (
+from steward_common.settingspec import (
     Setting,
     SettingError,
     add_arguments,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from automator.model import PodKey, PodUsage
-from automator.snapshot import InputError, load_cluster, load_usage
+from automator.objects.model import PodKey, PodUsage
+from automator.reclaim.snapshot import InputError, load_cluster, load_usage
 from tests.automator import k8s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"

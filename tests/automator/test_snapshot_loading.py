@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from automator import snapshot
-from automator.model import JsonObj, PlannerConfig
-from automator.planner import plan
-from automator.records import record
-from automator.snapshot import InputError, documents, is_json, load_cluster, load_usage
+from automator.objects.model import JsonObj, PlannerConfig
+from automator.objects.records import record
+from automator.reclaim import snapshot
+from automator.reclaim.planner import plan
+from automator.reclaim.snapshot import InputError, documents, is_json, load_cluster, load_usage
 from tests.automator import k8s
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from automator import settingspec as spec
-from automator.class_settings import class_settings
-from automator.conventions import ANN_TOLERATION_SECONDS, RECLAIM_COUNT_ANNOTATION
-from automator.cooldown import reclaim_annotations
-from automator.model import Decision, PlannerConfig, PodKey
-from automator.resources import FieldError, parse_time
+from automator.objects.class_settings import class_settings
+from automator.objects.model import Decision, PlannerConfig, PodKey
+from automator.objects.resources import FieldError, parse_time
+from automator.service.cooldown import reclaim_annotations
+from steward_common import settingspec as spec
+from steward_common.conventions import ANN_TOLERATION_SECONDS, RECLAIM_COUNT_ANNOTATION
 
 NOT_WHOLE = ["1_0", "\u0663", "\uff15", "0x5", "5.0", "", "+", "9" * 19, "9" * 5000]
 

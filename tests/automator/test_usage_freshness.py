@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from automator.model import PodKey
-from automator.series import MAX_SAMPLE_AGE_SECONDS
-from automator.snapshot import InputError, load_usage
+from automator.objects.model import PodKey
+from automator.reclaim.snapshot import InputError, load_usage
+from steward_common.series import MAX_SAMPLE_AGE_SECONDS
 
 
 def _usage(tmp_path: Path, text: str) -> Path:

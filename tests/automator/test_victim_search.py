@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from automator import planner as planner_module
-from automator import victims as victims_module
-from automator.cluster_index import index_cluster
-from automator.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
-from automator.planner import plan
+from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
+from automator.reclaim import planner as planner_module
+from automator.reclaim import victims as victims_module
+from automator.reclaim.cluster_index import index_cluster
+from automator.reclaim.planner import plan
 from tests.automator import k8s
 from tests.automator.oracle import brute_force, fits, oracle_plan, planner_outcome
 
@@ -235,7 +235,7 @@ def _random_cluster(seed: int) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
 def test_planner_decides_as_the_straightforward_oracle(
     seed: int, ranked: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # ranked: the fleet-scale path (nodes searched in the order of their bounds, automator/ranking.py),
+    # ranked: the fleet-scale path (nodes searched in the order of their bounds, reclaim/ranking.py),
     # which a pass takes once full verdicts are no longer recorded.
     if ranked:
         monkeypatch.setattr(planner_module, "VERDICT_LIMIT", 0)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from automator import service, settings
-from automator.web import DecisionsAccess
+from automator import settings
+from automator.service.main import main as service
+from automator.service.web import DecisionsAccess
 from tests.automator.test_service import make_service, resolved
 from tools.promserver import free_port
 

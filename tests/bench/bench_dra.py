@@ -27,7 +27,7 @@ from automator.dra.checks import check
 from automator.dra.load import load_api_objects, load_objects, load_usage_file, parse_usage, read_objects
 from automator.dra.model import ContainerUsage, Records, Report
 from automator.dra.report import json_text
-from automator.gc_pause import gc_paused
+from automator.objects.gc_pause import gc_paused
 from tests.automator.fixtures.dra import builders as b
 
 DEVICES_PER_NODE = 8
@@ -283,7 +283,7 @@ def _goals(small: dict[str, Any], large: dict[str, Any]) -> list[str]:
         "`dra-check --output json` is written by msgspec when that gives json.dumps' exact text "
         "(automator/dra/report.py `json_text`). Cyclic garbage collection is paused "
         "during a pass (the records hold no cycles), and what the pass made is frozen for the collector "
-        "(`gc.freeze`) before it is enabled again (automator/gc_pause.py).",
+        "(`gc.freeze`) before it is enabled again (automator/objects/gc_pause.py).",
     ]
 
 

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from automator.keda.signals import GATES, Base
-from automator.series import CONTAINER_UTILIZATION, RULE_INTERVAL_SECONDS
+from steward_common.series import CONTAINER_UTILIZATION, RULE_INTERVAL_SECONDS
 from tools.promserver import ROOT, free_port, start_backfilled_prometheus, stop, wait_http
 
 WORKLOADS = 1000

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from automator.model import JsonObj
+from automator.objects.model import JsonObj
 from tests.bench.bench_planner import NOW, generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,7 +285,7 @@ def main() -> str:
         f"{yaml_s:.2f} s, {verdict_yaml}. "
         "JSON is told by content and "
         "parsed by `json`; an object hook drops managedFields and cuts each object down to the fields the "
-        "planner reads (automator/records.py) as soon as it is built, so the whole dump is never held. YAML "
+        "planner reads (objects/records.py) as soon as it is built, so the whole dump is never held. YAML "
         "goes through libyaml's loader, which skips managedFields before building them, but composes each "
         "document whole before building it: a YAML dump costs several times a JSON one in time and memory. "
         "Cyclic garbage collection is paused while the file is read and while the pass plans.\n"

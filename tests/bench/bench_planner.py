@@ -12,15 +12,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from automator.conventions import (
+from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
+from automator.reclaim.planner import plan, usage_windows
+from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_GPU_IDLE_SECONDS,
     ANN_GPU_IDLE_THRESHOLD,
     ANN_MIN_PREEMPTABLE_PRIORITY,
     RECLAIM_ANNOTATION,
 )
-from automator.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
-from automator.planner import plan, usage_windows
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 MODELS = ("a100", "h100")
@@ -186,7 +186,7 @@ def main() -> str:
     goal_time = "met" if large["cpu"] < GOAL_LARGE_S else "NOT met"
     goal_growth = "met" if time_growth <= GOAL_GROWTH * input_growth else "NOT met"
     return (
-        "## Reclaim planner (`automator.planner.plan`)\n\n"
+        "## Reclaim planner (`automator.reclaim.planner.plan`)\n\n"
         "Command: `make bench` (all benchmarks), or for this section alone "
         "`.venv/bin/python -m tests.bench.run_all bench_planner`.\n\n"
         "Synthetic cluster (tests/bench/bench_planner.py): every node full with 8 pods (GPU pods of 1-8 GPUs "
@@ -213,7 +213,7 @@ def main() -> str:
         "matchLabels alone is checked only for pods with its first label). Preemptors do not search every "
         "feasible "
         "node: per search shape (priority, requests) every node gets a lower bound of its best victim set "
-        "(automator/ranking.py; exact for a single victim), nodes are searched in the order of their bounds "
+        "(reclaim/ranking.py; exact for a single victim), nodes are searched in the order of their bounds "
         "and the search stops at the first bound worse than the best set found (nodes whose free plus "
         "reclaimable GPUs fall short of the shape get no bound; the nodes the shape fits as they are are "
         "ranked first, the others only when a preemptor reads past them); a node is ranked again only "

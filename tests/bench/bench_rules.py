@@ -46,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from automator import series
+from steward_common import series
 from tests.bench import fleet
 from tools.promserver import ROOT, Prometheus, free_port, start_prometheus, stop, wait_http
 
@@ -336,7 +336,7 @@ def report(sizes: list[Size], command: str) -> str:
         f"{_prometheus_version()} on the shared 2-core development machine.",
         "",
         "tests/bench/bench_rules.py: a synthetic exporter (tests/bench/fleet.py) serves the exporter's own "
-        "names, help and labels (from exporter/metrics.py) for N nodes x 8 GPUs: one-GPU, 4-GPU and "
+        "names, help and labels (from steward_common/metrics.py) for N nodes x 8 GPUs: one-GPU, 4-GPU and "
         "8-GPU pods, GPUs time-sliced by 2-3 pods, sidecar containers running a process on a GPU they "
         "are not allocated, 5 % of the pods with one reading missing, 10 % bursty, and churn (every pod "
         "recreated under a new name after 10-100 minutes, about 1 % per 30 s). Prometheus scrapes one "

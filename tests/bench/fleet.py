@@ -1,6 +1,6 @@
 """A synthetic GPU fleet for the rule benchmark: N nodes x 8 GPUs, served as the exporter serves them.
 
-Names, types, help and label names come from exporter/metrics.py (`SERVED`); nothing is retyped. The
+Names, types, help and label names come from steward_common/metrics.py (`SERVED`); nothing is retyped. The
 fleet is a pure function of (nodes, seed, epoch), an epoch being one fast-group interval (30 s) since
 `t0`, so the served scrape and the backfilled history agree.
 
@@ -31,8 +31,7 @@ from socketserver import ThreadingMixIn
 from typing import Final, TextIO
 from urllib.parse import parse_qs, urlparse
 
-from automator import series
-from exporter import metrics
+from steward_common import metrics, series
 
 GPUS_PER_NODE: Final = 8
 EPOCH_SECONDS: Final = series.RULE_INTERVAL_SECONDS

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from automator import series
 from dashboards import contracts, house
+from steward_common import series
 from tests.dashboards.queries import REPO, dashboards, panel_queries, panels
 
 DASHBOARDS = dashboards()

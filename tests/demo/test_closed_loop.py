@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from automator.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
+from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools.demo import DRA_REASON, FAST, PREEMPTOR, VICTIM, Demo, Ports, Story, run_story
 from tools.demorules import DRA_ALERT, IDLE_ALERT
 from tools.kubeapi import is_dry_run

@@ -19,11 +19,11 @@ import pytest
 
 import exporter.attribution.kubelet
 import exporter.sources.nvml
-from automator.settingspec import SettingError
 from exporter.attribution.degraded import DegradedAttributor
 from exporter.cli import build_source, run
 from exporter.settings import SETTINGS, Config, parse_config
 from exporter.sources.mock import MockSource
+from steward_common.settingspec import SettingError
 from tools.promserver import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]

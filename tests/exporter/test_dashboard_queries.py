@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter import metrics as m
+from steward_common import metrics as m
 from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 ROOT = Path(__file__).resolve().parents[2]

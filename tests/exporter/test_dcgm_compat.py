@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from exporter import metrics as m
 from exporter.dcgm_compat import dcgm_families
 from exporter.model import Attribution, ContainerRef, GpuSample, MigInstance, ProcessSample
 from exporter.view import gpu_view
+from steward_common import metrics as m
 
 MIB = 1024 * 1024
 A = ContainerRef("ns", "a", "main", "uid-a")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import metrics as m
+from steward_common import metrics as m
 from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration

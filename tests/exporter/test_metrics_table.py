@@ -1,4 +1,4 @@
-"""exporter/metrics.py is the one home of the exporter's metric names: the docs, the served samples and
+"""steward_common/metrics.py is the one home of the exporter's metric names: the docs, the served samples and
 the dcgm map must agree with it, and no other exporter module may spell a metric name."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from exporter import dcgm_compat, families
-from exporter import metrics as m
 from exporter.model import Attribution, ContainerRef, GpuSample, MigInstance, ProcessSample
 from exporter.view import gpu_view
+from steward_common import metrics as m
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "metrics.md"
@@ -69,7 +69,7 @@ def test_no_exporter_module_spells_a_metric_name_but_the_table() -> None:
         text = path.read_text()
         spelled = {w for w in quoted.findall(text) if w in short or w.removeprefix(m.PREFIX) in short}
         spelled |= set(re.findall(r"(?:gpu_steward_|DCGM_FI_)\w+", text))
-        assert not spelled, f"{path.relative_to(ROOT)} spells {sorted(spelled)}; use exporter.metrics"
+        assert not spelled, f"{path.relative_to(ROOT)} spells {sorted(spelled)}; use steward_common.metrics"
 
 
 def views() -> list[object]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from automator import series
+from steward_common import series
 
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.yaml")) + sorted((REPO / "alerts").glob("*.yaml"))
@@ -75,7 +75,7 @@ def test_promtool_unit_tests(test_file: Path) -> None:
 @pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_group_evaluates_every_30s_but_the_slow_group(path: Path) -> None:
     # The automator and the idle clock count on one activity sample per pod every 30 s; the slow
-    # group (waste, GPU-hours, coverage) has its own interval, tied to automator/series.py.
+    # group (waste, GPU-hours, coverage) has its own interval, tied to steward_common/series.py.
     for group in groups(path):
         expected = "2m" if group["name"] == series.SLOW_GROUP else "30s"
         assert group.get("interval") == expected, f"{path.name}: group {group['name']}"

@@ -1,4 +1,4 @@
-"""The recorded-series home (automator/series.py) and the rule files must not drift apart."""
+"""The recorded-series home (steward_common/series.py) and the rule files must not drift apart."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from automator import series
-from automator.model import PlannerConfig
+from automator.objects.model import PlannerConfig
 from automator.prom import gpu_query
+from steward_common import series
 
 ROOT = Path(__file__).resolve().parents[2]
 

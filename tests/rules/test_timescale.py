@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from automator import series
+from steward_common import series
 from tests.rules.timescale import scale_expr, scaled_rules
 
 ROOT = Path(__file__).resolve().parents[2]

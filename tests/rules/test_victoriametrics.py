@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from automator import series
+from steward_common import series
 from tests.rules.timescale import write_scaled_rules
 from tests.vmserver import Victoria, start_victoria_metrics, start_vmalert
 from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from automator.conventions import ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
-from automator.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
 from exporter.sources.scenario import parse_scenario
+from steward_common.conventions import ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
+from steward_common.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
 from tools.demo import FAST, NORMAL
 from tools.demorules import (
     DRA_ALERT,

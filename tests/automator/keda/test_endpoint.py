@@ -19,7 +19,7 @@ from automator.keda.cache import CacheConfig, KedaCache
 from automator.keda.http import blueprint
 from automator.keda.metrics import KedaMetrics
 from automator.keda.request import METRICS_PATH, VALUE_LOCATION
-from automator.settingspec import SettingError
+from steward_common.settingspec import SettingError
 from tests.automator.keda.fakes import NOW, FakeKube, FakePrometheus, cluster, fresh_result
 from tests.fakeclock import FakeClock
 

@@ -33,8 +33,8 @@ from automator.keda.scaler import ExternalScaler, serve
 from automator.keda.tls import serve_tls
 from automator.keda.wiring import EXTENSION, KedaRuntime
 from automator.keda.workloads import Namespace
-from automator.service import build
-from automator.web import create_app, http_server
+from automator.service.main import build
+from automator.service.web import create_app, http_server
 from tests.automator.keda.certs import Certs, make_certs
 from tests.automator.keda.fakes import NOW, FakeKube, FakePrometheus, cluster, fresh_result, pod
 from tests.automator.keda.test_wiring import settings
@@ -129,7 +129,7 @@ def test_mutual_tls_is_an_auth_mode_of_its_own(tmp_path: Path, certs: Certs) -> 
 
 
 def test_client_ca_needs_the_listeners_certificate(tmp_path: Path, certs: Certs) -> None:
-    from automator.settingspec import SettingError
+    from steward_common.settingspec import SettingError
 
     with pytest.raises(SettingError, match="--keda-tls-client-ca-file"):
         settings(tmp_path, "--keda-tls-client-ca-file", str(certs.ca))

@@ -26,7 +26,7 @@ from automator.keda.request import METRICS_PATH, VALUE_LOCATION
 from automator.keda.scaler import ExternalScaler, serve
 from automator.keda.signals import GATES
 from automator.keda.wiring import EXTENSION, KedaRuntime
-from automator.service import build
+from automator.service.main import build
 from automator.settings import service_settings
 from tools.promserver import Prometheus, free_port, rules_on_mock_exporter
 

@@ -10,7 +10,7 @@ from automator.keda.request import ParamError, duration_seconds, parse_selector,
 from automator.keda.signals import AGGREGATIONS, GATES, PROFILES, SIGNALS, Base, query, signal
 from automator.keda.values import NoValue, PodRef, compute, parse
 from automator.keda.workloads import UnknownWorkload, resolve
-from automator.series import RECORDED
+from steward_common.series import RECORDED
 from tests.automator.keda.fakes import NOW, cluster, fresh_result, sample, stamp
 
 UTIL = SIGNALS["gpu_utilization"]

@@ -21,9 +21,9 @@ from automator.cli import build_parser
 from automator.keda.externalscaler import externalscaler_pb2 as pb
 from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from automator.keda.wiring import EXTENSION, KedaRuntime
-from automator.service import build
+from automator.service.main import build
 from automator.settings import service_settings
-from automator.settingspec import SettingError
+from steward_common.settingspec import SettingError
 from tools.promserver import free_port
 
 REPO = Path(__file__).resolve().parents[3]

@@ -16,19 +16,19 @@ from typing import Any
 
 import yaml
 
-from automator.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
-from automator.gc_pause import gc_paused
-from automator.model import ClusterState, JsonObj, PodKey, PodUsage
-from automator.records import record
-from automator.resources import (
+from automator.objects.gc_pause import gc_paused
+from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.records import record
+from automator.objects.resources import (
     FieldError,
     integer,
     node_allocatable,
     parse_time,
     pod_requests,
 )
-from automator.series import MAX_SAMPLE_AGE_SECONDS
-from automator.untrusted import UnreadableError, json_document, yaml_documents
+from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
+from steward_common.series import MAX_SAMPLE_AGE_SECONDS
+from steward_common.untrusted import UnreadableError, json_document, yaml_documents
 
 KINDS = ("Node", "Pod", "PriorityClass", "PodDisruptionBudget")
 

@@ -16,12 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from automator import planner, report
-from automator.cooldown import ActuatorState, forget_reclaims, gpus_held_by_reclaim, with_reclaim_memory
-from automator.enforcer import Enforcer
-from automator.eviction import Action, ClusterWriter
 from automator.metrics import AutomatorMetrics, unresolved_by_reason
-from automator.model import Mode, PassOutcome, Plan, PlannerConfig, PodKey
+from automator.objects.model import Mode, PassOutcome, Plan, PlannerConfig, PodKey
+from automator.objects.resources import rfc3339
 from automator.ports import (
     EvictionOutcome,
     KubeAdapter,
@@ -29,7 +26,15 @@ from automator.ports import (
     PrometheusUnavailable,
     UsageSource,
 )
-from automator.resources import rfc3339
+from automator.reclaim import planner, report
+from automator.service.cooldown import (
+    ActuatorState,
+    forget_reclaims,
+    gpus_held_by_reclaim,
+    with_reclaim_memory,
+)
+from automator.service.enforcer import Enforcer
+from automator.service.eviction import Action, ClusterWriter
 
 __all__ = ["Action", "ActuatorState", "PassResult", "run_pass", "skew_verdict"]
 

@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from automator.model import JsonObj
+from automator.objects.model import JsonObj
 
 _METADATA = (
     "name",

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import PdbIndex
-from automator.resources import Requests
-from automator.splits import Split
+from automator.objects.resources import Requests
+from automator.reclaim.cluster_index import Candidate, NodeState
+from automator.reclaim.eligibility import PdbIndex
+from automator.reclaim.splits import Split
 
 # (count, gpus freed, highest priority, sum of priorities, seconds of run time lost, victim names)
 SetKey = tuple[int, int, int, int, float, tuple[str, ...]]

@@ -17,7 +17,7 @@ from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 
 from automator.dra.job import DraCheckJob
-from automator.loop import Service
+from automator.service.loop import Service
 
 # waitress: pending connections and seconds an idle or slow connection is kept.
 HTTP_BACKLOG = 64

@@ -1,4 +1,4 @@
-"""Which nodes a preemptor's search visits, at fleet scale (issue 14). Pure.
+"""Which nodes a preemptor's search visits, at fleet scale. Pure.
 
 For one search shape (preemptor priority, requests) every node gets a lower bound of the key of its best
 victim set (victims.set_key without the names): the fewest victims that could free the GPUs, cpu and
@@ -18,9 +18,9 @@ import operator
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from automator.cluster_index import Candidate, NodeState
-from automator.resources import Requests
-from automator.splits import Splits
+from automator.objects.resources import Requests
+from automator.reclaim.cluster_index import Candidate, NodeState
+from automator.reclaim.splits import Splits
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]

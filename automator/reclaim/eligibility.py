@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.class_settings import ClassSettings
-from automator.conventions import (
+from automator.objects.class_settings import ClassSettings
+from automator.objects.model import JsonObj, PlannerConfig, PodUsage
+from automator.objects.resources import labels_of
+from automator.reclaim.fit import requirement_matches
+from automator.reclaim.report import fmt_measure
+from steward_common.conventions import (
     NEVER_RECLAIM_LABEL,
     WORD_NAMESPACE_EXCLUDED,
     WORD_OPTED_OUT,
     WORD_RECENT_UNKNOWN,
     WORD_RECENTLY_BUSY,
 )
-from automator.fit import requirement_matches
-from automator.model import JsonObj, PlannerConfig, PodUsage
-from automator.report import fmt_measure
-from automator.resources import labels_of
 
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------
 
@@ -281,7 +281,7 @@ def base_verdict(
 
 
 def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int) -> tuple[str, str] | None:
-    """Issue 7 rule 1: the recent window's maximum must be known and at or below the threshold.
+    """The recent-activity rule: the recent window's maximum must be known and at or below the threshold.
 
     An average over a long window hides a job that just started; the maximum over the last few minutes
     does not. Equal to the threshold counts as idle, as for the average.
@@ -297,7 +297,7 @@ def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int)
 
 
 def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None:
-    """Issue 7 scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
+    """Scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
     ns = str((pod.get("metadata") or {}).get("namespace") or "default")
     if ns in config.exclude_namespaces:
         return (

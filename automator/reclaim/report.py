@@ -9,8 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from automator.conventions import RECLAIM_ANNOTATION
-from automator.model import (
+from automator.objects.model import (
     AnnotationWarning,
     ClusterState,
     Decision,
@@ -22,8 +21,9 @@ from automator.model import (
     UsageWindow,
     Victim,
 )
-from automator.printable import printable, printable_lines
-from automator.resources import FieldError, is_finished, is_terminating, node_name, pod_requests
+from automator.objects.resources import FieldError, is_finished, is_terminating, node_name, pod_requests
+from steward_common.conventions import RECLAIM_ANNOTATION
+from steward_common.printable import printable, printable_lines
 
 # Number formats. Verdicts, `explain` and the CLI text print measures to three significant digits (0.01,
 # 0.42); log lines and Events print activity with three decimals (0.000), as the demo and issue 4 quote

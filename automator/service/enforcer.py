@@ -14,20 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from automator import planner, report
-from automator.conventions import (
-    REASON_EVICTION_FAILED,
-    REASON_GAVE_UP,
-    REASON_INVALID_ANNOTATION,
-    REASON_PREEMPTOR,
-    REASON_VICTIM,
-    WORD_BUDGET,
-    WORD_GAVE_UP,
-    UnresolvedReason,
-)
-from automator.cooldown import ActuatorState, reclaim_annotations
-from automator.eviction import ClusterWriter, Stop
-from automator.model import (
+from automator.objects.model import (
     ClusterState,
     Decision,
     JsonObj,
@@ -40,6 +27,19 @@ from automator.model import (
     Victim,
 )
 from automator.ports import EvictionOutcome, EvictionResult
+from automator.reclaim import planner, report
+from automator.service.cooldown import ActuatorState, reclaim_annotations
+from automator.service.eviction import ClusterWriter, Stop
+from steward_common.conventions import (
+    REASON_EVICTION_FAILED,
+    REASON_GAVE_UP,
+    REASON_INVALID_ANNOTATION,
+    REASON_PREEMPTOR,
+    REASON_VICTIM,
+    WORD_BUDGET,
+    WORD_GAVE_UP,
+    UnresolvedReason,
+)
 
 log = logging.getLogger(__name__)
 

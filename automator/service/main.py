@@ -28,20 +28,17 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from automator.conventions import COMPONENT
-from automator.cooldown import ActuatorState, evictions_record, restore_evictions
 from automator.dra.cache import RecordCache
 from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
 from automator.keda import wiring as keda
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector, api_client
-from automator.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.metrics import AutomatorMetrics
 from automator.ports import KubeAdapter
-from automator.printable import log_handler
 from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials
-from automator.scheduling import Job, Wiring, serve
-from automator.settings import ServiceSettings, SettingError, service_settings
-from automator.web import (
+from automator.service.cooldown import ActuatorState, evictions_record, restore_evictions
+from automator.service.loop import STALE_INTERVALS, Service, SnapshotKube
+from automator.service.scheduling import Job, Wiring, serve
+from automator.service.web import (
     HTTP_BACKLOG,
     HTTP_CHANNEL_TIMEOUT,
     HTTP_CONNECTION_LIMIT,
@@ -51,6 +48,9 @@ from automator.web import (
     http_server,
     usable_token,
 )
+from automator.settings import ServiceSettings, SettingError, service_settings
+from steward_common.conventions import COMPONENT
+from steward_common.printable import log_handler
 
 # What callers and tests use from here, wherever it is implemented.
 __all__ = [

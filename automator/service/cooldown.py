@@ -1,7 +1,8 @@
 """What the actuator remembers between passes, and the cooldown annotations it writes on a preemptor.
 
-Pure: no I/O. The annotations (automator/conventions.py) keep a served preemptor in the planner's cooldown;
-the memory is their backstop when patching failed or the next list does not show them yet.
+Pure: no I/O. The annotations (steward_common/conventions.py) keep a served preemptor in the
+planner's cooldown; the memory is their backstop when patching failed or the next list does not show
+them yet.
 """
 
 from __future__ import annotations
@@ -12,15 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from automator.conventions import (
-    EVICTIONS_ANNOTATION,
-    LAST_RECLAIM_ANNOTATION,
-    RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_NODE_ANNOTATION,
-    RECLAIM_VICTIMS_ANNOTATION,
-)
-from automator.model import ClusterState, Decision, JsonObj, PodKey
-from automator.resources import (
+from automator.objects.model import ClusterState, Decision, JsonObj, PodKey
+from automator.objects.resources import (
     FieldError,
     annotations_of,
     is_finished,
@@ -29,7 +23,14 @@ from automator.resources import (
     pod_requests,
     rfc3339,
 )
-from automator.settingspec import whole_number
+from steward_common.conventions import (
+    EVICTIONS_ANNOTATION,
+    LAST_RECLAIM_ANNOTATION,
+    RECLAIM_COUNT_ANNOTATION,
+    RECLAIM_NODE_ANNOTATION,
+    RECLAIM_VICTIMS_ANNOTATION,
+)
+from steward_common.settingspec import whole_number
 
 HOUR = timedelta(hours=1)
 

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from automator.actuator import ActuatorState, PassResult, run_pass
 from automator.metrics import AutomatorMetrics
-from automator.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey
+from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
-from automator.snapshot import InputError, load_cluster
+from automator.reclaim.snapshot import InputError, load_cluster
+from automator.service.actuator import ActuatorState, PassResult, run_pass
 
 # A pass older than this many intervals makes a leader unready.
 STALE_INTERVALS = 3

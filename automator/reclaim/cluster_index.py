@@ -12,10 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from automator.class_settings import ClassSettings, class_settings
-from automator.conventions import RECLAIM_ANNOTATION
-from automator.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
-from automator.model import (
+from automator.objects.class_settings import ClassSettings, class_settings
+from automator.objects.model import (
     AnnotationWarning,
     ClusterState,
     JsonObj,
@@ -24,7 +22,7 @@ from automator.model import (
     PodUsage,
     UsageWindow,
 )
-from automator.resources import (
+from automator.objects.resources import (
     FieldError,
     Requests,
     annotations_of,
@@ -41,6 +39,8 @@ from automator.resources import (
     scheduled_in,
     spec_requests,
 )
+from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
+from steward_common.conventions import RECLAIM_ANNOTATION
 
 _FINISHED = ("Succeeded", "Failed")  # is_finished
 _new_key = tuple.__new__  # PodKey(namespace, name) without the Python-level __new__ (20,000 keys a pass)
@@ -108,7 +108,7 @@ def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
 
 
 def is_reclaim_class(pc: JsonObj | None) -> bool:
-    """Issue 15, decision 3: the opt-in value is exactly "true" (not "TRUE", not " true")."""
+    """The opt-in value is exactly "true" (not "TRUE", not " true")."""
     return pc is not None and annotations_of(pc).get(RECLAIM_ANNOTATION) == "true"
 
 

@@ -8,7 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from automator.conventions import (
+from automator.objects.model import AnnotationWarning, JsonObj, PlannerConfig, UsageWindow
+from automator.objects.resources import annotations_of
+from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
     ANN_GPU_IDLE_SECONDS,
@@ -16,9 +18,7 @@ from automator.conventions import (
     ANN_MIN_PREEMPTABLE_PRIORITY,
     ANN_TOLERATION_SECONDS,
 )
-from automator.model import AnnotationWarning, JsonObj, PlannerConfig, UsageWindow
-from automator.resources import annotations_of
-from automator.settingspec import MAX_NUMBER_LENGTH, shown, whole_number
+from steward_common.settingspec import MAX_NUMBER_LENGTH, shown, whole_number
 
 # The longest usage window (and guaranteed run time) an annotation may ask for: 7 days. Longer is a typo
 # (and a query Prometheus' retention cannot answer); the class's pods are then protected.

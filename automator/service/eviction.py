@@ -10,15 +10,15 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from automator.conventions import (
+from automator.metrics import AutomatorMetrics
+from automator.objects.model import JsonObj, PodKey, Unresolved
+from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
+from steward_common.conventions import (
     WORD_NOMINATED,
     WORD_PREEMPTOR_CHANGED,
     WRITTEN_ANNOTATIONS,
     UnresolvedReason,
 )
-from automator.metrics import AutomatorMetrics
-from automator.model import JsonObj, PodKey, Unresolved
-from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from automator.model import JsonObj
-from automator.quantity import parse_quantity
+from automator.objects.model import JsonObj
+from steward_common.quantity import parse_quantity
 
 
 class FieldError(ValueError):

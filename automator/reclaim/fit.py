@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from automator.model import JsonObj
-from automator.resources import labels_of
+from automator.objects.model import JsonObj
+from automator.objects.resources import labels_of
 
 # Reasons a node is ruled out, used to summarise unresolved preemptors.
 CORDONED = "cordoned"

@@ -12,13 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 
-from automator import plan_reasons as reasons
-from automator.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
-from automator.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
-from automator.eligibility import verdict_reason, verdict_rule
-from automator.fit import scheduling_signature
-from automator.gc_pause import gc_paused
-from automator.model import (
+from automator.objects.gc_pause import gc_paused
+from automator.objects.model import (
     ClusterState,
     CutOff,
     Decision,
@@ -30,12 +25,17 @@ from automator.model import (
     Verdict,
     Victim,
 )
-from automator.plan_reasons import StaticFit, static_fit
-from automator.ranking import Rankings, tie_key
-from automator.report import explain, plan_to_json
-from automator.resources import Requests, annotations_of
-from automator.splits import NO_SPLIT, Splits
-from automator.victims import NO_VICTIMS, NodeResult, SetKey, search_node
+from automator.objects.resources import Requests, annotations_of
+from automator.reclaim import plan_reasons as reasons
+from automator.reclaim.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
+from automator.reclaim.eligibility import verdict_reason, verdict_rule
+from automator.reclaim.fit import scheduling_signature
+from automator.reclaim.plan_reasons import StaticFit, static_fit
+from automator.reclaim.ranking import Rankings, tie_key
+from automator.reclaim.report import explain, plan_to_json
+from automator.reclaim.splits import NO_SPLIT, Splits
+from automator.reclaim.victims import NO_VICTIMS, NodeResult, SetKey, search_node
+from steward_common.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -211,7 +211,7 @@ class _Pass:
 
     def _place_ranked(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Issue 14: the same choice as searching every feasible node, searching nodes in the order of
-        their ranking (automator/ranking.py) until no node left can beat the best set found. Used once full
+        their ranking (reclaim/ranking.py) until no node left can beat the best set found. Used once full
         verdicts are no longer recorded."""
         best: tuple[SetKey, str, NodeState, NodeResult] | None = None
         cut_off: list[CutOff] = []
@@ -306,12 +306,12 @@ class _Pass:
                 self.pdb_changed[pdb] = self.pdb_version
         if victims:
             # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass
-            # (issue 4: freed GPUs are not offered to the next preemptor).
+            # (freed GPUs are not offered to the next preemptor).
             node.take(req)
             node.used_gpus += max(0, min(freed, free_before + freed - req.gpus))
             node.version += 1
             self.rankings.changed(node)
-        # Issue 15, decision 1: a preemptor that already fits reserves nothing; later preemptors may count
+        # A preemptor that already fits reserves nothing; later preemptors may count
         # the same free GPUs (the next pass sees what the scheduler did).
         target = self.plan.decisions if victims else self.plan.already_fit
         target.append(

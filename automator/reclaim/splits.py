@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from functools import partial
 
-from automator.cluster_index import Candidate, NodeState
-from automator.eligibility import verdict_reason, verdict_rule
-from automator.model import PodKey
+from automator.objects.model import PodKey
+from automator.reclaim.cluster_index import Candidate, NodeState
+from automator.reclaim.eligibility import verdict_reason, verdict_rule
 
 _EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
 

@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.cluster_index import NodeState
-from automator.conventions import (
+from automator.objects.model import JsonObj, PlannerConfig, PodKey
+from automator.objects.resources import FieldError, Requests, parse_time
+from automator.reclaim.cluster_index import NodeState
+from automator.reclaim.fit import PodFit
+from automator.reclaim.victims import NodeResult
+from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
     RECLAIM_COUNT_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
@@ -24,10 +28,6 @@ from automator.conventions import (
     WORD_GAVE_UP,
     WORD_NOMINATED,
 )
-from automator.fit import PodFit
-from automator.model import JsonObj, PlannerConfig, PodKey
-from automator.resources import FieldError, Requests, parse_time
-from automator.victims import NodeResult
 
 # Short names of protection rules for unresolved reasons.
 _SHORT = {

@@ -8,8 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from automator.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
-from automator.series import IDLE_THRESHOLD
+from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
+from steward_common.series import IDLE_THRESHOLD
 
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
 JsonObj = dict[str, Any]

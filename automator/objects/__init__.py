@@ -1,0 +1,1 @@
+"""Records of the Kubernetes kinds the automator reads, and their readers (pure)."""

@@ -1,0 +1,1 @@
+"""The reclaim planner's stages: index, eligibility, fit, splits, ranking, search, reasons, report."""

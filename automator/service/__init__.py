@@ -1,0 +1,1 @@
+"""The service: its loop, the actuator and enforcer, scheduling and the web app."""
