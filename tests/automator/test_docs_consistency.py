@@ -31,7 +31,7 @@ from automator.metrics import AutomatorMetrics
 from automator.objects.model import Mode, PlannerConfig, PodKey
 from automator.ports import EvictionOutcome
 from automator.reclaim.snapshot import load_cluster, load_usage
-from automator.service.main import main as service
+from automator.service import main as service
 from steward_common import conventions
 from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,

@@ -34,7 +34,7 @@ from automator.dra.report import (
 from automator.kube import ACTIVE_PODS, DraKubernetesAdapter, KubernetesAdapter
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter, dra_memory_query
-from automator.service.main import main as service
+from automator.service import main as service
 from steward_common.metrics import CONTAINER_MEMORY_USED
 from steward_common.series import CONTAINER_MEMORY
 from tests.fakeclock import Clock

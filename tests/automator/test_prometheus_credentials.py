@@ -17,7 +17,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from automator.prom import redact_url
-from automator.service.main import main as service
+from automator.service import main as service
 from automator.settings import SettingError
 from tests.automator.test_service import cluster, resolved
 

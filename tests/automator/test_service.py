@@ -20,7 +20,7 @@ from automator import settings
 from automator.metrics import AutomatorMetrics
 from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey, PodUsage
 from automator.ports import KubernetesUnavailable
-from automator.service.main import main as service
+from automator.service import main as service
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.fakeclock import Clock

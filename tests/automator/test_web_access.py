@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from automator import settings
-from automator.service.main import main as service
+from automator.service import main as service
 from automator.service.web import DecisionsAccess
 from tests.automator.test_service import make_service, resolved
 from tools.promserver import free_port
