@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin victoria-metrics-bin deps clean manifests dashboards protos wrk-bin
+.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin victoria-metrics-bin deps clean manifests dashboards protos wrk-bin gpu-check
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -73,6 +73,12 @@ wrk-bin:
 # Regenerate the KEDA external scaler's Python code from its proto (grpcio-tools, pinned in requirements.lock).
 protos: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. automator/keda/externalscaler/externalscaler.proto
+
+# The real-GPU check of the NVML source (docs/exporter.md, "Verified on real hardware"): report to $OUT,
+# else build/gpu-check. Without a GPU it says so and exits 0. The venv is an order-only prerequisite: made
+# when missing, never reinstalled because a copied tree's timestamps look newer (a GPU machine may be offline).
+gpu-check: | $(STAMP)
+	$(PY) tools/gpu_check.py
 
 bench: deps wrk-bin
 	$(PY) -m tests.bench.run_all
