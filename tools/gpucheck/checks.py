@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from automator.series import IDLE_THRESHOLD
+from steward_common.series import IDLE_THRESHOLD
 from exporter import metrics as m
 
 Status = Literal["PASS", "FAIL", "SKIP"]
@@ -252,7 +252,7 @@ def utilization_order(matches: Sequence[Match], threshold: float = IDLE_THRESHOL
             "memory-only child idle by the rules' threshold",
             "PASS" if peak is not None and peak <= threshold else "FAIL",
             "unknown" if peak is None else f"highest {peak:.3f}",
-            f"<= {threshold} (automator/series.py IDLE_THRESHOLD)",
+            f"<= {threshold} (steward_common/series.py IDLE_THRESHOLD)",
         ),
     ]
 
