@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from steward_common import metrics as m
 from steward_common.series import IDLE_THRESHOLD
-from exporter import metrics as m
 
 Status = Literal["PASS", "FAIL", "SKIP"]
 MEMORY_TOLERANCE = 0.05  # per-process memory against nvidia-smi and against the allocation
