@@ -27,6 +27,7 @@ KUSTOMIZATIONS = [
     "overlays/enforce",
     "overlays/no-operator",
     "overlays/keda-grpc",
+    "overlays/keda-tls",
     "namespace",
     "exporter",
     "automator",
