@@ -68,7 +68,11 @@ def operator_job(monitor: dict[str, Any], index: int, *, override_honor_labels: 
             ],
             "regex": f"({value});true",
         },
-        {"action": "keep", "source_labels": ["__meta_kubernetes_endpointslice_port_name"], "regex": "metrics"},
+        {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_endpointslice_port_name"],
+            "regex": endpoint["port"],
+        },
         {
             "source_labels": [
                 "__meta_kubernetes_endpointslice_address_target_kind",
@@ -99,7 +103,7 @@ def operator_job(monitor: dict[str, Any], index: int, *, override_honor_labels: 
         *[_relabel(r) for r in endpoint.get("relabelings", [])],
     ]
     return {
-        "job_name": f"serviceMonitor/{monitor['metadata']['namespace']}/{monitor['metadata']['name']}/{index}",
+        "job_name": "serviceMonitor/{namespace}/{name}/".format(**monitor["metadata"]) + str(index),
         "honor_labels": bool(endpoint.get("honorLabels")) and not override_honor_labels,
         "metrics_path": endpoint.get("path", "/metrics"),
         "scrape_interval": "1s",
@@ -146,7 +150,8 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
 
 def _exposed(exposition: str) -> set[tuple[str, frozenset[tuple[str, str]]]]:
     # The parser names a counter's samples <name>_total even where the line says <name> (DCGM's names).
-    written = {line.split("{", 1)[0].split(" ", 1)[0] for line in exposition.splitlines() if line[:1].isalpha()}
+    lines = [line for line in exposition.splitlines() if line[:1].isalpha()]
+    written = {line.split("{", 1)[0].split(" ", 1)[0] for line in lines}
     out = set()
     for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
@@ -170,9 +175,9 @@ def test_every_series_keeps_the_labels_the_exporter_exposed(
         name = labels.pop("__name__")
         if name not in names:
             continue  # up, scrape_*: Prometheus' own
-        assert labels["node"] == NODE, labels
-        assert labels["service"] == "gpu-steward-exporter" and labels["job"] == "gpu-steward-exporter"
         assert EXPORTER_POD not in labels.values(), (name, labels)
+        assert labels.get("node") == NODE, labels
+        assert labels["service"] == "gpu-steward-exporter" and labels["job"] == "gpu-steward-exporter"
         # The exporter's own `node` (the same node) meets the target's: renamed without honorLabels.
         if override and "exported_node" in labels:
             assert labels["exported_node"] == labels["node"]
@@ -189,4 +194,3 @@ def test_every_series_keeps_the_labels_the_exporter_exposed(
     # Both kinds were there: series of no pod (devices, host processes) and series of a user's pod.
     assert [k for k in seen if k[0] == "gpu_steward_gpu_utilization_ratio"]
     assert [k for k in seen if "pod" in dict(k[1])]
-
