@@ -27,6 +27,7 @@ KUSTOMIZATIONS = [
     "overlays/enforce",
     "overlays/no-operator",
     "overlays/keda-grpc",
+    "overlays/keda-tls",
     "namespace",
     "exporter",
     "automator",
@@ -159,7 +160,7 @@ def test_no_operator_scrape_config_is_valid_for_prometheus(tmp_path: Path) -> No
     jobs = generator.scrape_configs()
     for job in jobs:
         assert job.pop("kubernetes_sd_configs") == [
-            {"role": "endpoints", "namespaces": {"names": ["gpu-steward"]}}
+            {"role": "endpointslice", "namespaces": {"names": ["gpu-steward"]}}
         ]
         job["static_configs"] = [{"targets": ["127.0.0.1:1"]}]
     config.write_text(yaml.safe_dump({"scrape_configs": jobs}))

@@ -37,20 +37,34 @@ def _rule_generator() -> ModuleType:
 
 
 def _job(name: str, port: str, *, honor_labels: bool) -> dict[str, Any]:
-    """A scrape job over the endpoints of the Service `name`, named like the ServiceMonitor's job."""
+    """A scrape job over the EndpointSlices of the Service `name`, named like the ServiceMonitor's job.
+
+    Its target labels are job and instance only (every __meta_* label is dropped after relabeling), so
+    the exporter pod's namespace/pod/container never reach a series; the exporter's job gets `node`.
+    """
+    relabel: list[dict[str, Any]] = [
+        {
+            "source_labels": ["__meta_kubernetes_service_name", "__meta_kubernetes_endpointslice_port_name"],
+            "regex": f"{name};{port}",
+            "action": "keep",
+        },
+    ]
+    if honor_labels:
+        relabel.append(
+            {
+                "source_labels": ["__meta_kubernetes_pod_node_name"],
+                "target_label": "node",
+                "action": "replace",
+            }
+        )
     return {
         "job_name": name,
         "scrape_interval": "30s",
         "scrape_timeout": "10s",
         "honor_labels": honor_labels,
-        "kubernetes_sd_configs": [{"role": "endpoints", "namespaces": {"names": [NAMESPACE]}}],
-        "relabel_configs": [
-            {
-                "source_labels": ["__meta_kubernetes_service_name", "__meta_kubernetes_endpoint_port_name"],
-                "regex": f"{name};{port}",
-                "action": "keep",
-            },
-        ],
+        # Core Endpoints are deprecated since Kubernetes 1.33; EndpointSlices replace them.
+        "kubernetes_sd_configs": [{"role": "endpointslice", "namespaces": {"names": [NAMESPACE]}}],
+        "relabel_configs": relabel,
     }
 
 
