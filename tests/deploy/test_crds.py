@@ -38,9 +38,8 @@ def _strict(schema: Any) -> Any:
         out["properties"] = {k: _strict(v) for k, v in schema["properties"].items()}
     if "additionalProperties" in schema:
         out["additionalProperties"] = _strict(schema["additionalProperties"])
-    elif schema.get("type") == "object" and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        if "properties" in schema:
-            out["additionalProperties"] = False
+    elif "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
     if schema.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
