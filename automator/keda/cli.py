@@ -13,7 +13,15 @@ from typing import Any
 import yaml
 
 from automator.keda.request import ParamError, question
-from automator.keda.scaledobject import AUTH_MODES, TRIGGERS, Options, render
+from automator.keda.scaledobject import (
+    AUTH_MODES,
+    CURRENT_KEDA,
+    TRIGGERS,
+    VALUE_WITH_FALLBACK_KEDA,
+    Options,
+    parse_keda_version,
+    render,
+)
 from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
 
 COMMAND = "keda"
@@ -52,11 +60,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--fallback-replicas", type=int, help="replicas while data is missing (default: min, >= 1)"
     )
     so.add_argument("--scale-target", metavar="KIND/NAME", help="required with --selector")
+    so.add_argument(
+        "--keda-version",
+        metavar="MAJOR.MINOR",
+        default=".".join(map(str, CURRENT_KEDA)),
+        help=(
+            "the KEDA that must accept the objects (default %(default)s); before "
+            f"{'.'.join(map(str, VALUE_WITH_FALLBACK_KEDA))} metricType Value becomes AverageValue over sum"
+        ),
+    )
     return parser
 
 
-# The flags that name Options fields one for one (--scale-target is parsed first).
-_OPTION_FLAGS: tuple[str, ...] = tuple(f.name for f in fields(Options) if f.name != "scale_target")
+# The flags that name Options fields one for one (--scale-target and --keda-version are parsed first).
+_OPTION_FLAGS: tuple[str, ...] = tuple(
+    f.name for f in fields(Options) if f.name not in ("scale_target", "keda_version")
+)
 # The query parameters the flags give (flag dest -> parameter), in the order the endpoint documents them.
 _PARAMETERS: dict[str, str] = {
     "namespace": "namespace",
@@ -98,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         options = Options(
             **{flag: getattr(args, flag) for flag in _OPTION_FLAGS},
             scale_target=_scale_target(args.scale_target),
+            keda_version=parse_keda_version(args.keda_version),
         )
         docs = render(question(explicit), explicit, options)
     except ParamError as e:

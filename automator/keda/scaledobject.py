@@ -14,6 +14,13 @@ DEFAULT_URL: Final = "http://gpu-steward-automator.gpu-steward.svc:8080"
 DEFAULT_SCALER_ADDRESS: Final = "gpu-steward-automator.gpu-steward.svc:9000"
 AUTH_MODES: Final = ("none", "bearer", "apiKey", "basic")
 TRIGGERS: Final = ("metrics-api", "external")
+# KEDA releases, as (major, minor): the newest at this writing, and the first whose admission webhook accepts
+# `fallback` with `metricType: Value` (earlier webhooks refuse it; KEDA without the webhook ignores fallback).
+CURRENT_KEDA: Final = (2, 20)
+VALUE_WITH_FALLBACK_KEDA: Final = (2, 18)
+OLDEST_KEDA: Final = (2, 0)
+# KEDA 2.20+ refuses longer ScaledObject names: the HPA it creates is keda-hpa-<name>, at most 63 characters.
+MAX_NAME: Final = 54
 # The keys of the Secret the TriggerAuthentication reads, per mode (KEDA's metrics-api parameter names).
 SECRET_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "bearer": ("token",),
@@ -33,6 +40,18 @@ class Options:
     max_replicas: int = 10
     fallback_replicas: int | None = None  # default: min_replicas (at least 1)
     scale_target: tuple[str, str] | None = None  # (kind, name): required for a selector workload
+    keda_version: tuple[int, int] = CURRENT_KEDA  # the KEDA the objects must be accepted by
+
+
+def parse_keda_version(text: str) -> tuple[int, int]:
+    """--keda-version MAJOR.MINOR[.PATCH] (2.0 or newer); ValueError naming the flag otherwise."""
+    parts = text.strip().removeprefix("v").split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() and len(p) <= 4 for p in parts):
+        raise ValueError(f"--keda-version: expected MAJOR.MINOR such as 2.17, got {text[:20]!r}")
+    version = (int(parts[0]), int(parts[1]))
+    if not OLDEST_KEDA <= version < (3, 0):
+        raise ValueError(f"--keda-version: expected a KEDA 2.x release, got {text[:20]!r}")
+    return version
 
 
 def _params(q: Question, explicit: dict[str, str]) -> dict[str, str]:
@@ -68,8 +87,27 @@ def _check(q: Question, opts: Options) -> None:
         raise ValueError("--min-replicas and --max-replicas: expected 0 <= min <= max, max >= 1")
 
 
+def _metric_type(q: Question, params: dict[str, str], opts: Options) -> str:
+    """The trigger's metricType for the target KEDA. Before 2.18 KEDA refuses `Value` next to a fallback, so
+    the per-replica average becomes its equivalent under `AverageValue`: the HPA divides the metric by the current
+    replicas, so `value = sum` gives desired = ceil(sum / target) = ceil(replicas x avg / target), Value's
+    arithmetic over `avg` (per GPU: a replica of k GPUs needs k times the target)."""
+    metric_type = q.metric_type or "AverageValue"
+    if metric_type != "Value" or opts.keda_version >= VALUE_WITH_FALLBACK_KEDA:
+        return metric_type
+    if q.aggregation != "avg":
+        raise ValueError(
+            f"--keda-version {opts.keda_version[0]}.{opts.keda_version[1]}: KEDA before 2.18 refuses "
+            f"metricType Value with a fallback, and aggregation {q.aggregation} has no AverageValue "
+            "equivalent: use --aggregation avg, --metric-type AverageValue, or KEDA 2.18 or newer"
+        )
+    params["aggregation"] = "sum"
+    return "AverageValue"
+
+
 def _trigger(q: Question, params: dict[str, str], opts: Options) -> dict[str, Any]:
     """The ScaledObject's trigger: metrics-api (a URL with the query) or external (the scaler's address)."""
+    metric_type = _metric_type(q, params, opts)
     metadata: dict[str, str]
     if opts.trigger == "metrics-api":
         metadata = {
@@ -90,7 +128,7 @@ def _trigger(q: Question, params: dict[str, str], opts: Options) -> dict[str, An
             "targetValue": f"{q.target:g}",
             "activationThreshold": f"{q.activation or 0:g}",
         }
-    return {"type": opts.trigger, "metricType": q.metric_type or "AverageValue", "metadata": metadata}
+    return {"type": opts.trigger, "metricType": metric_type, "metadata": metadata}
 
 
 def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
@@ -119,6 +157,13 @@ def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[st
     _check(q, opts)
     kind, name = _target(q, opts)
     ns = q.workload.namespace
+    object_name = f"{name}-gpu"
+    if len(object_name) > MAX_NAME:
+        raise ValueError(
+            f"ScaledObject name {object_name[:60]!r}: {len(object_name)} characters, KEDA allows at most "
+            f"{MAX_NAME} (its HPA is keda-hpa-<name>, 63 at most): use a workload of at most "
+            f"{MAX_NAME - len('-gpu')} characters"
+        )
     trigger = _trigger(q, _params(q, explicit), opts)
     docs: list[dict[str, Any]] = []
     if opts.auth != "none" and opts.trigger == "metrics-api":
@@ -129,7 +174,7 @@ def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[st
         {
             "apiVersion": "keda.sh/v1alpha1",
             "kind": "ScaledObject",
-            "metadata": {"name": f"{name}-gpu", "namespace": ns},
+            "metadata": {"name": object_name, "namespace": ns},
             "spec": {
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": name},
                 "pollingInterval": 30,
