@@ -88,10 +88,10 @@ def _check(q: Question, opts: Options) -> None:
 
 
 def _metric_type(q: Question, params: dict[str, str], opts: Options) -> str:
-    """The trigger's metricType for the target KEDA. Before 2.18 KEDA refuses `Value` next to a fallback, so
-    the per-replica average becomes its equivalent under `AverageValue`: the HPA divides the metric by the current
-    replicas, so `value = sum` gives desired = ceil(sum / target) = ceil(replicas x avg / target), Value's
-    arithmetic over `avg` (per GPU: a replica of k GPUs needs k times the target)."""
+    """The trigger's metricType for the target KEDA. Before 2.18 KEDA refuses `Value` next to a fallback,
+    so the per-replica average becomes its equivalent under `AverageValue`: the HPA divides the metric by
+    the current replicas, so `value = sum` gives desired = ceil(sum / target) = ceil(replicas x avg /
+    target), Value's arithmetic over `avg` (per GPU: a replica of k GPUs needs k times the target)."""
     metric_type = q.metric_type or "AverageValue"
     if metric_type != "Value" or opts.keda_version >= VALUE_WITH_FALLBACK_KEDA:
         return metric_type
