@@ -150,3 +150,17 @@ def test_strict_validation_rejects_an_unknown_field() -> None:
     long = copy.deepcopy(monitor) | {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject"}
     with pytest.raises(AssertionError):
         _check("test", long, crds)
+
+
+@pytest.mark.parametrize("version", ["2.17", "2.18", "2.20"])
+def test_generated_scaled_objects_are_accepted_by_the_keda_they_name(
+    capsys: pytest.CaptureFixture[str], version: str
+) -> None:
+    crds = _crds()
+    wanted = tuple(int(p) for p in version.split("."))
+    for profile, trigger in itertools.product(["vllm-inference", "training"], ["metrics-api", "external"]):
+        argv = ["keda", "scaledobject", "--namespace", "ml", "--deployment", "api", "--profile", profile]
+        assert cli.main([*argv, "--trigger", trigger, "--keda-version", version]) == 0
+        for obj in yaml.safe_load_all(capsys.readouterr().out):
+            if _check(version, obj, crds) and obj["kind"] == "ScaledObject":
+                assert minimum_keda(obj) <= wanted, (version, profile, trigger)
