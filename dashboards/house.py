@@ -195,7 +195,78 @@ def dashboard(
     ).auto_panel_ids()
 
 
+# Grafana 13's dashboard schema version: a dashboard saved at it loads without migrations.
+SCHEMA_VERSION: Final = 42
+# What grafanalib still writes from Grafana's old models, which the current schema no longer has: the
+# pre-grid `rows`, `sharedCrosshair` (now graphTooltip), `style`, `hideControls`; per panel the span/height
+# layout and the old table's panel-level color, columns, fontSize and mappings (fieldConfig holds them);
+# per variable the tag queries and the interval-only `auto*` keys; the picker's `time_options`.
+_LEGACY_ROOT: Final = frozenset({"rows", "sharedCrosshair", "style", "hideControls", "__inputs", "gnetId"})
+_LEGACY_PANEL: Final = frozenset(
+    {"editable", "error", "height", "minSpan", "span", "color", "columns", "fontSize", "mappings"}
+)
+_ROW_FIELDS: Final = frozenset(
+    {"collapsed", "datasource", "gridPos", "id", "panels", "repeat", "title", "type"}
+)
+_LEGACY_VARIABLE: Final = frozenset({"tags", "tagsQuery", "tagValuesQuery", "useTags"})
+_INTERVAL_ONLY: Final = frozenset({"auto", "auto_count", "auto_min"})
+
+
+def _without_none(value: Any) -> Any:
+    """Unset fields are absent in Grafana's schema, never null; but a threshold's `value` is null for the
+    base step (-Infinity), and stays."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None or k == "value"}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
+
+
+def _panel(panel: dict[str, Any]) -> dict[str, Any]:
+    if panel.get("type") == "row":
+        return {k: v for k, v in panel.items() if k in _ROW_FIELDS}
+    out = {k: v for k, v in panel.items() if k not in _LEGACY_PANEL}
+    # Fields newer than grafanalib, at the values Grafana itself writes for a new panel.
+    options = out.setdefault("options", {})
+    if out.get("type") == "stat":
+        options.setdefault("percentChangeColorMode", "standard")
+        options.setdefault("showPercentChange", False)
+        options.setdefault("wideLayout", True)
+    elif out.get("type") == "timeseries" and "legend" in options:
+        options["legend"].setdefault("showLegend", options["legend"].get("displayMode") != "hidden")
+    elif out.get("type") == "table":
+        options.setdefault("frameIndex", 0)
+        custom = out.setdefault("fieldConfig", {}).setdefault("defaults", {}).setdefault("custom", {})
+        custom.setdefault("cellOptions", {"type": "auto"})
+        custom.setdefault("inspect", False)
+    return out
+
+
+def _variable(variable: dict[str, Any]) -> dict[str, Any]:
+    legacy = _LEGACY_VARIABLE | (_INTERVAL_ONLY if variable.get("type") != "interval" else frozenset())
+    out = {k: v for k, v in variable.items() if k not in legacy}
+    if "current" in out:
+        # Nothing chosen yet is text and value "" (Grafana then picks the default); no tags any more.
+        current = {k: v for k, v in out["current"].items() if k != "tags" and v is not None}
+        out["current"] = {"text": "", "value": "", **current}
+    return out
+
+
+def current_schema(data: dict[str, Any]) -> dict[str, Any]:
+    """grafanalib's dashboard JSON with only the fields of Grafana's current schema, at its version."""
+    out = {k: v for k, v in _without_none(data).items() if k not in _LEGACY_ROOT}
+    out["schemaVersion"] = SCHEMA_VERSION
+    out["panels"] = [_panel(p) for p in out.get("panels", [])]
+    if "templating" in out:
+        out["templating"] = {"list": [_variable(v) for v in out["templating"].get("list", [])]}
+    if "timepicker" in out:
+        out["timepicker"] = {k: v for k, v in out["timepicker"].items() if k != "time_options"}
+    link_defaults = {"icon": "external link", "targetBlank": False, "tooltip": ""}
+    out["links"] = [{**link_defaults, **link} for link in out.get("links", [])]
+    return out
+
+
 def render(dash: Any) -> str:
     """The dashboard's JSON as committed: stable key order, two-space indent, trailing newline."""
-    data = json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder))
+    data = current_schema(json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder)))
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
