@@ -6,6 +6,7 @@ a free GPU and a MIG GPU. Also: every default-counters.csv field is emitted or d
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -181,3 +182,22 @@ def test_every_default_counter_is_emitted_with_upstream_type_or_documented() -> 
             assert name in m.DCGM_NOT_AVAILABLE, f"{name}: neither emitted nor documented as unavailable"
         assert re.search(rf"^\| `{name}` \|", docs, re.MULTILINE), f"docs/exporter.md lacks a row for {name}"
     assert set(m.DCGM_NOT_AVAILABLE) <= set(fields)
+
+
+UPSTREAM_DASHBOARD = ROOT.parent / "shared" / "reference" / "schemas" / "dcgm-exporter" / "dashboard.json"
+
+
+@pytest.mark.skipif(not UPSTREAM_DASHBOARD.exists(), reason=f"no upstream dashboard at {UPSTREAM_DASHBOARD}")
+def test_the_queries_run_here_are_upstreams_dashboard() -> None:
+    # The panels and variables above are dcgm-exporter's own file's, query for query.
+    upstream = json.loads(UPSTREAM_DASHBOARD.read_text())
+    panels = [
+        {"title": p["title"], "expr": t["expr"]} for p in upstream["panels"] for t in p.get("targets", [])
+    ]
+    assert panels == DASHBOARD["panels"]
+    variables = {}
+    for v in upstream["templating"]["list"]:
+        if v["type"] == "query":
+            query = v["query"]
+            variables[v["name"]] = query["query"] if isinstance(query, dict) else query
+    assert variables == DASHBOARD["variables"]
