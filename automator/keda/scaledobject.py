@@ -11,8 +11,10 @@ from automator.keda.auth import API_KEY_HEADER
 from automator.keda.request import METRICS_PATH, VALUE_LOCATION, Question
 
 DEFAULT_URL: Final = "http://gpu-steward-automator.gpu-steward.svc:8080"
+# The KEDA HTTPS listener of deploy/components/keda-tls: where `--auth tls` points by default.
+DEFAULT_TLS_URL: Final = "https://gpu-steward-automator.gpu-steward.svc:8443"
 DEFAULT_SCALER_ADDRESS: Final = "gpu-steward-automator.gpu-steward.svc:9000"
-AUTH_MODES: Final = ("none", "bearer", "apiKey", "basic")
+AUTH_MODES: Final = ("none", "bearer", "apiKey", "basic", "tls")
 TRIGGERS: Final = ("metrics-api", "external")
 # KEDA releases, as (major, minor): the newest at this writing, and the first whose admission webhook accepts
 # `fallback` with `metricType: Value` (earlier webhooks refuse it; KEDA without the webhook ignores fallback).
@@ -26,6 +28,8 @@ SECRET_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "bearer": ("token",),
     "apiKey": ("apiKey",),
     "basic": ("username", "password"),
+    # Mutual TLS: KEDA's client certificate and key, and the CA that signed the automator's certificate.
+    "tls": ("cert", "key", "ca"),
 }
 
 
@@ -83,8 +87,15 @@ def _check(q: Question, opts: Options) -> None:
         raise ValueError(f"--auth: expected one of {', '.join(AUTH_MODES)}")
     if q.target is None:
         raise ValueError("--target-value is required without a profile")
+    if opts.auth == "tls" and opts.trigger == "metrics-api" and not _url(opts).startswith("https://"):
+        raise ValueError("--auth tls: --url must be the automator's HTTPS listener (https://...:8443)")
     if not 0 <= opts.min_replicas <= opts.max_replicas or opts.max_replicas < 1:
         raise ValueError("--min-replicas and --max-replicas: expected 0 <= min <= max, max >= 1")
+
+
+def _url(opts: Options) -> str:
+    """The automator's base URL: with mutual TLS and no URL of the user's, its HTTPS listener."""
+    return DEFAULT_TLS_URL if opts.auth == "tls" and opts.url == DEFAULT_URL else opts.url
 
 
 def _metric_type(q: Question, params: dict[str, str], opts: Options) -> str:
@@ -111,7 +122,7 @@ def _trigger(q: Question, params: dict[str, str], opts: Options) -> dict[str, An
     metadata: dict[str, str]
     if opts.trigger == "metrics-api":
         metadata = {
-            "url": f"{opts.url.rstrip('/')}{METRICS_PATH}?{urlencode(params)}",
+            "url": f"{_url(opts).rstrip('/')}{METRICS_PATH}?{urlencode(params)}",
             "format": "json",
             "valueLocation": VALUE_LOCATION,
             "targetValue": f"{q.target:g}",
@@ -140,7 +151,10 @@ def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
         "kind": "Secret",
         "metadata": metadata,
         "type": "Opaque",
-        "stringData": {k: f"REPLACE-WITH-THE-{k.upper()}-THE-AUTOMATOR-ACCEPTS" for k in keys},
+        "stringData": {
+            k: f"REPLACE-WITH-THE-{k.upper()}-{'PEM' if opts.auth == 'tls' else 'THE-AUTOMATOR-ACCEPTS'}"
+            for k in keys
+        },
     }
     refs = [{"parameter": k, "name": opts.secret, "key": k} for k in keys]
     auth = {

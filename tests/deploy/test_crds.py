@@ -82,7 +82,7 @@ def generated(capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[str, dict[st
         ["--selector", "app=x", "--scale-target", "Deployment/x"],
     ]
     for profile, trigger, auth, workload in itertools.product(
-        profiles, ["metrics-api", "external"], ["none", "bearer", "apiKey", "basic"], workloads
+        profiles, ["metrics-api", "external"], ["none", "bearer", "apiKey", "basic", "tls"], workloads
     ):
         argv = ["keda", "scaledobject", "--namespace", "ml", *workload, "--profile", profile]
         argv += ["--trigger", trigger, "--auth", auth]
@@ -136,7 +136,7 @@ def test_every_generated_keda_object_validates_against_keda_crds(capsys: pytest.
     crds = _crds()
     kinds = [o["kind"] for w, o in generated(capsys) if _check(w, o, crds)]
     assert {"ScaledObject", "TriggerAuthentication"} <= set(kinds)
-    assert kinds.count("ScaledObject") == 4 * 2 * 4 * 3
+    assert kinds.count("ScaledObject") == 4 * 2 * 5 * 3
 
 
 def test_strict_validation_rejects_an_unknown_field() -> None:

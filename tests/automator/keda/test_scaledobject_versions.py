@@ -73,3 +73,20 @@ def test_versions_parse() -> None:
     assert parse_keda_version("v2.17.3") == (2, 17)
     assert parse_keda_version("2.20") == CURRENT_KEDA
     assert VALUE_WITH_FALLBACK_KEDA == (2, 18)
+
+
+def test_auth_tls_writes_the_mutual_tls_trigger_authentication(capsys: pytest.CaptureFixture[str]) -> None:
+    """KEDA's `authModes: tls` sends its certificate and key and checks the automator's with `ca`."""
+    argv = ["keda", "scaledobject", "--namespace", "ml", "--deployment", "api", "--profile", "training"]
+    assert cli.main([*argv, "--auth", "tls"]) == 0, capsys.readouterr().err
+    docs = {o["kind"]: o for o in yaml.safe_load_all(capsys.readouterr().out)}
+    (trigger,) = docs["ScaledObject"]["spec"]["triggers"]
+    assert trigger["metadata"]["authMode"] == "tls"
+    assert urlsplit(trigger["metadata"]["url"]).scheme == "https"
+    assert urlsplit(trigger["metadata"]["url"]).port == 8443  # deploy/components/keda-tls
+    refs = docs["TriggerAuthentication"]["spec"]["secretTargetRef"]
+    assert sorted(r["parameter"] for r in refs) == ["ca", "cert", "key"]
+    assert sorted(docs["Secret"]["stringData"]) == ["ca", "cert", "key"]
+    # A plain-HTTP URL cannot carry mutual TLS: refused, naming the flag.
+    assert cli.main([*argv, "--auth", "tls", "--url", "http://automator:8080"]) == 2
+    assert "--auth tls" in capsys.readouterr().err
