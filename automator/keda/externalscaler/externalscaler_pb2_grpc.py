@@ -49,6 +49,11 @@ class ExternalScalerStub:
                 request_serializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.ScaledObjectRef.SerializeToString,
                 response_deserializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricSpecResponse.FromString,
                 _registered_method=True)
+        self.StreamMetricSpec = channel.unary_stream(
+                '/externalscaler.ExternalScaler/StreamMetricSpec',
+                request_serializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.ScaledObjectRef.SerializeToString,
+                response_deserializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricSpecResponse.FromString,
+                _registered_method=True)
         self.GetMetrics = channel.unary_unary(
                 '/externalscaler.ExternalScaler/GetMetrics',
                 request_serializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricsRequest.SerializeToString,
@@ -77,6 +82,13 @@ class ExternalScalerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamMetricSpec(self, request, context):
+        """Not served: the servicer answers UNIMPLEMENTED (GetMetricSpec answers the same question).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetMetrics(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -98,6 +110,11 @@ def add_ExternalScalerServicer_to_server(servicer, server):
             ),
             'GetMetricSpec': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMetricSpec,
+                    request_deserializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.ScaledObjectRef.FromString,
+                    response_serializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricSpecResponse.SerializeToString,
+            ),
+            'StreamMetricSpec': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamMetricSpec,
                     request_deserializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.ScaledObjectRef.FromString,
                     response_serializer=automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricSpecResponse.SerializeToString,
             ),
@@ -186,6 +203,33 @@ class ExternalScaler:
             request,
             target,
             '/externalscaler.ExternalScaler/GetMetricSpec',
+            automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.ScaledObjectRef.SerializeToString,
+            automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricSpecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamMetricSpec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/externalscaler.ExternalScaler/StreamMetricSpec',
             automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.ScaledObjectRef.SerializeToString,
             automator_dot_keda_dot_externalscaler_dot_externalscaler__pb2.GetMetricSpecResponse.FromString,
             options,
