@@ -8,7 +8,7 @@ them yet.
 from __future__ import annotations
 
 import copy
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -56,13 +56,14 @@ class ActuatorState:
         return len(self.evictions)
 
 
+def _per_minute(evictions: Iterable[datetime]) -> Counter[int]:
+    """Evictions counted by Unix minute: the Lease record's unit."""
+    return Counter(int(when.timestamp()) // 60 for when in evictions)
+
+
 def evictions_record(evictions: Iterable[datetime], now: datetime) -> dict[str, str]:
     """The last hour's evictions as the Lease annotation: `minute:count,...` (Unix minutes, at most 61)."""
-    minutes: dict[int, int] = {}
-    for when in evictions:
-        if now - when < HOUR:
-            minute = int(when.timestamp()) // 60
-            minutes[minute] = minutes.get(minute, 0) + 1
+    minutes = _per_minute(when for when in evictions if now - when < HOUR)
     return {EVICTIONS_ANNOTATION: ",".join(f"{m}:{c}" for m, c in sorted(minutes.items()))}
 
 
@@ -76,9 +77,7 @@ def restore_evictions(state: ActuatorState, annotations: Mapping[str, str], now:
     text = annotations.get(EVICTIONS_ANNOTATION)
     if not text:
         return 0
-    own: dict[int, int] = {}
-    for when in state.evictions:
-        own[int(when.timestamp()) // 60] = own.get(int(when.timestamp()) // 60, 0) + 1
+    own = _per_minute(state.evictions)
     added: list[datetime] = []
     try:
         for entry in text.split(","):

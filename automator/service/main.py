@@ -98,18 +98,12 @@ def _lease_namespace(settings: ServiceSettings) -> str:
 def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     token: str | None = None
     if settings.decisions_token_file:
-        try:
-            token = Path(settings.decisions_token_file).read_text().strip()
-        except (OSError, UnicodeDecodeError) as e:
-            raise SettingError(
-                f"--decisions-token-file: cannot read {settings.decisions_token_file}: {e}"
-            ) from e
-        if not token:
-            raise SettingError(f"--decisions-token-file: {settings.decisions_token_file} is empty")
+        flag = "--decisions-token-file"
+        token = _secret_file(flag, settings.decisions_token_file)
         if not usable_token(token):
             raise SettingError(
-                f"--decisions-token-file: {settings.decisions_token_file}: a bearer token is one word of "
-                "visible ASCII characters (no spaces or other characters a header cannot carry)"
+                f"{flag}: {settings.decisions_token_file}: a bearer token is one word of visible ASCII "
+                "characters (no spaces or other characters a header cannot carry)"
             )
     return DecisionsAccess(settings.decisions_endpoint, token)
 
@@ -125,7 +119,7 @@ def _secret_file(flag: str, path: str) -> str:
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError as e:
-        raise SettingError(f"{flag}: {path} is not UTF-8 text") from e
+        raise SettingError(f"{flag}: cannot read {path}: not UTF-8 text") from e
     if not text or "\n" in text or not text.isprintable():
         raise SettingError(f"{flag}: {path} must hold one non-empty line of printable text")
     return text
