@@ -492,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with exit_on_signals(), Children() as kids:
         check = Check(args, kids, started)
         try:
-            with deadline(DEADLINE):
+            # DEADLINE counts from the start: NVML's initialisation (probe) may already have taken seconds.
+            with deadline(max(1.0, DEADLINE - (time.monotonic() - started))):
                 check.run()
         except (DeadlineExceeded, RuntimeError, OSError, pynvml.NVMLError) as e:
             error = f"{type(e).__name__}: {e}"
