@@ -7,7 +7,9 @@ Three layers, so that no GPU load is left running whatever ends the check:
 - `exit_on_signals` turns SIGTERM and SIGHUP into SystemExit, so those unwind through the same code;
 - every child is started through this module's launcher (`python -m tools.gpucheck.children PPID --
   ARGV...`), which asks the kernel to SIGKILL it when its parent dies (prctl PR_SET_PDEATHSIG, kept across
-  exec), then execs the command: even a SIGKILLed check leaves no child behind.
+  exec), then execs the command: even a SIGKILLed check leaves no child behind (the children it starts:
+  neither the workload nor the exporter starts processes of its own, whose group only the first two
+  layers reach).
 """
 
 from __future__ import annotations
