@@ -53,6 +53,8 @@ WARMUP_SECONDS = 5.0  # the exporter's and NVML's first samples, before the wind
 READY_TIMEOUT = 45.0  # a child's context, JIT compile and allocation
 EXPORTER_READY_TIMEOUT = 30.0
 COMMAND_TIMEOUT = 10.0  # nvidia-smi, one scrape
+# Kept free after the window, before DEADLINE: two nvidia-smi calls, the survey under load, stopping.
+AFTER_WINDOW_SECONDS = 25.0
 STEP_SECONDS = 1.0
 # Each child's allocation as a share of the GPU's memory: large enough that the CUDA context's own few
 # hundred MiB stay within the 5 % tolerance, different so that each is recognisable by its size.
@@ -387,7 +389,8 @@ class Check:
         source = NvmlSource()
         try:
             start = time.monotonic()
-            window = min(self.args.duration, DEADLINE - 20 - (start - self.started) - WARMUP_SECONDS)
+            left = DEADLINE - AFTER_WINDOW_SECONDS - (start - self.started) - WARMUP_SECONDS
+            window = max(0.0, min(self.args.duration, left))
             self.data["window_seconds"] = round(window, 1)
             step = 0
             while (now := time.monotonic()) < start + WARMUP_SECONDS + window:
