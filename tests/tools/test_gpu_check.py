@@ -269,3 +269,16 @@ def test_the_whole_check_fails_when_the_memory_only_child_computes(
     failed = [c["check"] for c in doc["checks"] if c["status"] == "FAIL"]
     assert failed == ["memory-only child idle by the rules' threshold"]
     assert "FAIL  memory-only child idle" in capsys.readouterr().out
+
+
+def test_docs_state_the_checks_numbers_and_that_no_gpu_run_is_recorded() -> None:
+    text = (ROOT / "docs" / "exporter.md").read_text()
+    section = text.split("## Verified on real hardware\n", 1)[1].split("\n## ", 1)[0]
+    assert section.lstrip().startswith("Not yet:")  # until a run on a GPU is recorded here
+    assert "`make gpu-check`" in section and "python tools/gpu_check.py" in section
+    assert f"(default {run.DEFAULT_DURATION:g})" in section
+    assert f"`--duration` is {run.MIN_DURATION:g} to {run.MAX_DURATION:g} seconds" in section
+    assert f"a deadline at {run.DEADLINE:g} s" in section
+    assert f"under {run.TIME_LIMIT / 60:g} minutes" in section
+    assert f"within {checks.MEMORY_TOLERANCE:.0%}".replace("%", " %") in section
+    assert f"above {checks.DEVICE_UTILIZATION_FLOOR:g}" in section
