@@ -340,3 +340,31 @@ def test_args_default_to_out_and_bound_the_duration(monkeypatch: pytest.MonkeyPa
         with pytest.raises(SystemExit) as exited:
             run.parse_args(["--duration", bad])
         assert exited.value.code == 2
+
+
+def test_the_deadline_counts_from_the_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Time spent before the check proper (NVML's initialisation) is taken from its deadline."""
+    armed: list[float] = []
+    real = signal.setitimer
+
+    def setitimer(which: int, seconds: float, interval: float = 0.0) -> tuple[float, float]:
+        if seconds:
+            armed.append(seconds)
+        return real(which, seconds, interval)
+
+    def slow_probe() -> None:
+        time.sleep(0.3)
+
+    monkeypatch.setattr(run, "probe", slow_probe)
+    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
+    monkeypatch.setattr(run.Check, "run", lambda self: None)
+    monkeypatch.setattr(signal, "setitimer", setitimer)
+    assert run.main(["--out", str(tmp_path)]) == 0
+    (seconds,) = armed
+    assert 0 < seconds <= run.DEADLINE - 0.3
+
+
+def test_a_deadline_already_past_still_fires() -> None:
+    expired = run.deadline(5.0, since=time.monotonic() - 10)
+    with pytest.raises(run.DeadlineExceeded, match="stopped at the 5 s deadline"), expired:
+        time.sleep(WAIT)

@@ -260,14 +260,16 @@ def read_ready(procs: dict[str, subprocess.Popen[Any]], timeout: float) -> list[
 
 
 @contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """SIGALRM after `seconds` raises DeadlineExceeded wherever the check is."""
+def deadline(seconds: float, since: float | None = None) -> Iterator[None]:
+    """SIGALRM `seconds` after `since` (a time.monotonic(); default now) raises DeadlineExceeded wherever
+    the check is."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise DeadlineExceeded(f"stopped at the {seconds:.0f} s deadline")
 
+    left = seconds - (0.0 if since is None else time.monotonic() - since)
     previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, left))  # 0 would disarm it instead
     try:
         yield
     finally:
@@ -495,8 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with exit_on_signals(), Children() as kids:
         check = Check(args, kids, started)
         try:
-            # DEADLINE counts from the start: NVML's initialisation (probe) may already have taken seconds.
-            with deadline(max(1.0, DEADLINE - (time.monotonic() - started))):
+            # from the start: NVML's initialisation (probe) may already have taken seconds
+            with deadline(DEADLINE, since=started):
                 check.run()
         except (DeadlineExceeded, RuntimeError, OSError, pynvml.NVMLError) as e:
             error = f"{type(e).__name__}: {e}"
