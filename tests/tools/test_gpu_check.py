@@ -282,3 +282,31 @@ def test_docs_state_the_checks_numbers_and_that_no_gpu_run_is_recorded() -> None
     assert f"under {run.TIME_LIMIT / 60:g} minutes" in section
     assert f"within {checks.MEMORY_TOLERANCE:.0%}".replace("%", " %") in section
     assert f"above {checks.DEVICE_UTILIZATION_FLOOR:g}" in section
+
+
+def test_make_gpu_check_installs_nothing() -> None:
+    """The venv's Python where there is one, else python3: never the venv's set-up (offline GPU machines)."""
+    with_venv = subprocess.run(
+        ["make", "-n", "gpu-check"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert with_venv.stdout.splitlines() == [".venv/bin/python tools/gpu_check.py"]
+    without = subprocess.run(
+        ["make", "-n", "gpu-check", "VENV=/nonexistent/venv"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert without.returncode == 0 and without.stdout.splitlines() == ["python3 tools/gpu_check.py"]
+
+
+def test_a_python_without_the_projects_packages_says_which_is_missing() -> None:
+    done = subprocess.run(  # -S: no site-packages, so no pynvml
+        [sys.executable, "-S", str(ROOT / "tools" / "gpu_check.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "gpu-check: the Python package" in done.stderr and "is missing here" in done.stderr
+    assert "nothing is claimed" in done.stderr

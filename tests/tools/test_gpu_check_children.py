@@ -368,3 +368,25 @@ def test_a_deadline_already_past_still_fires() -> None:
     expired = run.deadline(5.0, since=time.monotonic() - 10)
     with pytest.raises(run.DeadlineExceeded, match="stopped at the 5 s deadline"), expired:
         time.sleep(WAIT)
+
+
+def test_a_kernel_refusing_pr_set_pdeathsig_still_starts_the_child() -> None:
+    """The launcher's last layer missing (ctypes cannot reach prctl): a warning, and the child runs."""
+    script = (
+        "import ctypes, os, sys\n"
+        "def refuse(*a, **k): raise OSError('no libc here')\n"
+        "ctypes.CDLL = refuse\n"
+        "from tools.gpucheck import children\n"
+        "sys.exit(children._launch([str(os.getppid()), '--', sys.executable, '-c', 'print(7)']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=WAIT,
+    )
+    assert done.returncode == 0 and done.stdout == "7\n"
+    assert "PR_SET_PDEATHSIG refused" in done.stderr
+    assert children.die_with_parent() is True  # here, on Linux, the kernel takes it
