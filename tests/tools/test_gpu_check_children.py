@@ -5,6 +5,7 @@ its deadline, a signal, or SIGKILL."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -227,6 +228,11 @@ def test_a_signal_stops_every_child(
     assert exited.value.code == 128 + signum
     wait_dead(seen[0].pids)
     assert seen[0].terminated() == [True, True, False]
+    # what was gathered is still reported, the signal named as why the check did not run to its end
+    assert (
+        f"FAIL  check ran to the end: measured stopped (exit code {128 + signum})"
+        in (tmp_path / "gpu-check.txt").read_text()
+    )
 
 
 def test_keyboard_interrupt_stops_every_child(runner: Callable[..., list[Started]], tmp_path: Path) -> None:
@@ -234,6 +240,7 @@ def test_keyboard_interrupt_stops_every_child(runner: Callable[..., list[Started
     with pytest.raises(KeyboardInterrupt):
         run.main(["--out", str(tmp_path)])
     wait_dead(seen[0].pids)
+    assert "measured stopped by SIGINT" in (tmp_path / "gpu-check.txt").read_text()
 
 
 # --- the runner as its own process, signalled from outside ---
@@ -294,6 +301,8 @@ def test_the_check_process_signalled_leaves_no_child(
         assert code == -signal.SIGKILL and not marker.exists()
     else:
         assert code != 0 and marker.read_text() == "SIGTERM"  # stopped by the check itself
+        report = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
+        assert report["error"].startswith("stopped") and report["summary"]["FAIL"] == 1
 
 
 def test_children_started_at_interpreter_exit_are_stopped(

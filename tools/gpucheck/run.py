@@ -494,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {reason}: nothing was checked and nothing is claimed.")
         return 0
     error: str | None = None
+    stopped: SystemExit | KeyboardInterrupt | None = None
     with exit_on_signals(), Children() as kids:
         check = Check(args, kids, started)
         try:
@@ -502,10 +503,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check.run()
         except (DeadlineExceeded, RuntimeError, OSError, pynvml.NVMLError) as e:
             error = f"{type(e).__name__}: {e}"
+        except (SystemExit, KeyboardInterrupt) as e:
+            # a signal (exit_on_signals) or Ctrl-C, e.g. a caller's time limit: the children are stopped
+            # first (finally), what was gathered is still reported, then the check ends as asked
+            stopped = e
+            error = (
+                "stopped by SIGINT" if isinstance(e, KeyboardInterrupt) else f"stopped (exit code {e.code})"
+            )
         except Exception:
             error = traceback.format_exc()
         finally:
             kids.stop_all()
             with suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
-        return check.finish(error)
+        code = check.finish(error)
+        if stopped is not None:
+            raise stopped
+        return code
