@@ -75,10 +75,10 @@ protos: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. automator/keda/externalscaler/externalscaler.proto
 
 # The real-GPU check of the NVML source (docs/exporter.md, "Verified on real hardware"): report to $OUT,
-# else build/gpu-check. Without a GPU it says so and exits 0. The venv is an order-only prerequisite: made
-# when missing, never reinstalled because a copied tree's timestamps look newer (a GPU machine may be offline).
-gpu-check: | $(STAMP)
-	$(PY) tools/gpu_check.py
+# else build/gpu-check. Without a GPU it says so and exits 0. It installs nothing (a GPU machine may be
+# offline): the venv's Python where there is one, else python3 with the packages it has.
+gpu-check:
+	$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.py
 
 bench: deps wrk-bin
 	$(PY) -m tests.bench.run_all

@@ -11,7 +11,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.gpucheck.run import main
+try:
+    from tools.gpucheck.run import main
+except ModuleNotFoundError as e:  # run by a Python without the project's packages (a GPU machine's image)
+    print(
+        f"gpu-check: the Python package {e.name!r} is missing here (`make deps` installs the project's; "
+        "docs/exporter.md): nothing was checked and nothing is claimed.",
+        file=sys.stderr,
+    )
+    sys.exit(1)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,9 @@ Three layers, so that no GPU load is left running whatever ends the check:
 - `exit_on_signals` turns SIGTERM and SIGHUP into SystemExit, so those unwind through the same code;
 - every child is started through this module's launcher (`python -m tools.gpucheck.children PPID --
   ARGV...`), which asks the kernel to SIGKILL it when its parent dies (prctl PR_SET_PDEATHSIG, kept across
-  exec), then execs the command: even a SIGKILLed check leaves no child behind.
+  exec), then execs the command: even a SIGKILLed check leaves no child behind (the children it starts:
+  neither the workload nor the exporter starts processes of its own, whose group only the first two
+  layers reach).
 """
 
 from __future__ import annotations
@@ -30,16 +32,13 @@ PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 3.0
 
 
-def die_with_parent(parent: int) -> bool:
-    """Ask for SIGKILL when the parent dies; False when the parent is already gone (or not Linux)."""
+def die_with_parent() -> bool:
+    """Ask the kernel for SIGKILL when the parent dies; False where it would not take the request."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), 0, 0, 0) != 0:
-            return False
+        return bool(libc.prctl(ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), 0, 0, 0) == 0)
     except (AttributeError, OSError):
         return False
-    # The parent may have died between fork and prctl: then no signal would ever come.
-    return os.getppid() == parent
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -133,9 +132,15 @@ def _launch(argv: Sequence[str]) -> int:
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
         print("usage: python -m tools.gpucheck.children PPID -- ARGV...", file=sys.stderr)
         return 2
-    if not die_with_parent(int(argv[0])):
-        print("gpu-check: child not started: its parent is gone or PR_SET_PDEATHSIG failed", file=sys.stderr)
+    armed = die_with_parent()
+    # The parent may have died between fork and prctl: then no signal would ever come.
+    if os.getppid() != int(argv[0]):
+        print("gpu-check: child not started: its parent is gone", file=sys.stderr)
         return 1
+    if not armed:  # the check's own cleanup (the first two layers) still stops it
+        print(
+            "gpu-check: PR_SET_PDEATHSIG refused: this child ends with the check's cleanup", file=sys.stderr
+        )
     os.execvp(argv[2], list(argv[2:]))
     return 1  # not reached: execvp replaces this process or raises
 

@@ -66,8 +66,11 @@ class CudaError(RuntimeError):
 
 
 def load_library() -> Any:
-    """The driver's libcuda (raises OSError when there is none)."""
-    return ctypes.CDLL(LIBRARY)
+    """The driver's libcuda; an OSError saying so when there is none (no NVIDIA driver here)."""
+    try:
+        return ctypes.CDLL(LIBRARY)
+    except OSError as e:
+        raise OSError(f"no CUDA driver library: {LIBRARY} (part of the NVIDIA driver) not loaded: {e}") from e
 
 
 def format_uuid(raw: bytes) -> str:

@@ -53,6 +53,8 @@ WARMUP_SECONDS = 5.0  # the exporter's and NVML's first samples, before the wind
 READY_TIMEOUT = 45.0  # a child's context, JIT compile and allocation
 EXPORTER_READY_TIMEOUT = 30.0
 COMMAND_TIMEOUT = 10.0  # nvidia-smi, one scrape
+# Kept free after the window, before DEADLINE: two nvidia-smi calls, the survey under load, stopping.
+AFTER_WINDOW_SECONDS = 25.0
 STEP_SECONDS = 1.0
 # Each child's allocation as a share of the GPU's memory: large enough that the CUDA context's own few
 # hundred MiB stay within the 5 % tolerance, different so that each is recognisable by its size.
@@ -258,14 +260,16 @@ def read_ready(procs: dict[str, subprocess.Popen[Any]], timeout: float) -> list[
 
 
 @contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """SIGALRM after `seconds` raises DeadlineExceeded wherever the check is."""
+def deadline(seconds: float, since: float | None = None) -> Iterator[None]:
+    """SIGALRM `seconds` after `since` (a time.monotonic(); default now) raises DeadlineExceeded wherever
+    the check is."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise DeadlineExceeded(f"stopped at the {seconds:.0f} s deadline")
 
+    left = seconds - (0.0 if since is None else time.monotonic() - since)
     previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, left))  # 0 would disarm it instead
     try:
         yield
     finally:
@@ -387,7 +391,8 @@ class Check:
         source = NvmlSource()
         try:
             start = time.monotonic()
-            window = min(self.args.duration, DEADLINE - 20 - (start - self.started) - WARMUP_SECONDS)
+            left = DEADLINE - AFTER_WINDOW_SECONDS - (start - self.started) - WARMUP_SECONDS
+            window = max(0.0, min(self.args.duration, left))
             self.data["window_seconds"] = round(window, 1)
             step = 0
             while (now := time.monotonic()) < start + WARMUP_SECONDS + window:
@@ -489,17 +494,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {reason}: nothing was checked and nothing is claimed.")
         return 0
     error: str | None = None
+    stopped: SystemExit | KeyboardInterrupt | None = None
     with exit_on_signals(), Children() as kids:
         check = Check(args, kids, started)
         try:
-            with deadline(DEADLINE):
+            # from the start: NVML's initialisation (probe) may already have taken seconds
+            with deadline(DEADLINE, since=started):
                 check.run()
         except (DeadlineExceeded, RuntimeError, OSError, pynvml.NVMLError) as e:
             error = f"{type(e).__name__}: {e}"
+        except (SystemExit, KeyboardInterrupt) as e:
+            # a signal (exit_on_signals) or Ctrl-C, e.g. a caller's time limit: the children are stopped
+            # first (finally), what was gathered is still reported, then the check ends as asked
+            stopped = e
+            error = (
+                "stopped by SIGINT" if isinstance(e, KeyboardInterrupt) else f"stopped (exit code {e.code})"
+            )
         except Exception:
             error = traceback.format_exc()
         finally:
             kids.stop_all()
             with suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
-        return check.finish(error)
+        code = check.finish(error)
+        if stopped is not None:
+            raise stopped
+        return code

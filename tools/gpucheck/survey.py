@@ -41,7 +41,8 @@ class Probe:
 
 
 def plain(value: Any) -> Any:
-    """A pynvml result as JSON data: structures as objects of their fields, bytes as text."""
+    """A pynvml result (or a probe's own composite of them) as JSON data: structures and mappings as
+    objects, bytes as text."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, bytes):
@@ -50,6 +51,8 @@ def plain(value: Any) -> Any:
         return {name: plain(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, list | tuple | ctypes.Array):
         return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
     if hasattr(value, "__dict__"):
         return {k: plain(v) for k, v in vars(value).items() if not k.startswith("_")}
     return repr(value)
@@ -60,11 +63,12 @@ def _nvml(name: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
     return lambda handle: getattr(pynvml, name)(handle, *args, **kwargs)
 
 
-def _field(field_id: int) -> Callable[[Any], Any]:
-    """One NVML field value; a per-field failure raises as the call's own error would."""
+def _field(field_id: int, scope: int = 0) -> Callable[[Any], Any]:
+    """One NVML field value (`scope`: the link of a per-link field, as the exporter asks); a per-field
+    failure raises as the call's own error would."""
 
     def read(handle: Any) -> Any:
-        (v,) = pynvml.nvmlDeviceGetFieldValues(handle, [(field_id, 0)])
+        (v,) = pynvml.nvmlDeviceGetFieldValues(handle, [(field_id, scope)])
         if int(v.nvmlReturn) != pynvml.NVML_SUCCESS:
             raise pynvml.NVMLError(int(v.nvmlReturn))
         return getattr(v.value, _VALUE_MEMBERS.get(int(v.valueType), "ullVal"))
@@ -77,8 +81,8 @@ def _nvlink_throughput(handle: Any) -> list[dict[str, Any]]:
     return [
         {
             "link": link,
-            "tx_kib": _field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)(handle),
-            "rx_kib": _field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)(handle),
+            "tx_kib": _field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link)(handle),
+            "rx_kib": _field(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link)(handle),
         }
         for link in range(links)
     ]
