@@ -107,3 +107,17 @@ def test_an_unreadable_prometheus_exits_1(capsys: pytest.CaptureFixture[str]) ->
 def test_a_bad_priority_classes_file_exits_2(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([*BASE, "--priority-classes", "/nonexistent/classes.yaml"]) == 2
     assert capsys.readouterr().err.startswith("gpu-automator: error: --priority-classes: ")
+
+
+def test_the_progress_bar() -> None:
+    import io
+
+    from automator.backtest.run import _progress
+
+    stream = io.StringIO()
+    show = _progress(stream)
+    show(1, 4)
+    show(4, 4)
+    assert stream.getvalue() == (
+        "\rbacktest [#######.......................] 1/4 steps\rbacktest [##############################] 4/4 steps\n"
+    )

@@ -186,3 +186,21 @@ def test_queries_per_step_do_not_grow_with_the_cluster(prometheus: Prometheus, c
 
 def _rfc3339(t: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@pytest.mark.integration
+def test_text_and_html_outputs(
+    prometheus: Prometheus, classes_file: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    base = ["backtest", "--prometheus", prometheus.url, "--from", str(F), "--to", str(F + WINDOW)]
+    base += ["--step", "5m", "--priority-classes", str(classes_file)]
+    assert cli.main(base) == 0
+    text = capsys.readouterr().out
+    [row] = [line.split() for line in text.splitlines() if line.startswith("default ")]
+    assert row[:4] == ["default", "2", "1", f"{4 * 2 + 8 * 100 / 60:.2f}"]
+    assert "regret evictions of default:" in text
+    assert f"ml/regret (8 GPUs on gpu-1) for hi/p1: busy again after {10 * M + 15} s" in text
+    out = tmp_path / "report.html"
+    assert cli.main([*base, "--output", "html", "--out", str(out)]) == 0
+    assert out.read_text().lstrip().lower().startswith("<!doctype html")
+    assert str(out) in capsys.readouterr().err
