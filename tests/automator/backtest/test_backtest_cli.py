@@ -119,5 +119,6 @@ def test_the_progress_bar() -> None:
     show(1, 4)
     show(4, 4)
     assert stream.getvalue() == (
-        "\rbacktest [#######.......................] 1/4 steps\rbacktest [##############################] 4/4 steps\n"
+        "\rbacktest [#######.......................] 1/4 steps"
+        "\rbacktest [##############################] 4/4 steps\n"
     )
