@@ -94,8 +94,9 @@ def sanitized(name: str) -> str:
 OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
 
 
-def has_data(frame: Frame) -> bool:
-    return all(frame.get(metric) for metric in REQUIRED)
+def has_data(frame: Frame | IndexedFrame) -> bool:
+    samples = frame.frame if isinstance(frame, IndexedFrame) else frame
+    return all(samples.get(metric) for metric in REQUIRED)
 
 
 def _time(seconds: float) -> str:
@@ -108,7 +109,13 @@ def _quantity(value: float) -> str:
 
 
 def _key(labels: Mapping[str, str]) -> PodKey:
-    return PodKey(str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
+    return PodKey(*_pair(labels))
+
+
+def _pair(labels: Mapping[str, str]) -> tuple[str, str]:
+    """A pod's (namespace, name): equal to its PodKey, made without the named tuple's constructor (every
+    pod sample of every step)."""
+    return (str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
 
 
 @dataclass(frozen=True)
@@ -157,25 +164,84 @@ def _owner(labels: Mapping[str, str]) -> tuple[str, str, str] | None:
     return (_key(labels).namespace, kind, name)
 
 
-def pod_infos(frame: Frame) -> dict[str, Mapping[str, str]]:
-    """kube_pod_info's labels by uid. Where a pod shows twice (its unbound series still in Prometheus'
-    lookback after it was bound, as without staleness markers), the bound one: binding is never undone."""
-    infos: dict[str, Mapping[str, str]] = {}
-    for labels, _ in frame.get(POD_INFO, ()):
-        uid = _uid(labels)
-        if uid not in infos or labels.get("node"):
-            infos[uid] = labels
-    return infos
+_Entries = list[tuple[Mapping[str, str], float]]
 
 
-def _by_pod(frame: Frame, metric: str) -> dict[PodKey, list[tuple[Mapping[str, str], float]]]:
-    out: dict[PodKey, list[tuple[Mapping[str, str], float]]] = {}
-    for labels, value in frame.get(metric, ()):
-        out.setdefault(_key(labels), []).append((labels, value))
-    return out
+class IndexedFrame:
+    """One step's samples indexed by pod once, shared by every policy replayed over the step."""
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+        self._by_pod: dict[str, dict[tuple[str, str], _Entries]] = {}
+        self._infos: dict[str, Mapping[str, str]] | None = None
+        self._history: dict[str, PodHistory] | None = None
+        self._running: dict[tuple[str, ...], set[PodKey]] = {}
+
+    def by_pod(self, metric: str) -> dict[tuple[str, str], _Entries]:
+        found = self._by_pod.get(metric)
+        if found is None:
+            found = self._by_pod[metric] = {}
+            for labels, value in self.frame.get(metric, ()):
+                found.setdefault(_pair(labels), []).append((labels, value))
+        return found
+
+    def infos(self) -> dict[str, Mapping[str, str]]:
+        """kube_pod_info's labels by uid. Where a pod shows twice (its unbound series still in Prometheus'
+        lookback after it was bound, as without staleness markers), the bound one: binding is never undone."""
+        if self._infos is None:
+            self._infos = {}
+            for labels, _ in self.frame.get(POD_INFO, ()):
+                uid = _uid(labels)
+                if uid not in self._infos or labels.get("node"):
+                    self._infos[uid] = labels
+        return self._infos
+
+    def history(self) -> dict[str, PodHistory]:
+        """Every pod of the step by uid, as history shows it (what outcomes are settled against)."""
+        if self._history is None:
+            phases, starts = self.by_pod(POD_PHASE), self.by_pod(POD_START)
+            self._history = {}
+            for uid, labels in self.infos().items():
+                pair = _pair(labels)
+                phase = phases.get(pair)
+                self._history[uid] = PodHistory(
+                    PodKey(*pair),
+                    uid,
+                    str(labels.get("node") or ""),
+                    str(phase[0][0].get("phase")) if phase else "Unknown",
+                    _first(starts, pair),
+                )
+        return self._history
+
+    def running_gpu_pods(self, gpu_resources: Sequence[str]) -> set[PodKey]:
+        """The pods history shows bound, not finished and requesting GPUs (whatever the simulation did to
+        them): the exporter has data for the step if it has some for any of them."""
+        names = tuple(gpu_resources)
+        found = self._running.get(names)
+        if found is None:
+            gpu = {sanitized(r) for r in names}
+            holding = {
+                pair
+                for metric in (POD_REQUESTS, POD_LIMITS)
+                for labels, value in self.frame.get(metric, ())
+                if labels.get("resource") in gpu and value > 0
+                for pair in (_pair(labels),)
+            }
+            found = self._running[names] = {
+                pod.key for pod in self.history().values() if pod.running and pod.key in holding
+            }
+        return found
 
 
-def _first(index: Mapping[PodKey, list[tuple[Mapping[str, str], float]]], key: PodKey) -> float | None:
+def indexed(frame: Frame | IndexedFrame) -> IndexedFrame:
+    return frame if isinstance(frame, IndexedFrame) else IndexedFrame(frame)
+
+
+def pods_in_history(frame: Frame | IndexedFrame) -> dict[str, PodHistory]:
+    return indexed(frame).history()
+
+
+def _first(index: Mapping[tuple[str, str], _Entries], key: tuple[str, str]) -> float | None:
     entries = index.get(key)
     return entries[0][1] if entries else None
 
@@ -207,39 +273,8 @@ class PodHistory:
         return bool(self.node) and self.phase not in _FINISHED
 
 
-def pods_in_history(frame: Frame) -> dict[str, PodHistory]:
-    """Every pod of the step by uid, as history shows it (what outcomes are settled against)."""
-    phases = _by_pod(frame, POD_PHASE)
-    starts = _by_pod(frame, POD_START)
-    out: dict[str, PodHistory] = {}
-    for uid, labels in pod_infos(frame).items():
-        key = _key(labels)
-        phase = phases.get(key)
-        out[uid] = PodHistory(
-            key,
-            uid,
-            str(labels.get("node") or ""),
-            str(phase[0][0].get("phase")) if phase else "Unknown",
-            _first(starts, key),
-        )
-    return out
-
-
-def running_gpu_pods(frame: Frame, gpu_resources: Sequence[str]) -> set[PodKey]:
-    """The pods history shows bound, not finished and requesting GPUs at this step (whatever the simulation
-    did to them): the exporter has data for the step if it has some for any of them."""
-    gpu = {sanitized(r) for r in gpu_resources}
-    holding = {
-        _key(labels)
-        for metric in (POD_REQUESTS, POD_LIMITS)
-        for labels, value in frame.get(metric, ())
-        if labels.get("resource") in gpu and value > 0
-    }
-    return {pod.key for pod in pods_in_history(frame).values() if pod.running and pod.key in holding}
-
-
 def cluster_at(
-    frame: Frame,
+    frame: Frame | IndexedFrame,
     priority_classes: Sequence[JsonObj],
     gpu_resources: Sequence[str],
     overlay: Overlay,
@@ -249,8 +284,9 @@ def cluster_at(
     preemptors placed, reclaim annotations written), through the readers' record boundary."""
     classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
     names = {sanitized(r): r for r in gpu_resources} | {"cpu": "cpu", "memory": "memory"}
+    step = indexed(frame)
     index = {
-        m: _by_pod(frame, m)
+        m: step.by_pod(m)
         for m in (
             POD_PHASE,
             POD_CREATED,
@@ -265,12 +301,12 @@ def cluster_at(
         )
     }
     pods: list[JsonObj] = []
-    for uid, labels in pod_infos(frame).items():
+    for uid, labels in step.infos().items():
         if uid in overlay.gone:
             continue
         pods.append(_pod(labels, uid, index, classes, names, overlay, evidence))
-    nodes = _nodes(frame, names)
-    pdbs = _pdbs(frame, overlay)
+    nodes = _nodes(step.frame, names)
+    pdbs = _pdbs(step.frame, overlay)
     return ClusterState(
         [record(n) for n in nodes],
         [record(p) for p in pods],
@@ -282,7 +318,7 @@ def cluster_at(
 def _pod(
     labels: Mapping[str, str],
     uid: str,
-    index: Mapping[str, Mapping[PodKey, list[tuple[Mapping[str, str], float]]]],
+    index: Mapping[str, Mapping[tuple[str, str], _Entries]],
     classes: Mapping[str, JsonObj],
     names: Mapping[str, str],
     overlay: Overlay,
@@ -324,7 +360,7 @@ def _pod(
         scheduled_time = _first(index[POD_START], key)
     conditions: list[JsonObj] = []
     placed = overlay.placed.get(uid)
-    if placed is not None:
+    if placed is not None and phase not in _FINISHED:  # once history shows it finished, it is
         node, phase, scheduled_time = placed[0], "Running", placed[1]
     if node:
         spec["nodeName"] = node

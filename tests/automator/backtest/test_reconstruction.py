@@ -153,6 +153,9 @@ def test_the_overlay_removes_victims_places_preemptors_and_writes_annotations() 
     assert placed["spec"]["nodeName"] == "gpu-1" and placed["status"]["phase"] == "Running"
     assert scheduled_at(placed) == datetime.fromtimestamp(T0 + 4000, tz=UTC)
     assert placed["metadata"]["annotations"] == {"gpu-steward.io/reclaim-count": "1"}
+    finished = FrameBuilder().node("gpu-1").pod("hi", "p", 8, node="gpu-2", cls="high", phase="Succeeded")
+    [done] = cluster_at(finished.frame(), CLASSES, GPUS, overlay, Evidence()).pods
+    assert done["status"]["phase"] == "Succeeded"  # it ran elsewhere in history and ended: no longer placed
 
 
 def test_a_pod_shown_twice_is_the_bound_one() -> None:
