@@ -199,6 +199,8 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
     start, end = instant(args.start, "--from", clock), instant(args.end, "--to", clock)
     if end <= start:
         raise BacktestError(f"--to: {args.end!r} is not after --from {args.start!r}")
+    if end > clock + 60:  # no history there: every step would count as one without data
+        raise BacktestError(f"--to: {args.end!r} is in the future")
     step = (
         duration(args.step, "--step") if args.step else math.ceil(float(_SERVICE["--interval"].default or 30))
     )

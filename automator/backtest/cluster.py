@@ -29,11 +29,13 @@ Approximations, each one able only to make the backtest evict less than the live
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import lru_cache
 
 from automator.objects.model import ClusterState, JsonObj, PodKey
 from automator.objects.records import record
@@ -60,6 +62,15 @@ NODE_TAINT = "kube_node_spec_taint"
 NODE_CONDITION = "kube_node_status_condition"
 PDB_ALLOWED = "kube_poddisruptionbudget_status_pod_disruptions_allowed"
 
+
+def sanitized(name: str) -> str:
+    """A resource or label name as kube-state-metrics writes it (nvidia.com/gpu -> nvidia_com_gpu)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
+
+
 # The query of each metric: state series (one per phase, condition...) keep only the one that holds, so an
 # answer carries one series per object.
 KSM_QUERIES: dict[str, str] = {
@@ -73,7 +84,7 @@ KSM_QUERIES: dict[str, str] = {
     POD_DELETION: POD_DELETION,
     POD_REQUESTS: POD_REQUESTS,
     POD_LIMITS: POD_LIMITS,
-    POD_LABELS: POD_LABELS,
+    POD_LABELS: f'{POD_LABELS}{{{OPT_OUT_LABEL}!=""}}',  # the only label read: the pods carrying it
     NODE_ALLOCATABLE: NODE_ALLOCATABLE,
     NODE_UNSCHEDULABLE: f"{NODE_UNSCHEDULABLE} == 1",
     NODE_TAINT: NODE_TAINT,
@@ -86,20 +97,19 @@ NO_OWNER = ("", "<none>")
 _FINISHED = ("Succeeded", "Failed")
 
 
-def sanitized(name: str) -> str:
-    """A resource or label name as kube-state-metrics writes it (nvidia.com/gpu -> nvidia_com_gpu)."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
-
-
-OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
-
-
 def has_data(frame: Frame | IndexedFrame) -> bool:
     samples = frame.frame if isinstance(frame, IndexedFrame) else frame
     return all(samples.get(metric) for metric in REQUIRED)
 
 
-def _time(seconds: float) -> str:
+# Times a sample may hold: 1970 to 9999 (beyond, or not finite, it is no time: unknown).
+_LAST_TIME = 253_402_300_799
+
+
+@lru_cache(maxsize=65_536)  # every pod's times, every step: most repeat from step to step
+def _time(seconds: float) -> str | None:
+    if not 0 <= seconds <= _LAST_TIME:  # also NaN
+        return None
     return rfc3339(datetime.fromtimestamp(seconds, tz=UTC))
 
 
@@ -209,7 +219,7 @@ class IndexedFrame:
                     uid,
                     str(labels.get("node") or ""),
                     str(phase[0][0].get("phase")) if phase else "Unknown",
-                    _first(starts, pair),
+                    _finite(_first(starts, pair)),
                 )
         return self._history
 
@@ -239,6 +249,10 @@ def indexed(frame: Frame | IndexedFrame) -> IndexedFrame:
 
 def pods_in_history(frame: Frame | IndexedFrame) -> dict[str, PodHistory]:
     return indexed(frame).history()
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
 
 
 def _first(index: Mapping[tuple[str, str], _Entries], key: tuple[str, str]) -> float | None:
@@ -330,11 +344,11 @@ def _pod(
     phase = str(phase_entries[0][0].get("phase")) if phase_entries else "Unknown"
     meta: JsonObj = {"name": key.name, "namespace": key.namespace, "uid": uid}
     created = _first(index[POD_CREATED], key)
-    if created is not None:
+    if created is not None and _time(created) is not None:
         meta["creationTimestamp"] = _time(created)
     deleted = _first(index[POD_DELETION], key)
-    if deleted is not None:
-        meta["deletionTimestamp"] = _time(deleted)
+    if deleted is not None:  # an unreadable time still says it is being deleted
+        meta["deletionTimestamp"] = _time(deleted) or _time(0)
     label_entries = index[POD_LABELS].get(key)
     if label_entries and label_entries[0][0].get(OPT_OUT_LABEL):
         meta["labels"] = {NEVER_RECLAIM_LABEL: label_entries[0][0][OPT_OUT_LABEL]}
@@ -365,8 +379,8 @@ def _pod(
     if node:
         spec["nodeName"] = node
         condition: JsonObj = {"type": "PodScheduled", "status": "True"}
-        if scheduled_time is not None:
-            condition["lastTransitionTime"] = _time(scheduled_time)
+        if scheduled_time is not None and _time(scheduled_time) is not None:
+            condition["lastTransitionTime"] = _time(scheduled_time)  # else unknown: not yet scheduled
         conditions.append(condition)
     else:
         if key in index[POD_UNSCHEDULABLE]:

@@ -65,6 +65,8 @@ def test_several_sweeps_make_every_combination() -> None:
     [
         (["--from", "1780003600"], "--to"),  # --to not after --from
         (["--step", "0"], "--step"),
+        (["--to", "now+1h"], "--to"),
+        (["--to", "4102444800"], "--to"),  # 2100: in the future
         (["--step", "2d"], "--step"),
         (["--step", "1", "--to", "1790000000"], "--step"),  # too many steps
         (["--lookahead", "soon"], "--lookahead"),

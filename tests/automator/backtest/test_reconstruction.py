@@ -196,3 +196,33 @@ def test_quantities_as_kubernetes_writes_them() -> None:
     [pod] = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence()).pods
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "0.25", "memory": "8589934592"}
     assert c.sanitized("nvidia.com/gpu") == "nvidia_com_gpu"
+
+
+def test_unreadable_samples_fail_safe() -> None:
+    nan, inf = float("nan"), float("inf")
+    frame = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=nan, started=inf)
+    frame.pod("hi", "p", 8, cls="high", created=T0 + 3600)
+    frame.add(c.POD_DELETION, nan, namespace="ml", pod="other", uid="uid-other")
+    state = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
+    idle = _pods(state)[PodKey("ml", "idle")]
+    assert "creationTimestamp" not in idle["metadata"]
+    assert scheduled_at(idle) is None  # an unreadable start time: not yet scheduled (protected)
+    assert pods_in_history(frame.frame())["uid-idle"].start_time is None
+    assert _victims(frame.frame()) == []
+    deleting = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=T0)
+    deleting.add(c.POD_DELETION, nan, namespace="ml", pod="idle", uid="uid-idle")
+    deleting.pod("hi", "p", 8, cls="high", created=T0 + 3600)
+    assert (
+        _pods(cluster_at(deleting.frame(), CLASSES, GPUS, Overlay(), Evidence()))[PodKey("ml", "idle")][
+            "metadata"
+        ]["deletionTimestamp"]
+        == "1970-01-01T00:00:00Z"
+    )  # still being deleted: never a victim
+    assert _victims(deleting.frame()) == []
+    broken = (
+        FrameBuilder()
+        .node("gpu-1", gpus=0)
+        .add(c.NODE_ALLOCATABLE, nan, node="gpu-1", resource="nvidia_com_gpu", unit="integer")
+    )
+    broken.pod("ml", "idle", 8, node="gpu-1", created=T0).pod("hi", "p", 8, cls="high", created=T0 + 3600)
+    assert _victims(broken.frame()) == []  # the node's allocatable unreadable: nothing planned on it
