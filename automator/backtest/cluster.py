@@ -436,17 +436,21 @@ def _nodes(frame: Frame, names: Mapping[str, str]) -> list[JsonObj]:
 
 
 def _pdbs(frame: Frame, overlay: Overlay) -> list[JsonObj]:
-    pdbs: list[JsonObj] = []
+    """One per namespace and name (two kube-state-metrics replicas give each twice; the lower count)."""
+    pdbs: dict[tuple[str, str], JsonObj] = {}
     for labels, value in frame.get(PDB_ALLOWED, ()):
         ns = str(labels.get(NAMESPACE_LABEL) or "default")
+        name = str(labels.get("poddisruptionbudget", ""))
         allowed = int(value) if value == value and abs(value) < 2**31 else 0  # NaN or absurd: none allowed
-        pdbs.append(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": str(labels.get("poddisruptionbudget", "")), "namespace": ns},
-                "spec": {"selector": {}},  # selectors are not in kube-state-metrics: the whole namespace
-                "status": {"disruptionsAllowed": max(0, allowed - overlay.pdb_consumed.get(ns, 0))},
-            }
-        )
-    return pdbs
+        allowed = max(0, allowed - overlay.pdb_consumed.get(ns, 0))
+        known = pdbs.get((ns, name))
+        if known is not None and known["status"]["disruptionsAllowed"] <= allowed:
+            continue
+        pdbs[(ns, name)] = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {}},  # selectors are not in kube-state-metrics: the whole namespace
+            "status": {"disruptionsAllowed": allowed},
+        }
+    return list(pdbs.values())

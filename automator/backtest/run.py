@@ -159,6 +159,11 @@ def run(options: Options) -> int:
         print(f"backtest report written to {options.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    print(
+        f"backtest: {result.queries} Prometheus queries over {result.steps} steps "
+        f"({result.queries_per_step:.1f} per step)",
+        file=sys.stderr,
+    )
     return 0
 
 

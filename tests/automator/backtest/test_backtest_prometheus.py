@@ -196,7 +196,10 @@ def test_text_and_html_outputs(
     base += ["--step", "5m", "--priority-classes", str(classes_file)]
     assert cli.main(base) == 0
     text = capsys.readouterr().out
-    [row] = [line.split() for line in text.splitlines() if line.startswith("default ")]
+    [row] = [
+        line.split() for line in text.splitlines() if line.split()[:1] == ["default"] and "by" not in line
+    ]
+    assert "default by namespace (evictions, regret, GPU-hours):" in text
     assert row[:4] == ["default", "2", "1", f"{4 * 2 + 8 * 100 / 60:.2f}"]
     assert "regret evictions of default:" in text
     assert f"ml/regret (8 GPUs on gpu-1) for hi/p1: busy again after {10 * M + 15} s" in text

@@ -127,6 +127,12 @@ def test_a_pdb_covers_its_whole_namespace() -> None:
     assert _victims(one) == [PodKey("ml", "idle")]
     # a simulated eviction whose victim history still shows running keeps consuming it
     assert _victims(one, Overlay(pdb_consumed={"ml": 1})) == []
+    twice = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="app", instance="ksm-0")
+    twice.add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="app", instance="ksm-1")
+    assert _victims(twice.frame()) == [PodKey("ml", "idle")]  # one PDB, scraped from two replicas
+    two = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="a")
+    two.add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="b")
+    assert _victims(two.frame()) == []  # two PDBs both cover every pod: the Eviction API would refuse
     elsewhere = _basic().add(c.PDB_ALLOWED, 0, namespace="web", poddisruptionbudget="web").frame()
     assert _victims(elsewhere) == [PodKey("ml", "idle")]
 
