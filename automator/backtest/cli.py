@@ -19,12 +19,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from automator import settings
-from automator.backtest.replay import Policy
 from automator.objects.resources import FieldError, parse_time
 from steward_common import settingspec as spec
+
+if TYPE_CHECKING:  # the planner is loaded by the run alone: `gpu-automator --help` starts without it
+    from automator.backtest.replay import Policy
 
 COMMAND = "backtest"
 MAX_POLICIES = 64
@@ -152,6 +154,7 @@ def _shown(value: Any) -> Any:
 
 
 def _policy(args: argparse.Namespace, name: str, overrides: Mapping[str, str], where: str) -> Policy:
+    from automator.backtest.replay import Policy
     ns = copy.copy(args)
     for flag, text in overrides.items():
         setattr(ns, _SWEEPABLE[flag].dest, text)

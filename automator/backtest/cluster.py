@@ -113,6 +113,7 @@ def _time(seconds: float) -> str | None:
     return rfc3339(datetime.fromtimestamp(seconds, tz=UTC))
 
 
+@lru_cache(maxsize=65_536)  # every container's requests, every step: a cluster repeats a few amounts
 def _quantity(value: float) -> str:
     """A sample as a Kubernetes quantity (plain decimal: 8589934592, 0.5)."""
     return f"{Decimal(repr(value)).normalize():f}"

@@ -9,8 +9,8 @@ usage data are missing is counted and plans nothing (missing data never reads as
 
 Outcomes of every eviction, read forward in history:
 - regret: a sample of the victim's recorded activity above its class's threshold within the look-ahead after
-  the eviction; busy_again_after is the time to the first one. Samples that cannot be read: regret (the
-  eviction cannot be shown harmless), with a warning;
+  the eviction (read past the window's end where Prometheus has it); busy_again_after is the time to the
+  first one. Samples that cannot be read: regret (the eviction cannot be shown harmless), with a warning;
 - GPU-hours reclaimed: the victim's GPUs times the time until history shows it ended (the step after the last
   step it was seen running; the window's end if it never ended);
 - wait saved: from the eviction until history shows the preemptor started (kube_pod_start_time, else the
