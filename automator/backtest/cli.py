@@ -155,6 +155,7 @@ def _shown(value: Any) -> Any:
 
 def _policy(args: argparse.Namespace, name: str, overrides: Mapping[str, str], where: str) -> Policy:
     from automator.backtest.replay import Policy
+
     ns = copy.copy(args)
     for flag, text in overrides.items():
         setattr(ns, _SWEEPABLE[flag].dest, text)
