@@ -21,12 +21,13 @@ import pytest
 import yaml
 
 from automator import cli
+from automator.backtest import history
 from automator.backtest.cli import policies
 from automator.backtest.cluster import KSM_QUERIES
 from automator.backtest.run import run_backtest
 from automator.prom import PrometheusAdapter
 from steward_common.conventions import RECLAIM_ANNOTATION
-from tests.automator.backtest.history import END, Pod, build
+from tests.automator.backtest.backfill import END, Pod, build
 from tools.promserver import Prometheus, start_backfilled_prometheus
 
 H, M = 3600, 60
@@ -207,3 +208,23 @@ def test_text_and_html_outputs(
     assert cli.main([*base, "--output", "html", "--out", str(out)]) == 0
     assert out.read_text().lstrip().lower().startswith("<!doctype html")
     assert str(out) in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_chunks_change_nothing_but_the_query_count(
+    prometheus: Prometheus,
+    classes_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    whole = _backtest(prometheus, classes_file, capsys)
+    monkeypatch.setattr(history, "CHUNK_STEPS", 7)  # 49 steps: 7 chunks
+    assert _backtest(prometheus, classes_file, capsys) == whole
+    prom = PrometheusAdapter(prometheus.url)
+    from automator.reclaim.snapshot import load_cluster
+
+    args = cli.build_parser().parse_args(["backtest", "--prometheus", "x", "--from", "0", "--to", "1"])
+    result = run_backtest(
+        prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
+    )
+    assert result.queries == 2 * (WINDOW // STEP + 1) + 7 * (len(KSM_QUERIES) + 1) + 2
