@@ -4,8 +4,10 @@ look-ahead samples come through two functions (the Prometheus adapter's, or a te
 At each step: the cluster history shows (automator/backtest/cluster.py) with what the simulated service
 changed (victims gone from then on, preemptors bound on the node freed for them with its reclaim
 annotations, so the planner's own cooldown and reclaim-count rules apply), the live adapter's usage at that
-time, the per-pass and hourly eviction budgets, then the planner itself. A step whose kube-state-metrics or
-usage data are missing is counted and plans nothing (missing data never reads as idle).
+time, the per-pass and hourly eviction budgets, then the planner itself. A step without data is counted and
+plans nothing (missing data never reads as idle): kube-state-metrics shows no pod or no node then, the usage
+queries fail, or none of the GPU pods history shows running has a fresh recorded sample (the exporter's
+data are missing; a pod whose own samples are missing or stale is protected as live, whatever the step).
 
 Outcomes of every eviction, read forward in history:
 - regret: a sample of the victim's recorded activity above its class's threshold within the look-ahead after
