@@ -74,8 +74,10 @@ def run_backtest(
                 OPT_OUT_LABEL in labels for labels, _ in frame.get(POD_LABELS, ())
             )
             samples = IndexedFrame(frame)  # indexed once for every policy
+            prom.answers = {}  # the policies' equal queries of this step asked once
             for replay in replays:
                 replay.step(grid.at(first + i), samples, usage, lookahead_samples)
+            prom.answers = None
             done += 1
             if progress is not None:
                 progress(done, grid.count)

@@ -167,6 +167,17 @@ def test_threshold_sweep(
     assert by_name["threshold=0.7"]["totals"]["regret_evictions"] == 0
     for policy in by_name.values():
         assert policy["totals"]["evictions"] == 2
+    # The two policies' usage queries are the same at each step: asked once (the look-ahead too).
+    prom = PrometheusAdapter(prometheus.url)
+    from automator.reclaim.snapshot import load_cluster
+
+    args = cli.build_parser().parse_args(
+        ["backtest", "--prometheus", "x", "--from", "0", "--to", "1", "--sweep", "threshold=0.3,0.7"]
+    )
+    result = run_backtest(
+        prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
+    )
+    assert result.queries == 2 * (WINDOW // STEP + 1) + len(KSM_QUERIES) + 1 + 2
 
 
 @pytest.mark.integration
