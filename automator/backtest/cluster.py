@@ -50,7 +50,6 @@ POD_PHASE = "kube_pod_status_phase"
 POD_CREATED = "kube_pod_created"
 POD_START = "kube_pod_start_time"
 POD_SCHEDULED_TIME = "kube_pod_status_scheduled_time"
-POD_SCHEDULED = "kube_pod_status_scheduled"
 POD_UNSCHEDULABLE = "kube_pod_status_unschedulable"
 POD_DELETION = "kube_pod_deletion_timestamp"
 POD_REQUESTS = "kube_pod_container_resource_requests"
@@ -79,7 +78,6 @@ KSM_QUERIES: dict[str, str] = {
     POD_CREATED: POD_CREATED,
     POD_START: POD_START,
     POD_SCHEDULED_TIME: POD_SCHEDULED_TIME,
-    POD_SCHEDULED: f'{POD_SCHEDULED}{{condition="true"}} == 1',
     POD_UNSCHEDULABLE: f"{POD_UNSCHEDULABLE} == 1",
     POD_DELETION: POD_DELETION,
     POD_REQUESTS: POD_REQUESTS,
@@ -307,7 +305,6 @@ def cluster_at(
             POD_CREATED,
             POD_START,
             POD_SCHEDULED_TIME,
-            POD_SCHEDULED,
             POD_UNSCHEDULABLE,
             POD_DELETION,
             POD_REQUESTS,
