@@ -66,6 +66,7 @@ class Options:
     out: str | None
     rule_interval: float
     timeout: float
+    strict_placement: bool = False
 
 
 def add_parser(sub: Any) -> None:
@@ -86,6 +87,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--priority-classes", metavar="FILE", help="kubectl get priorityclasses -o yaml")
     p.add_argument(
         "--sweep", action="append", default=[], metavar="NAME=V1,V2,...", help="one policy per value"
+    )
+    p.add_argument(
+        "--strict-placement",
+        action="store_true",
+        help="a pending pod that history never shows on a node (nor its owner's pods) fits no node",
     )
     p.add_argument("--output", choices=("text", "json", "html"), default="text")
     p.add_argument("--out", metavar="FILE", help="write the report here (default: standard output)")
@@ -235,4 +241,5 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
         args.out,
         extra["rule_interval"],
         extra["prometheus_timeout"],
+        args.strict_placement,
     )

@@ -17,7 +17,10 @@ Approximations, each one able only to make the backtest evict less than the live
   preemptor (victims already run where they run).
 - Node affinity and nodeSelector are not read: a preemptor may only use the nodes on which history shows it,
   or a pod of the same owner (kube_pod_info created_by_kind/created_by_name), bound at some time in the
-  window: evidence that its constraints allow them. A preemptor with no such evidence fits no node.
+  window: evidence that its constraints allow them. A preemptor with no such evidence (one that never ran
+  and has no sibling that did) may use any untainted node, and the report names it in a warning: this is the
+  one approximation that can evict more than the live service; `--strict-placement` makes such a preemptor
+  fit no node instead.
 - A pod's scheduling time is kube_pod_status_scheduled_time, else kube_pod_start_time (later: the pod looks
   younger, so its guaranteed run time protects it longer); a pod with neither is not yet scheduled
   (protected).
@@ -144,6 +147,8 @@ class Evidence:
 
     by_pod: dict[str, set[str]] = field(default_factory=dict)  # uid -> nodes
     by_owner: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)  # (ns, kind, name) -> nodes
+    strict: bool = False  # a pod with no node in history fits no node (else: any untainted node)
+    unplaced: set[PodKey] = field(default_factory=set)  # pending pods planned without such evidence
 
     def add(self, labels: Mapping[str, str]) -> None:
         node = labels.get("node")
@@ -383,13 +388,14 @@ def _pod(
     else:
         if key in index[POD_UNSCHEDULABLE]:
             conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"})
-        # Unknown affinity: only the nodes history shows it (or its owner's pods) bound on.
-        term = {
-            "matchFields": [{"key": "metadata.name", "operator": "In", "values": evidence.nodes_for(labels)}]
-        }
-        spec["affinity"] = {
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
-        }
+        # Unknown affinity: only the nodes history shows it (or its owner's pods) bound on, if it shows any.
+        nodes = evidence.nodes_for(labels)
+        if nodes or evidence.strict:
+            term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
+            required = {"nodeSelectorTerms": [term]}
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+        else:
+            evidence.unplaced.add(key)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -47,6 +47,7 @@ def run_backtest(
     policies: Sequence[Policy],
     priority_classes: Sequence[JsonObj],
     progress: Callable[[int, int], None] | None = None,
+    strict_placement: bool = False,
 ) -> BacktestResult:
     """Replay every policy over [start, end] every `step` seconds. Raises PrometheusUnavailable when the
     kube-state-metrics history cannot be read (a step's usage failing only makes it a step without data)."""
@@ -54,6 +55,7 @@ def run_backtest(
     before = prom.queries_total
     warnings = _class_warnings(priority_classes)
     evidence = history.evidence(prom, grid)
+    evidence.strict = strict_placement
     replays = [Replay(p, priority_classes, evidence, step, lookahead) for p in policies]
 
     def usage(windows: Mapping[PodKey, UsageWindow], at: int, recent: int) -> Mapping[PodKey, PodUsage]:
@@ -89,6 +91,14 @@ def run_backtest(
             f"no pod carried the opt-out label {NEVER_RECLAIM_LABEL} in kube_pod_labels: kube-state-metrics "
             "exports it only when its --metric-labels-allowlist names it, and a pod that opted out is then "
             "taken as a victim"
+        )
+    if evidence.unplaced:
+        shown = ", ".join(str(k) for k in sorted(evidence.unplaced)[:10])
+        more = f" and {len(evidence.unplaced) - 10} more" if len(evidence.unplaced) > 10 else ""
+        warnings.append(
+            f"no node in history for pending pod(s) {shown}{more} (nor for a pod of the same owner): "
+            "planned as fitting any untainted node, which may evict more than the live service would "
+            "(--strict-placement: fit no node)"
         )
     report = report_json(start, end, step, lookahead, replays, warnings)
     return BacktestResult(report, timelines(replays), prom.queries_total - before, grid.count)
@@ -138,6 +148,7 @@ def run(options: Options) -> int:
             options.policies,
             classes,
             progress,
+            options.strict_placement,
         )
     except PrometheusUnavailable as exc:
         print(f"gpu-automator: error: Prometheus: {printable(exc.reason)}", file=sys.stderr)

@@ -89,7 +89,10 @@ def _victims(
 
 
 def test_a_preemptor_uses_only_nodes_history_shows_it_or_its_owner_on() -> None:
-    assert _victims(_basic().frame(), evidence=Evidence()) == []  # no evidence: no node
+    assert _victims(_basic().frame(), evidence=Evidence(strict=True)) == []  # strict, no evidence: no node
+    loose = Evidence()
+    assert _victims(_basic().frame(), evidence=loose) == [PodKey("ml", "idle")]  # no evidence: any node
+    assert loose.unplaced == {PodKey("hi", "p")}  # and the report will name it
     assert _victims(_basic().frame(), evidence=_evidence(("uid-p", "gpu-2"))) == []
     owner = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=T0)
     owner.pod("hi", "p", 8, cls="high", created=T0 + 3600, owner=("Job", "train"))
