@@ -25,9 +25,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from automator.dra.cache import RecordCache
 from automator.dra.checks import check
-from automator.dra.load import KINDS, DraInputError, load_api_objects, load_objects, read_objects
+from automator.dra.load import KINDS, DraInputError, Entry, load_api_objects, load_objects, read_objects
 from automator.dra.metrics import DraCheckMetrics, DraCollector
 from automator.dra.model import (
     USAGE_OVER_CLAIM,
@@ -37,6 +36,7 @@ from automator.dra.model import (
     Report,
 )
 from automator.dra.report import EVENT_COMPONENT, events, to_json
+from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 
@@ -127,9 +127,9 @@ class DraCheckJob:
     instance: str = EVENT_COMPONENT
     max_events_per_check: int = MAX_EVENTS_PER_CHECK
     event_repeat_seconds: float = EVENT_REPEAT_SECONDS
-    # The previous pass's records by object version (automator/dra/cache.py): only for a cluster whose
+    # The previous pass's records by object version (automator/objects/cache.py): only for a cluster whose
     # resourceVersions come from an API server (the Kubernetes adapter), never for a file.
-    record_cache: RecordCache | None = None
+    record_cache: RecordCache[Entry] | None = None
     last: CheckStatus | None = None  # the last check, whatever its result
     last_ok: CheckStatus | None = None  # the last check that read the cluster
     _announced: dict[str, datetime] = field(default_factory=dict)  # Event name -> when written

@@ -14,11 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from automator.dra.cache import RecordCache
 from automator.dra.fields import MAX_AMOUNT, MAX_INT, is_name, new
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_pods import load_node, read_pod, usual_pod
@@ -27,13 +25,16 @@ from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
 from automator.dra.read_json import read_json_document, read_json_objects
 from automator.dra.read_typed import ClaimRecords, TypedClaim, TypedPod, as_dict, pod_record, read_typed
 from automator.dra.read_typed import Objects as TypedObjects
+from automator.objects.cache import RecordCache, version_key
 from automator.objects.gc_pause import gc_paused
 from automator.reclaim.snapshot import InputError, documents, flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
-_METADATA = itemgetter("metadata")
-_VERSION = itemgetter("uid", "resourceVersion")
+# What loading one object version made, kept across passes (automator/objects/cache.py): its kind, its
+# record (a claim, a pod, a parsed slice, a node), the findings reading it gave, and the key the records know
+# it by (namespace/name of a pod, a node's name).
+Entry = tuple[str, Any, tuple[Finding, ...], str]
 
 # Input that is not a set of objects at all; the message names the file and the place. The same error as
 # the snapshot loader's, whose List flattening is reused.
@@ -41,7 +42,7 @@ DraInputError = InputError
 
 
 class _Loader:
-    def __init__(self, cache: RecordCache | None = None) -> None:
+    def __init__(self, cache: RecordCache[Entry] | None = None) -> None:
         self.records = Records()
         self._slices = SliceLoader()
         self._claims = ClaimLoader(self.records.findings)
@@ -78,45 +79,34 @@ class _Loader:
         else:
             self._use(kind, self._read(obj, kind, meta, name, namespace), name)
 
-    def add_versioned(self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache) -> None:
-        """As `add` for each object, but an object version the previous pass loaded is not read again.
-
-        It runs for every object of every pass of the service, so the versions are looked up in C (`map`
-        over item getters) when every object names its uid and resourceVersion, as the API server's do
-        (a uid names one object of one kind: the entry says which); otherwise object by object."""
-        previous, current = cache.previous, cache.current
-        try:
-            keys = list(map(_VERSION, map(_METADATA, objects)))
-            entries = list(map(previous.get, keys))
-        except (LookupError, TypeError):  # a field missing, an object or metadata that is no map, ...
+    def add_versioned(
+        self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache[Entry]
+    ) -> None:
+        """As `add` for each object, but an object version the previous pass loaded is not read again."""
+        listed = cache.get_listed(objects)
+        if listed is None:  # not every object names its version: one by one
             for obj in objects:
-                self._add_entry(obj, where, cache)
+                key = version_key(obj)
+                self._add_entry(obj, key, cache.get(key), where, cache)
             return
-        findings, use = self._findings, self._use
-        hits = 0
-        for obj, key, entry in zip(objects, keys, entries, strict=True):
+        findings, use, keep = self._findings, self._use, cache.keep
+        for obj, key, entry in zip(objects, *listed, strict=True):
             if entry is None or entry[0] != obj.get("kind"):
                 self.add(obj, where)
                 continue
-            hits += 1
-            current[key] = entry
+            keep(key, entry)
             if entry[2]:
                 findings.extend(entry[2])
             use(entry[0], entry[1], entry[3])
-        cache.hits = hits
 
-    def _add_entry(self, obj: Mapping[str, Any], where: str, cache: RecordCache) -> None:
-        """One object of any shape: from the cache when it names its version and that was loaded before."""
-        meta = obj.get("metadata")
-        uid, version = (meta.get("uid"), meta.get("resourceVersion")) if type(meta) is dict else (None, None)
-        entry = None
-        if type(uid) is str and type(version) is str:
-            entry = cache.previous.get((uid, version))
+    def _add_entry(
+        self, obj: Mapping[str, Any], key: Any, entry: Entry | None, where: str, cache: RecordCache[Entry]
+    ) -> None:
+        """One object of any shape: from the cache when that loaded its version before."""
         if entry is None or entry[0] != obj.get("kind"):
             self.add(obj, where)
             return
-        cache.hits += 1
-        cache.current[(uid, version)] = entry
+        cache.keep(key, entry)
         self._findings.extend(entry[2])
         self._use(entry[0], entry[1], entry[3])
 
@@ -152,12 +142,9 @@ class _Loader:
             made = parse_slice(obj, f"ResourceSlice {name}")
         else:
             made = load_node(obj, f"Node {name}", name, self._findings)
-        cache = self._cache
-        if cache is not None:
-            uid, version = meta.get("uid"), meta.get("resourceVersion")
-            if type(uid) is str and uid and type(version) is str and version:
-                key = f"{ns}/{name}" if kind == "Pod" else name
-                cache.put((uid, version), (kind, made, tuple(self._findings[before:]), key))
+        if self._cache is not None:
+            key = f"{ns}/{name}" if kind == "Pod" else name
+            self._cache.put(version_key(obj), (kind, made, tuple(self._findings[before:]), key))
         return made
 
     def _use(self, kind: str, made: Any, key: str) -> None:
@@ -190,9 +177,11 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
         return loader.finish()
 
 
-def load_api_objects(objects: Sequence[Mapping[str, Any]], cache: RecordCache, where: str = "API") -> Records:
+def load_api_objects(
+    objects: Sequence[Mapping[str, Any]], cache: RecordCache[Entry], where: str = "API"
+) -> Records:
     """Records from the API server's objects, as load_objects; an object version the previous call loaded
-    is not read again (automator/dra/cache.py: the service lists the same objects every pass)."""
+    is not read again (automator/objects/cache.py: the service lists the same objects every pass)."""
     loader = _Loader(cache)
     cache.start()
     with gc_paused():

@@ -172,7 +172,7 @@ def _device(
     return Device(device_id, node, allow, capacity, uuid, bool(GPU_WORD.search(device_id.driver)))
 
 
-# A ResourceSlice read on its own (from the object alone, so it can be kept across passes: dra/cache.py):
+# A ResourceSlice read on its own (from the object alone, so it can be kept across passes):
 # its pool (driver, pool name), the pool generation, its devices and their findings; or, when the slice's
 # own fields do not parse, the one finding that says so.
 ParsedSlice = tuple[tuple[str, str], int, list[Device], list[Finding]] | Finding

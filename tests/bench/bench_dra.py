@@ -22,11 +22,18 @@ from typing import Any
 import yaml
 
 from automator.dra import cli as dra_cli
-from automator.dra.cache import RecordCache
 from automator.dra.checks import check
-from automator.dra.load import load_api_objects, load_objects, load_usage_file, parse_usage, read_objects
+from automator.dra.load import (
+    Entry,
+    load_api_objects,
+    load_objects,
+    load_usage_file,
+    parse_usage,
+    read_objects,
+)
 from automator.dra.model import ContainerUsage, Records, Report
 from automator.dra.report import json_text
+from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from tests.automator.fixtures.dra import builders as b
 
@@ -80,7 +87,7 @@ def service_passes(
     the usage entries as the Prometheus adapter hands them. Best first pass (an empty cache), best later
     pass with `changed` of the claims and pods given a new resourceVersion before each (a write each)."""
 
-    def one(cache: RecordCache) -> Report:
+    def one(cache: RecordCache[Entry]) -> Report:
         with gc_paused():
             return check(load_api_objects(objects, cache), usage)
 
@@ -215,7 +222,7 @@ def main() -> str:
         "objects (dicts, as the Kubernetes adapter lists them) and usage entries -> records "
         "(`load_objects`, `parse_usage`); *load + check* = both, with no record cache; *service pass* = what "
         "the service does per pass (automator/dra/job.py): the objects through the record cache "
-        "(`load_api_objects`, automator/dra/cache.py) -> records -> report, the usage entries as the "
+        "(`load_api_objects`, automator/objects/cache.py) -> records -> report, the usage entries as the "
         "Prometheus adapter hands them, on the first pass (empty cache), on a later pass with no object "
         f"changed, and on a later pass after {CHANGED:.0%} of the claims and pods were written (a new "
         "resourceVersion each: read again); *JSON* = the report as `dra-check --output json` prints it "
@@ -278,7 +285,8 @@ def _goals(small: dict[str, Any], large: dict[str, Any]) -> list[str]:
         "claims, are read by one function with inline type checks, and fall back to the field-by-field "
         "reader (with `unparsable` findings) for any other shape (tests/automator/test_dra_fast_path.py "
         "holds the two to the same records). The service keeps each pass's records by object uid and "
-        "resourceVersion (automator/dra/cache.py): a later pass reads again only the objects written since, "
+        "resourceVersion (automator/objects/cache.py): a later pass reads again only the objects written "
+        "since, "
         "looking the versions up with `map` over item getters (in C), and forgets objects no longer listed. "
         "`dra-check --output json` is written by msgspec when that gives json.dumps' exact text "
         "(automator/dra/report.py `json_text`). Cyclic garbage collection is paused "
