@@ -46,7 +46,7 @@ JsonObj = dict[str, Any]
 
 # A report older than this many intervals is no longer exported or served (the check stopped working).
 STALE_INTERVALS = 3
-# Events: at most this many writes per check (a cluster with thousands of orphaned claims must not flood
+# Events: at most this many writes per check (a cluster with many orphaned claims must not flood
 # the API server; the rest follow in the next checks), and a finding that persists is written again after
 # this long (core/v1 Events expire after an hour by default; the same name answers 409 while one exists).
 MAX_EVENTS_PER_CHECK = 50

@@ -23,7 +23,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
-# A bound on what is kept even if a cluster lists millions of objects.
+# A bound on what is kept, whatever a cluster lists.
 MAX_OBJECTS = 1_000_000
 
 R = TypeVar("R")
