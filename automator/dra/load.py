@@ -49,24 +49,39 @@ class _Loader:
         self._cache = cache
 
     def add(self, obj: Mapping[str, Any], where: str) -> None:
+        """One object's records, read from it alone, with its findings; kept in the cache when the object
+        names its version."""
         kind = obj.get("kind")
         if kind not in KINDS:
             return  # other kinds play no part
         meta = obj.get("metadata")
-        if not isinstance(meta, Mapping):
+        if type(meta) is not dict and not isinstance(meta, Mapping):
             meta = {}
         name, namespace = meta.get("name"), meta.get("namespace")
         if type(name) is not str or not name:
             self._missing(kind, where, "metadata.name")
-        elif kind == "DeviceClass":
-            self._slices.add_device_class(obj, name)
-        elif kind == "ResourceClaim" or kind == "Pod":
+            return
+        findings = self._findings
+        before = len(findings)
+        if kind == "ResourceClaim" or kind == "Pod":
             if type(namespace) is not str or not namespace:
                 self._missing(kind, where, "metadata.namespace")
+                return
+            key = f"{namespace}/{name}"
+            if kind == "ResourceClaim":
+                made: Any = self._claims.claim(obj, namespace, name)
             else:
-                self._read(obj, kind, name, namespace, f"{namespace}/{name}")
+                made = read_pod(obj, namespace, name, findings)
+        elif kind == "ResourceSlice":
+            key, made = name, parse_slice(obj, f"ResourceSlice {name}")
+        elif kind == "Node":
+            key, made = name, load_node(obj, f"Node {name}", name, findings)
         else:
-            self._read(obj, kind, name, namespace, name)
+            self._slices.add_device_class(obj, name)
+            return
+        if self._cache is not None:
+            self._cache.put(version_key(obj), (kind, made, tuple(findings[before:]), key))
+        self._use(kind, made, key)
 
     def add_versioned(
         self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache[Entry]
@@ -88,22 +103,6 @@ class _Loader:
             if entry[2]:
                 findings.extend(entry[2])
             use(entry[0], entry[1], entry[3])
-
-    def _read(self, obj: Mapping[str, Any], kind: str, name: str, namespace: Any, key: str) -> None:
-        """The object's records, read from it alone, with its findings; kept in the cache when the object
-        names its version."""
-        before = len(self._findings)
-        if kind == "ResourceClaim":
-            made: Any = self._claims.claim(obj, namespace, name)
-        elif kind == "Pod":
-            made = read_pod(obj, namespace, name, self._findings)
-        elif kind == "ResourceSlice":
-            made = parse_slice(obj, f"ResourceSlice {name}")
-        else:
-            made = load_node(obj, f"Node {name}", name, self._findings)
-        if self._cache is not None:
-            self._cache.put(version_key(obj), (kind, made, tuple(self._findings[before:]), key))
-        self._use(kind, made, key)
 
     def _use(self, kind: str, made: Any, key: str) -> None:
         """The records of one object into the pass's records."""
