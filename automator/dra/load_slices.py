@@ -238,9 +238,6 @@ class SliceLoader:
         self._pools: dict[tuple[str, str], tuple[int, list[Device], list[Finding]]] = {}
         self._class_drivers: set[str] = set()
 
-    def add_slice(self, obj: Mapping[str, Any], label: str, findings: list[Finding]) -> None:
-        self.add_parsed(parse_slice(obj, label), findings)
-
     def add_parsed(self, parsed: ParsedSlice, findings: list[Finding]) -> None:
         """One slice as parse_slice read it (never changed here: it may be kept for the next pass)."""
         if isinstance(parsed, Finding):
