@@ -363,7 +363,7 @@ class PrometheusAdapter:
             found[key] = sorted(p for p in points if math.isfinite(p[1]))
         return found
 
-    # --- KEDA (issue 9): the cache's one query per signal base and window (automator/keda/signals.py) ---
+    # --- KEDA: the cache's one query per signal base and window (automator/keda/signals.py) ---
 
     def keda_query(self, expr: str) -> list[dict[str, Any]]:
         """One KEDA query at Prometheus's now; PrometheusUnavailable on any error (never an empty answer)."""

@@ -18,8 +18,8 @@ class DuplicateKeyError(ValueError):
 __all__ = ["DuplicateKeyError", "UnreadableError", "load"]
 
 
-# libyaml's safe loader when PyYAML was built with it (a 10,000-container scenario loads in well under
-# a second), else the pure-Python one.
+# libyaml's safe loader when PyYAML was built with it (it parses in C: large scenarios load several times
+# faster), else the pure-Python one.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
