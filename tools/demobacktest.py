@@ -1,0 +1,116 @@
+"""The demo's last part: `gpu-automator backtest` over the demo's own history (docs/demo.md).
+
+Once its stories are told the demo asks the backtest what the policy it ran would have done over the same
+time, read back from its Prometheus alone: the GPU Steward series its exporters and rules wrote and the
+kube-state-metrics series of its fake cluster (tools/ksm.py). The PriorityClasses come from a file, as
+`kubectl get priorityclasses -o yaml` writes it. Two runs of the real command line: the text table, printed,
+and the self-contained HTML report, whose path is printed. An automator without the `backtest` subcommand
+skips this part, saying so; a backtest that fails fails the demo.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.fakesim import rfc3339
+from tools.promserver import ROOT
+
+SUBCOMMAND = "backtest"
+REPORT = "backtest.html"
+CLASSES = "priorityclasses.yaml"
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """What the closing backtest did: its table and HTML report, or why it was skipped or failed."""
+
+    command: tuple[str, ...] = ()
+    table: str = ""
+    html: Path | None = None
+    skipped: str = ""
+    failed: str = ""
+
+    def lines(self) -> str:
+        """What the demo prints of it: the command, the table, the report's path."""
+        if self.skipped:
+            return f"Backtest over the demo's own history: skipped: {self.skipped}"
+        head = (
+            "Backtest: what the automator's policy would have done over the demo's own history, read back "
+            f"from Prometheus:\n  gpu-automator {' '.join(self.command)}"
+        )
+        if self.failed:
+            return f"{head}\n  FAILED: {self.failed}"
+        return f"{head}\n{self.table.rstrip()}\n  HTML report: {self.html}"
+
+
+def write_priority_classes(path: Path, classes: Sequence[Mapping[str, Any]]) -> Path:
+    """The PriorityClasses as `kubectl get priorityclasses -o yaml` prints them: a v1 List."""
+    items = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", **dict(c)} for c in classes]
+    doc = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _automator(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "automator", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def backtest_help() -> str | None:
+    """`gpu-automator backtest --help`, or None when this automator has no such subcommand."""
+    try:
+        done = _automator(SUBCOMMAND, "--help", timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def run_backtest(
+    prometheus_url: str,
+    start: float,
+    end: float,
+    step_seconds: float,
+    classes: Path,
+    policy: Sequence[tuple[str, str]],
+    workdir: Path,
+    timeout: float,
+) -> Backtest:
+    """The backtest of [start, end] in steps of `step_seconds`, with the policy flags the demo's automator
+    runs with (those the backtest takes), as a text table and an HTML report under workdir."""
+    usage = backtest_help()
+    if usage is None:
+        return Backtest(skipped=f"this gpu-automator has no `{SUBCOMMAND}` subcommand (docs/backtest.md)")
+    flags = [part for flag, value in policy if flag in usage for part in (flag, value)]
+    command = (
+        SUBCOMMAND,
+        "--prometheus", prometheus_url,
+        "--from", rfc3339(start),
+        "--to", rfc3339(end),
+        "--step", f"{step_seconds:g}s",
+        "--priority-classes", str(classes),
+        *flags,
+    )  # fmt: skip
+    html = workdir / REPORT
+    try:
+        text = _automator(*command, "--output", "text", timeout=timeout)
+        if text.returncode != 0:
+            return Backtest(command, failed=_why(text))
+        report = _automator(*command, "--output", "html", "--out", str(html), timeout=timeout)
+        if report.returncode != 0 or not html.is_file():
+            return Backtest(command, text.stdout, failed=_why(report))
+    except subprocess.TimeoutExpired:
+        return Backtest(command, failed=f"not done after {timeout:g} s")
+    return Backtest(command, text.stdout, html)
+
+
+def _why(done: subprocess.CompletedProcess[str]) -> str:
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return f"exit {done.returncode}: " + " / ".join(tail)
