@@ -210,7 +210,7 @@ class Demo:
         self.ksm = KsmServer(of_fake(self.api), port=ports.kube_state_metrics).start()
         fast = self.scale.factor > 1
         self.alertmanager = start_alertmanager(self.workdir / "alertmanager", ports.alertmanager)
-        scrape = "1s" if fast else "5s"
+        scrape = f"{self.scrape_seconds:g}s"
         exporters = {name: getattr(ports, field_) for name, field_ in SCENARIOS.items()}
         self._prometheus_args = {
             "workdir": self.workdir / "prometheus",
@@ -269,8 +269,15 @@ class Demo:
 
     @property
     def pass_interval(self) -> float:
-        """Seconds between the automator's passes: also the closing backtest's step."""
+        """Seconds between the automator's passes."""
         return max(1.0, self.scale.seconds(20))
+
+    @property
+    def scrape_seconds(self) -> float:
+        """Prometheus' scrape interval: the resolution of the history, and so the closing backtest's step.
+        Finer than a pass, so that a step falls between the moment the policy allows an eviction and the
+        moment history shows the live automator's eviction of that pod (terminating: no longer a victim)."""
+        return 1.0 if self.scale.factor > 1 else 5.0
 
     @property
     def policy(self) -> list[tuple[str, str]]:
@@ -287,7 +294,7 @@ class Demo:
         cluster's PriorityClasses (tools/demobacktest.py)."""
         assert self.prometheus is not None and self.api is not None
         classes = write_priority_classes(self.workdir / CLASSES, self.api.objects_of("priorityclasses"))
-        return run_backtest(self.prometheus.url, self.started_at, time.time(), self.pass_interval, classes,
+        return run_backtest(self.prometheus.url, self.started_at, time.time(), self.scrape_seconds, classes,
                             self.policy, self.workdir, timeout)  # fmt: skip
 
     def start_keda(self) -> KedaStandIn:
@@ -632,6 +639,15 @@ class Story:
         lines += self._outage()
         return [f"[{at - self.started:3.0f} s] {message}" for at, message in sorted(lines)]
 
+    def live_evictions(self) -> dict[str, str]:
+        """What the live automator evicted, and when (its Events on the victims): "ns/name" -> RFC 3339."""
+        assert self.demo.api is not None
+        return {
+            f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}": str(e.get("firstTimestamp"))
+            for e in self.demo.api.objects_of("events")
+            if e.get("reason") == REASON_VICTIM and e["involvedObject"].get("kind", "Pod") == "Pod"
+        }
+
     def missing(self) -> list[str]:
         """The stories not complete, each with its missing steps: `KEDA (keda-fallback)`."""
         return [
@@ -700,7 +716,7 @@ def run_story(
             story.backtest = demo.backtest()
             if stopping():
                 break
-            print(story.backtest.lines(), flush=True)
+            print(story.backtest.lines(story.live_evictions()), flush=True)
             if story.backtest.failed:
                 print(f"demo: FAILED: the backtest: {story.backtest.failed}", flush=True)
                 return 1
