@@ -36,6 +36,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from tools import demorules
 from tools.demobacktest import CLASSES, Backtest, run_backtest, write_priority_classes
 from tools.demorules import DRA_ALERT, IDLE_ALERT, TimeScale
 from tools.fakekube import FakeApiServer
-from tools.fakesim import GpuDevices
+from tools.fakesim import GpuDevices, rfc3339
 from tools.kedasim import KedaStandIn, Poll, ScaledObject, describe
 from tools.ksm import JOB as KSM_JOB
 from tools.ksm import KsmServer, of_fake
@@ -643,7 +644,9 @@ class Story:
         """What the live automator evicted, and when (its Events on the victims): "ns/name" -> RFC 3339."""
         assert self.demo.api is not None
         return {
-            f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}": str(e.get("firstTimestamp"))
+            f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}": rfc3339(
+                datetime.fromisoformat(str(e["firstTimestamp"]).replace("Z", "+00:00")).timestamp()
+            )
             for e in self.demo.api.objects_of("events")
             if e.get("reason") == REASON_VICTIM and e["involvedObject"].get("kind", "Pod") == "Pod"
         }
