@@ -126,6 +126,13 @@ def _seconds(text: Any, what: str) -> float:
         raise ValueError(f"{what}: not an RFC 3339 time: {text!r}") from e
 
 
+def _quantity(text: Any, what: str) -> Decimal:
+    try:
+        return parse_quantity(str(text))
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from e
+
+
 def _cores(q: Decimal) -> float:
     """convertValueToFloat64: milli-units rounded up, in whole units."""
     whole = math.ceil(q)
@@ -220,7 +227,8 @@ def _pod(out: _Families, pod: Mapping[str, Any], allowlist: Sequence[str] | None
                 kind = _resource(str(name), node=False)
                 if kind is None:
                     continue
-                q = parse_quantity(str(amount))
+                where = "requests" if family.endswith("requests") else "limits"
+                q = _quantity(amount, f"spec.containers[{container.get('name')}].resources.{where}.{name}")
                 value = _cores(q) if kind[1] == "milli" else float(math.ceil(q))
                 out.add(family, {**base, "container": str(container.get("name") or ""), "node": node,
                                  "resource": sanitize(str(name)), "unit": kind[0]}, value)  # fmt: skip
@@ -267,7 +275,7 @@ def _node(out: _Families, node: Mapping[str, Any]) -> None:
         if kind is not None:
             out.add("kube_node_status_allocatable",
                     {**base, "resource": sanitize(str(name)), "unit": kind[0]},
-                    _cores(parse_quantity(str(amount))))  # fmt: skip
+                    _cores(_quantity(amount, f"status.allocatable.{name}")))  # fmt: skip
     out.add("kube_node_spec_unschedulable", base, float(bool(spec.get("unschedulable"))))
     for t in spec.get("taints") or []:
         out.add("kube_node_spec_taint", {**base, "key": str(t.get("key") or ""),
@@ -287,7 +295,11 @@ def _pdb(out: _Families, pdb: Mapping[str, Any]) -> None:
                         ("kube_poddisruptionbudget_status_desired_healthy", "desiredHealthy"),
                         ("kube_poddisruptionbudget_status_pod_disruptions_allowed", "disruptionsAllowed"),
                         ("kube_poddisruptionbudget_status_expected_pods", "expectedPods")):  # fmt: skip
-        out.add(family, base, float(int(status.get(key) or 0)))
+        try:
+            count = int(status.get(key) or 0)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"status.{key}: not a whole number: {status.get(key)!r}") from e
+        out.add(family, base, float(count))
 
 
 def _render(out: _Families, snapshot: Snapshot, allowlist: Sequence[str] | None) -> None:

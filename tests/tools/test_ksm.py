@@ -268,10 +268,21 @@ def test_pod_labels_follow_the_allowlist(kube: FakeApiServer) -> None:
         "label_app_kubernetes_io_name", "label_app_kubernetes_io_part_of"]  # fmt: skip
 
 
-def test_bad_times_name_the_field() -> None:
+def test_bad_input_names_the_field() -> None:
     bad = pod("p", 1, "gpu-1", creationTimestamp="yesterday")
     with pytest.raises(ValueError, match=r"metadata\.creationTimestamp"):
         ksm.families(ksm.Snapshot(pods=[bad]))
+    bad = pod("p", 1, "gpu-1")
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    with pytest.raises(ValueError, match=r"spec\.containers\[main\]\.resources\.requests\.cpu"):
+        ksm.families(ksm.Snapshot(pods=[bad]))
+    n = node()
+    n["status"]["allocatable"]["memory"] = "-"
+    with pytest.raises(ValueError, match=r"status\.allocatable\.memory"):
+        ksm.families(ksm.Snapshot(nodes=[n]))
+    pdb = {"metadata": {"name": "b", "namespace": "ml"}, "status": {"expectedPods": "three"}}
+    with pytest.raises(ValueError, match=r"status\.expectedPods"):
+        ksm.families(ksm.Snapshot(pdbs=[pdb]))
 
 
 def _prometheus_binaries() -> None:
