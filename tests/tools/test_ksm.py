@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakeclock import FakeClock
+from tests.tools.test_fakekube import pod as fake_pod
 from tools import ksm
 from tools.fakekube import FakeApiServer
 from tools.promserver import start_prometheus
@@ -75,23 +76,14 @@ def node(name: str = "gpu-1", **spec: Any) -> dict[str, Any]:
 
 
 def pod(name: str, gpus: int, node_name: str | None, **meta: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "priorityClassName": "research-low",
-        "terminationGracePeriodSeconds": 10,
-        "containers": [
-            {"name": "main", "resources": {"limits": {GPU: str(gpus), "memory": "64Gi"},
-                                           "requests": {"cpu": "1500m", "memory": "32Gi"}}},
-            {"name": "sidecar", "resources": {"requests": {"cpu": "100m", "pods": "1"}}},
-        ],
-    }  # fmt: skip
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", **meta},
-        "spec": spec,
-        "status": {"phase": "Running" if node_name else "Pending"},
-    }
+    """The fake cluster tests' pod, with a second container and requests that differ from its limits."""
+    out = fake_pod(name, gpus, node_name, **meta)
+    out["spec"].update(priorityClassName="research-low", terminationGracePeriodSeconds=10, containers=[
+        {"name": "main", "resources": {"limits": {GPU: str(gpus), "memory": "64Gi"},
+                                       "requests": {"cpu": "1500m", "memory": "32Gi"}}},
+        {"name": "sidecar", "resources": {"requests": {"cpu": "100m", "pods": "1"}}},
+    ])  # fmt: skip
+    return out
 
 
 def scrape(
