@@ -218,8 +218,15 @@ class Demo:
             "scrape_targets": {
                 "gpu-steward-exporter": [f"127.0.0.1:{port}" for port in exporters.values()],
                 "gpu-steward-automator": [f"127.0.0.1:{ports.automator}"],
-                KSM_JOB: [self.ksm.target],
             },
+            # kube-state-metrics less often than the exporters, as clusters commonly scrape it.
+            "extra_scrape_configs": [
+                {
+                    "job_name": KSM_JOB,
+                    "scrape_interval": f"{self.ksm_scrape_seconds:g}s",
+                    "static_configs": [{"targets": [self.ksm.target]}],
+                }
+            ],
             "rule_files": rules,
             "scrape_interval": scrape,
             "evaluation_interval": scrape,
@@ -275,10 +282,16 @@ class Demo:
 
     @property
     def scrape_seconds(self) -> float:
-        """Prometheus' scrape interval: the resolution of the history, and so the closing backtest's step.
-        Finer than a pass, so that a step falls between the moment the policy allows an eviction and the
-        moment history shows the live automator's eviction of that pod (terminating: no longer a victim)."""
+        """The exporters' scrape interval: the resolution of the usage history, and so the closing
+        backtest's step. Finer than a pass, so that a step falls between the moment the policy allows an
+        eviction and the scrape of kube-state-metrics that shows the live automator's eviction of that pod
+        (terminating: no longer a victim)."""
         return 1.0 if self.scale.factor > 1 else 5.0
+
+    @property
+    def ksm_scrape_seconds(self) -> float:
+        """kube-state-metrics' scrape interval: one rule interval, as production scrapes it every 30 s."""
+        return self.scale.rule_interval_seconds
 
     @property
     def policy(self) -> list[tuple[str, str]]:

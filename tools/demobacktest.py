@@ -9,8 +9,8 @@ report, whose path is printed. An automator without the `backtest` subcommand sk
 a backtest that fails fails the demo.
 
 The history holds the live automator's own eviction: the backtest finds it only at a step between the
-moment the policy allows it and the first scrape that shows the victim terminating, which is why the demo
-steps at the scrape interval rather than the pass interval.
+moment the policy allows it and the first kube-state-metrics scrape that shows the victim terminating,
+which is why the demo steps at the exporters' scrape interval rather than the pass interval.
 """
 
 from __future__ import annotations

@@ -62,7 +62,10 @@ def test_the_closing_backtest_is_documented_as_it_runs() -> None:
     )
     for flag, _ in fast.policy:
         assert flag in backtest, flag
-    assert f"({fast.pass_interval:g} s)" in backtest  # the pass it is finer than
+    assert f"up to one pass, {fast.pass_interval:g} s" in backtest  # the pass it is finer than
+    assert (
+        f"once a rule interval ({fast.ksm_scrape_seconds:g} s, {normal.ksm_scrape_seconds:g} s)" in backtest
+    )
     for name in (CLASSES, REPORT, REPORT_JSON):
         assert name in backtest and name in DOC, name
     assert "job `kube-state-metrics`" in backtest
