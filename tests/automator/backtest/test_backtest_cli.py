@@ -65,6 +65,8 @@ def test_several_sweeps_make_every_combination() -> None:
     [
         (["--from", "1780003600"], "--to"),  # --to not after --from
         (["--step", "0"], "--step"),
+        (["--to", "now+1h"], "--to"),
+        (["--to", "4102444800"], "--to"),  # 2100: in the future
         (["--step", "2d"], "--step"),
         (["--step", "1", "--to", "1790000000"], "--step"),  # too many steps
         (["--lookahead", "soon"], "--lookahead"),
@@ -107,3 +109,18 @@ def test_an_unreadable_prometheus_exits_1(capsys: pytest.CaptureFixture[str]) ->
 def test_a_bad_priority_classes_file_exits_2(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([*BASE, "--priority-classes", "/nonexistent/classes.yaml"]) == 2
     assert capsys.readouterr().err.startswith("gpu-automator: error: --priority-classes: ")
+
+
+def test_the_progress_bar() -> None:
+    import io
+
+    from automator.backtest.run import _progress
+
+    stream = io.StringIO()
+    show = _progress(stream)
+    show(1, 4)
+    show(4, 4)
+    assert stream.getvalue() == (
+        "\rbacktest [#######.......................] 1/4 steps"
+        "\rbacktest [##############################] 4/4 steps\n"
+    )

@@ -127,6 +127,12 @@ def test_a_pdb_covers_its_whole_namespace() -> None:
     assert _victims(one) == [PodKey("ml", "idle")]
     # a simulated eviction whose victim history still shows running keeps consuming it
     assert _victims(one, Overlay(pdb_consumed={"ml": 1})) == []
+    twice = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="app", instance="ksm-0")
+    twice.add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="app", instance="ksm-1")
+    assert _victims(twice.frame()) == [PodKey("ml", "idle")]  # one PDB, scraped from two replicas
+    two = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="a")
+    two.add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="b")
+    assert _victims(two.frame()) == []  # two PDBs both cover every pod: the Eviction API would refuse
     elsewhere = _basic().add(c.PDB_ALLOWED, 0, namespace="web", poddisruptionbudget="web").frame()
     assert _victims(elsewhere) == [PodKey("ml", "idle")]
 
@@ -153,6 +159,9 @@ def test_the_overlay_removes_victims_places_preemptors_and_writes_annotations() 
     assert placed["spec"]["nodeName"] == "gpu-1" and placed["status"]["phase"] == "Running"
     assert scheduled_at(placed) == datetime.fromtimestamp(T0 + 4000, tz=UTC)
     assert placed["metadata"]["annotations"] == {"gpu-steward.io/reclaim-count": "1"}
+    finished = FrameBuilder().node("gpu-1").pod("hi", "p", 8, node="gpu-2", cls="high", phase="Succeeded")
+    [done] = cluster_at(finished.frame(), CLASSES, GPUS, overlay, Evidence()).pods
+    assert done["status"]["phase"] == "Succeeded"  # it ran elsewhere in history and ended: no longer placed
 
 
 def test_a_pod_shown_twice_is_the_bound_one() -> None:
@@ -193,3 +202,33 @@ def test_quantities_as_kubernetes_writes_them() -> None:
     [pod] = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence()).pods
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "0.25", "memory": "8589934592"}
     assert c.sanitized("nvidia.com/gpu") == "nvidia_com_gpu"
+
+
+def test_unreadable_samples_fail_safe() -> None:
+    nan, inf = float("nan"), float("inf")
+    frame = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=nan, started=inf)
+    frame.pod("hi", "p", 8, cls="high", created=T0 + 3600)
+    frame.add(c.POD_DELETION, nan, namespace="ml", pod="other", uid="uid-other")
+    state = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
+    idle = _pods(state)[PodKey("ml", "idle")]
+    assert "creationTimestamp" not in idle["metadata"]
+    assert scheduled_at(idle) is None  # an unreadable start time: not yet scheduled (protected)
+    assert pods_in_history(frame.frame())["uid-idle"].start_time is None
+    assert _victims(frame.frame()) == []
+    deleting = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=T0)
+    deleting.add(c.POD_DELETION, nan, namespace="ml", pod="idle", uid="uid-idle")
+    deleting.pod("hi", "p", 8, cls="high", created=T0 + 3600)
+    assert (
+        _pods(cluster_at(deleting.frame(), CLASSES, GPUS, Overlay(), Evidence()))[PodKey("ml", "idle")][
+            "metadata"
+        ]["deletionTimestamp"]
+        == "1970-01-01T00:00:00Z"
+    )  # still being deleted: never a victim
+    assert _victims(deleting.frame()) == []
+    broken = (
+        FrameBuilder()
+        .node("gpu-1", gpus=0)
+        .add(c.NODE_ALLOCATABLE, nan, node="gpu-1", resource="nvidia_com_gpu", unit="integer")
+    )
+    broken.pod("ml", "idle", 8, node="gpu-1", created=T0).pod("hi", "p", 8, cls="high", created=T0 + 3600)
+    assert _victims(broken.frame()) == []  # the node's allocatable unreadable: nothing planned on it
