@@ -1,0 +1,2 @@
+"""`gpu-automator backtest`: the reclaim policy replayed on a cluster's Prometheus history
+(docs/backtest.md)."""
