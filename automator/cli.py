@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from automator import settings
+from automator.backtest import cli as backtest_cli
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
 from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     _offline_arguments(explain_parser)
     dra_cli.add_parser(sub)
     keda_cli.add_parser(sub)
+    backtest_cli.add_parser(sub)
     run_parser = sub.add_parser("run", help="run the service (live cluster, Prometheus)")
     settings.add_service_arguments(run_parser)
     return parser
@@ -135,8 +137,21 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
+def _backtest(args: argparse.Namespace) -> int:
+    try:
+        options = backtest_cli.options(args)
+    except backtest_cli.BacktestError as exc:
+        print(f"gpu-automator: error: {printable(str(exc))}", file=sys.stderr)
+        return 2
+    # The Prometheus client: only the backtest's run needs it.
+    code: int = importlib.import_module("automator.backtest.run").run(options)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == backtest_cli.COMMAND:
+        return _backtest(args)
     if args.command == dra_cli.COMMAND:
         return dra_cli.run(args)
     if args.command == keda_cli.COMMAND:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -72,6 +73,22 @@ def gpu_query(window_seconds: int) -> str:
 def cpu_query(window_seconds: int) -> str:
     """Average CPU cores of every pod over one window (cAdvisor; the pause container has no image)."""
     return f"sum by (namespace, pod) (rate({CPU_SERIES}[{window_seconds}s]))"
+
+
+def _regex(values: Iterable[str]) -> str:
+    """A PromQL string holding a regular expression matching exactly these values."""
+    pattern = "|".join(re.escape(v) for v in sorted(set(values)))
+    return '"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def activity_samples_query(pods: Iterable[PodKey], seconds: int) -> str:
+    """The raw samples (each with its own time) of these pods' recorded activity over the last `seconds`:
+    one query for many pods (the caller keeps only the exact namespace/pod pairs)."""
+    keys = list(pods)
+    matchers = (
+        f"{NAMESPACE_LABEL}=~{_regex(k.namespace for k in keys)}, {POD_LABEL}=~{_regex(k.name for k in keys)}"
+    )
+    return f"{GPU_SERIES}{{{matchers}}}[{seconds}s]"
 
 
 def coverage(count: float, rule_interval: float, window_seconds: int) -> float:
@@ -221,16 +238,36 @@ class PrometheusAdapter:
         self.rule_interval = rule_interval
         self._observe = observe_query
         self.queries_last_call = 0
+        self.queries_total = 0  # every query since the adapter was made (the backtest reports it)
         self.nonfinite_last_call = 0
         self.clock_skew_seconds: float | None = None
 
     def _query(self, expr: str, what: str, at: datetime | float | None) -> list[dict[str, Any]]:
         stamp = at.timestamp() if isinstance(at, datetime) else at
         params = {"time": f"{stamp:.3f}"} if stamp is not None else None
+        return self._ask(what, lambda: self._client.custom_query(expr, params=params))
+
+    def query_at(self, expr: str, what: str, at: float) -> list[dict[str, Any]]:
+        """One instant query evaluated at `at` (Unix seconds); PrometheusUnavailable on any failure."""
+        return self._query(expr, what, at)
+
+    def query_range(self, expr: str, start: int, end: int, step: int, what: str) -> list[dict[str, Any]]:
+        """A range query (whole seconds: the client rounds them) answered as a matrix, one entry per series;
+        PrometheusUnavailable as for instant queries. The caller keeps (end - start) / step small: Prometheus
+        refuses more than 11,000 points per series."""
+
+        def ask() -> Any:
+            start_time, end_time = (datetime.fromtimestamp(t, tz=UTC) for t in (start, end))
+            return self._client.custom_query_range(expr, start_time, end_time, f"{step}s")
+
+        return self._ask(what, ask)
+
+    def _ask(self, what: str, call: Callable[[], Any]) -> list[dict[str, Any]]:
         self.queries_last_call += 1
+        self.queries_total += 1
         start = time.monotonic()
         try:
-            result = self._client.custom_query(expr, params=params)
+            result = call()
         except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError) as e:
             # ValueError: a body that is not JSON (a proxy's HTML page); KeyError: JSON without data.result.
             # The exception text repeats the URL-encoded query: keep the reason readable.
@@ -246,7 +283,7 @@ class PrometheusAdapter:
                 self._observe(time.monotonic() - start)
         if not isinstance(result, list):
             raise PrometheusUnavailable(
-                f"{what} query to {self.url}: result is not a vector: {result!r:.200}"
+                f"{what} query to {self.url}: result is not a vector or matrix: {result!r:.200}"
             )
         return result
 
@@ -296,6 +333,27 @@ class PrometheusAdapter:
         self.nonfinite_last_call = len(bad)
         log.debug("usage: %d pods known of %d, %d queries", len(usage), len(windows), self.queries_last_call)
         return usage
+
+    def activity_after(
+        self, pods: Iterable[PodKey], start: float, seconds: int
+    ) -> dict[PodKey, list[tuple[float, float]]]:
+        """Each pod's recorded activity samples (time, value) in (start, start + seconds], in time order; a
+        pod without samples is left out, a non-finite sample is dropped (unknown, not busy)."""
+        keys = set(pods)
+        if not keys:
+            return {}
+        q = activity_samples_query(keys, seconds)
+        found: dict[PodKey, list[tuple[float, float]]] = {}
+        for series in self._query(q, f"activity {seconds}s", start + seconds):
+            key = _key(series, q)
+            if key not in keys:
+                continue
+            try:
+                points = [(float(t), float(v)) for t, v in series.get("values") or []]
+            except (TypeError, ValueError) as e:
+                raise PrometheusUnavailable(f"unparsable samples for {key} in {q!r}") from e
+            found[key] = sorted(p for p in points if math.isfinite(p[1]))
+        return found
 
     # --- KEDA (issue 9): the cache's one query per signal base and window (automator/keda/signals.py) ---
 

@@ -113,6 +113,7 @@ def test_every_option_of_every_subcommand_is_documented() -> None:
     docs = {"plan": CLI_DOC.read_text(), "explain": CLI_DOC.read_text(), "run": SERVICE_DOC.read_text()}
     docs["dra-check"] = (DOCS / "dra.md").read_text()
     docs["keda"] = (DOCS / "keda.md").read_text()
+    docs["backtest"] = CLI_DOC.read_text()
     missing = [
         f"{name} {flag} (not in {'docs/automator.md' if name == 'run' else 'docs/automator-cli.md'})"
         for name, parser in subparsers().items()

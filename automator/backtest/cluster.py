@@ -1,0 +1,402 @@
+"""What a live pass would have listed at one time, rebuilt from kube-state-metrics series. Pure.
+
+`cluster_at` turns one step's samples (a `Frame`) into Kubernetes-shaped Pods, Nodes and
+PodDisruptionBudgets, as `kubectl get -o json` gives them, and hands them to the same record boundary the
+snapshot and live readers use; the planner then reads them as it reads a live list. The metrics and labels
+are kube-state-metrics' own (docs/metrics/workload/pod-metrics.md, cluster/node-metrics.md,
+policy/poddisruptionbudget-metrics.md); resource names come sanitized (nvidia.com/gpu -> nvidia_com_gpu).
+
+Approximations, each one able only to make the backtest evict less than the live service would have:
+
+- PodDisruptionBudget selectors are not in kube-state-metrics: a PDB covers every pod of its namespace.
+  Its allowed disruptions are consumed as the planner consumes them, a PDB allowing 0 protects the whole
+  namespace, two PDBs in a namespace protect all of its pods (the Eviction API refuses a pod two PDBs
+  select), and a simulated eviction keeps consuming its namespace's PDBs until history shows the victim
+  ended (history's count does not know about it).
+- Tolerations are not read: a node with a NoSchedule or NoExecute taint is taken as untolerated by the
+  preemptor (victims already run where they run).
+- Node affinity and nodeSelector are not read: a preemptor may only use the nodes on which history shows it,
+  or a pod of the same owner (kube_pod_info created_by_kind/created_by_name), bound at some time in the
+  window: evidence that its constraints allow them. A preemptor with no such evidence fits no node.
+- A pod's scheduling time is kube_pod_status_scheduled_time, else kube_pod_start_time (later: the pod looks
+  younger, so its guaranteed run time protects it longer); a pod with neither is not yet scheduled
+  (protected).
+- Pod labels are known only as far as kube-state-metrics exports them (--metric-labels-allowlist): only the
+  opt-out label is read; the report warns when no pod in the window carries it.
+- Init containers' requests are not read (kube-state-metrics' init container series are experimental);
+  a preemptor's priority and preemptionPolicy come from its PriorityClass, as admission sets them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from automator.objects.model import ClusterState, JsonObj, PodKey
+from automator.objects.records import record
+from automator.objects.resources import rfc3339
+from steward_common.conventions import NAMESPACE_LABEL, NEVER_RECLAIM_LABEL, POD_LABEL
+
+# One step's samples: metric name -> (labels, value) of every series present at that time.
+Frame = Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
+
+POD_INFO = "kube_pod_info"
+POD_PHASE = "kube_pod_status_phase"
+POD_CREATED = "kube_pod_created"
+POD_START = "kube_pod_start_time"
+POD_SCHEDULED_TIME = "kube_pod_status_scheduled_time"
+POD_SCHEDULED = "kube_pod_status_scheduled"
+POD_UNSCHEDULABLE = "kube_pod_status_unschedulable"
+POD_DELETION = "kube_pod_deletion_timestamp"
+POD_REQUESTS = "kube_pod_container_resource_requests"
+POD_LIMITS = "kube_pod_container_resource_limits"
+POD_LABELS = "kube_pod_labels"
+NODE_ALLOCATABLE = "kube_node_status_allocatable"
+NODE_UNSCHEDULABLE = "kube_node_spec_unschedulable"
+NODE_TAINT = "kube_node_spec_taint"
+NODE_CONDITION = "kube_node_status_condition"
+PDB_ALLOWED = "kube_poddisruptionbudget_status_pod_disruptions_allowed"
+
+# The query of each metric: state series (one per phase, condition...) keep only the one that holds, so an
+# answer carries one series per object.
+KSM_QUERIES: dict[str, str] = {
+    POD_INFO: POD_INFO,
+    POD_PHASE: f"{POD_PHASE} == 1",
+    POD_CREATED: POD_CREATED,
+    POD_START: POD_START,
+    POD_SCHEDULED_TIME: POD_SCHEDULED_TIME,
+    POD_SCHEDULED: f'{POD_SCHEDULED}{{condition="true"}} == 1',
+    POD_UNSCHEDULABLE: f"{POD_UNSCHEDULABLE} == 1",
+    POD_DELETION: POD_DELETION,
+    POD_REQUESTS: POD_REQUESTS,
+    POD_LIMITS: POD_LIMITS,
+    POD_LABELS: POD_LABELS,
+    NODE_ALLOCATABLE: NODE_ALLOCATABLE,
+    NODE_UNSCHEDULABLE: f"{NODE_UNSCHEDULABLE} == 1",
+    NODE_TAINT: NODE_TAINT,
+    NODE_CONDITION: f"{NODE_CONDITION} == 1",
+    PDB_ALLOWED: PDB_ALLOWED,
+}
+# Without these a step has no cluster to plan over: it is counted as a step without data.
+REQUIRED = (POD_INFO, NODE_ALLOCATABLE)
+NO_OWNER = ("", "<none>")
+_FINISHED = ("Succeeded", "Failed")
+
+
+def sanitized(name: str) -> str:
+    """A resource or label name as kube-state-metrics writes it (nvidia.com/gpu -> nvidia_com_gpu)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
+
+
+def has_data(frame: Frame) -> bool:
+    return all(frame.get(metric) for metric in REQUIRED)
+
+
+def _time(seconds: float) -> str:
+    return rfc3339(datetime.fromtimestamp(seconds, tz=UTC))
+
+
+def _quantity(value: float) -> str:
+    """A sample as a Kubernetes quantity (plain decimal: 8589934592, 0.5)."""
+    return f"{Decimal(repr(value)).normalize():f}"
+
+
+def _key(labels: Mapping[str, str]) -> PodKey:
+    return PodKey(str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """What the simulated service changed in the cluster that history does not show."""
+
+    gone: frozenset[str] = frozenset()  # uids of evicted victims
+    placed: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # preemptor uid -> (node, time)
+    annotations: Mapping[PodKey, Mapping[str, str]] = field(default_factory=dict)  # written on preemptors
+    # namespace -> simulated evictions whose victims history still shows running
+    pdb_consumed: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Evidence:
+    """Where history shows each pod, and each owner's pods, bound during the window."""
+
+    by_pod: dict[str, set[str]] = field(default_factory=dict)  # uid -> nodes
+    by_owner: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)  # (ns, kind, name) -> nodes
+
+    def add(self, labels: Mapping[str, str]) -> None:
+        node = labels.get("node")
+        if not node:
+            return
+        self.by_pod.setdefault(_uid(labels), set()).add(node)
+        owner = _owner(labels)
+        if owner is not None:
+            self.by_owner.setdefault(owner, set()).add(node)
+
+    def nodes_for(self, labels: Mapping[str, str]) -> list[str]:
+        owner = _owner(labels)
+        found = set(self.by_pod.get(_uid(labels), ()))
+        if owner is not None:
+            found |= self.by_owner.get(owner, set())
+        return sorted(found)
+
+
+def _uid(labels: Mapping[str, str]) -> str:
+    return str(labels.get("uid") or _key(labels))
+
+
+def _owner(labels: Mapping[str, str]) -> tuple[str, str, str] | None:
+    kind, name = labels.get("created_by_kind", ""), labels.get("created_by_name", "")
+    if kind in NO_OWNER or name in NO_OWNER:
+        return None
+    return (_key(labels).namespace, kind, name)
+
+
+def pod_infos(frame: Frame) -> dict[str, Mapping[str, str]]:
+    """kube_pod_info's labels by uid. Where a pod shows twice (its unbound series still in Prometheus'
+    lookback after it was bound, as without staleness markers), the bound one: binding is never undone."""
+    infos: dict[str, Mapping[str, str]] = {}
+    for labels, _ in frame.get(POD_INFO, ()):
+        uid = _uid(labels)
+        if uid not in infos or labels.get("node"):
+            infos[uid] = labels
+    return infos
+
+
+def _by_pod(frame: Frame, metric: str) -> dict[PodKey, list[tuple[Mapping[str, str], float]]]:
+    out: dict[PodKey, list[tuple[Mapping[str, str], float]]] = {}
+    for labels, value in frame.get(metric, ()):
+        out.setdefault(_key(labels), []).append((labels, value))
+    return out
+
+
+def _first(index: Mapping[PodKey, list[tuple[Mapping[str, str], float]]], key: PodKey) -> float | None:
+    entries = index.get(key)
+    return entries[0][1] if entries else None
+
+
+def _resources(
+    entries: Iterable[tuple[Mapping[str, str], float]], names: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
+    """container -> {resource: quantity} for the resources the planner reads (GPUs, cpu, memory)."""
+    out: dict[str, dict[str, str]] = {}
+    for labels, value in entries:
+        name = names.get(str(labels.get("resource", "")))
+        if name is not None:
+            out.setdefault(str(labels.get("container", "")), {})[name] = _quantity(value)
+    return out
+
+
+@dataclass(frozen=True)
+class PodHistory:
+    """A pod as history shows it at one step (before the simulation's changes)."""
+
+    key: PodKey
+    uid: str
+    node: str
+    phase: str
+    start_time: float | None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.node) and self.phase not in _FINISHED
+
+
+def pods_in_history(frame: Frame) -> dict[str, PodHistory]:
+    """Every pod of the step by uid, as history shows it (what outcomes are settled against)."""
+    phases = _by_pod(frame, POD_PHASE)
+    starts = _by_pod(frame, POD_START)
+    out: dict[str, PodHistory] = {}
+    for uid, labels in pod_infos(frame).items():
+        key = _key(labels)
+        phase = phases.get(key)
+        out[uid] = PodHistory(
+            key,
+            uid,
+            str(labels.get("node") or ""),
+            str(phase[0][0].get("phase")) if phase else "Unknown",
+            _first(starts, key),
+        )
+    return out
+
+
+def running_gpu_pods(frame: Frame, gpu_resources: Sequence[str]) -> set[PodKey]:
+    """The pods history shows bound, not finished and requesting GPUs at this step (whatever the simulation
+    did to them): the exporter has data for the step if it has some for any of them."""
+    gpu = {sanitized(r) for r in gpu_resources}
+    holding = {
+        _key(labels)
+        for metric in (POD_REQUESTS, POD_LIMITS)
+        for labels, value in frame.get(metric, ())
+        if labels.get("resource") in gpu and value > 0
+    }
+    return {pod.key for pod in pods_in_history(frame).values() if pod.running and pod.key in holding}
+
+
+def cluster_at(
+    frame: Frame,
+    priority_classes: Sequence[JsonObj],
+    gpu_resources: Sequence[str],
+    overlay: Overlay,
+    evidence: Evidence,
+) -> ClusterState:
+    """The cluster a live pass would have listed at this step, with the simulation's changes (victims gone,
+    preemptors placed, reclaim annotations written), through the readers' record boundary."""
+    classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
+    names = {sanitized(r): r for r in gpu_resources} | {"cpu": "cpu", "memory": "memory"}
+    index = {
+        m: _by_pod(frame, m)
+        for m in (
+            POD_PHASE,
+            POD_CREATED,
+            POD_START,
+            POD_SCHEDULED_TIME,
+            POD_SCHEDULED,
+            POD_UNSCHEDULABLE,
+            POD_DELETION,
+            POD_REQUESTS,
+            POD_LIMITS,
+            POD_LABELS,
+        )
+    }
+    pods: list[JsonObj] = []
+    for uid, labels in pod_infos(frame).items():
+        if uid in overlay.gone:
+            continue
+        pods.append(_pod(labels, uid, index, classes, names, overlay, evidence))
+    nodes = _nodes(frame, names)
+    pdbs = _pdbs(frame, overlay)
+    return ClusterState(
+        [record(n) for n in nodes],
+        [record(p) for p in pods],
+        [record(c) for c in priority_classes],
+        [record(p) for p in pdbs],
+    )
+
+
+def _pod(
+    labels: Mapping[str, str],
+    uid: str,
+    index: Mapping[str, Mapping[PodKey, list[tuple[Mapping[str, str], float]]]],
+    classes: Mapping[str, JsonObj],
+    names: Mapping[str, str],
+    overlay: Overlay,
+    evidence: Evidence,
+) -> JsonObj:
+    key = _key(labels)
+    node = str(labels.get("node") or "")
+    phase_entries = index[POD_PHASE].get(key)
+    phase = str(phase_entries[0][0].get("phase")) if phase_entries else "Unknown"
+    meta: JsonObj = {"name": key.name, "namespace": key.namespace, "uid": uid}
+    created = _first(index[POD_CREATED], key)
+    if created is not None:
+        meta["creationTimestamp"] = _time(created)
+    deleted = _first(index[POD_DELETION], key)
+    if deleted is not None:
+        meta["deletionTimestamp"] = _time(deleted)
+    label_entries = index[POD_LABELS].get(key)
+    if label_entries and label_entries[0][0].get(OPT_OUT_LABEL):
+        meta["labels"] = {NEVER_RECLAIM_LABEL: label_entries[0][0][OPT_OUT_LABEL]}
+    if key in overlay.annotations:
+        meta["annotations"] = dict(overlay.annotations[key])
+    requests = _resources(index[POD_REQUESTS].get(key, ()), names)
+    limits = _resources(index[POD_LIMITS].get(key, ()), names)
+    containers = [
+        {"name": c, "resources": {"requests": requests.get(c, {}), "limits": limits.get(c, {})}}
+        for c in sorted(set(requests) | set(limits))
+    ]
+    spec: JsonObj = {"containers": containers}
+    class_name = labels.get("priority_class")
+    if class_name:
+        spec["priorityClassName"] = class_name
+        pc = classes.get(class_name)
+        if pc is not None:  # as admission sets them from the class
+            spec["priority"] = pc.get("value", 0)
+            if pc.get("preemptionPolicy") is not None:
+                spec["preemptionPolicy"] = pc["preemptionPolicy"]
+    scheduled_time = _first(index[POD_SCHEDULED_TIME], key)
+    if scheduled_time is None:
+        scheduled_time = _first(index[POD_START], key)
+    conditions: list[JsonObj] = []
+    placed = overlay.placed.get(uid)
+    if placed is not None:
+        node, phase, scheduled_time = placed[0], "Running", placed[1]
+    if node:
+        spec["nodeName"] = node
+        condition: JsonObj = {"type": "PodScheduled", "status": "True"}
+        if scheduled_time is not None:
+            condition["lastTransitionTime"] = _time(scheduled_time)
+        conditions.append(condition)
+    else:
+        if key in index[POD_UNSCHEDULABLE]:
+            conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"})
+        # Unknown affinity: only the nodes history shows it (or its owner's pods) bound on.
+        term = {
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": evidence.nodes_for(labels)}]
+        }
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def _nodes(frame: Frame, names: Mapping[str, str]) -> list[JsonObj]:
+    nodes: dict[str, JsonObj] = {}
+
+    def node(labels: Mapping[str, str]) -> JsonObj:
+        name = str(labels.get("node") or "")
+        return nodes.setdefault(
+            name,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name},
+                "spec": {},
+                "status": {"allocatable": {}, "conditions": []},
+            },
+        )
+
+    for labels, value in frame.get(NODE_ALLOCATABLE, ()):
+        resource = names.get(str(labels.get("resource", "")))
+        if resource is not None:
+            node(labels)["status"]["allocatable"][resource] = _quantity(value)
+    for labels, _ in frame.get(NODE_UNSCHEDULABLE, ()):
+        if labels.get("node") in nodes:
+            node(labels)["spec"]["unschedulable"] = True
+    for labels, _ in frame.get(NODE_TAINT, ()):
+        if labels.get("node") in nodes:
+            taint = {k: labels[k] for k in ("key", "value", "effect") if labels.get(k)}
+            node(labels)["spec"].setdefault("taints", []).append(taint)
+    for labels, _ in frame.get(NODE_CONDITION, ()):
+        if labels.get("node") in nodes:
+            status = str(labels.get("status", "")).capitalize()
+            node(labels)["status"]["conditions"].append({"type": labels.get("condition"), "status": status})
+    return list(nodes.values())
+
+
+def _pdbs(frame: Frame, overlay: Overlay) -> list[JsonObj]:
+    pdbs: list[JsonObj] = []
+    for labels, value in frame.get(PDB_ALLOWED, ()):
+        ns = str(labels.get(NAMESPACE_LABEL) or "default")
+        allowed = int(value) if value == value and abs(value) < 2**31 else 0  # NaN or absurd: none allowed
+        pdbs.append(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": str(labels.get("poddisruptionbudget", "")), "namespace": ns},
+                "spec": {"selector": {}},  # selectors are not in kube-state-metrics: the whole namespace
+                "status": {"disruptionsAllowed": max(0, allowed - overlay.pdb_consumed.get(ns, 0))},
+            }
+        )
+    return pdbs

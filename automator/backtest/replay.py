@@ -1,0 +1,259 @@
+"""One policy replayed over history, step by step, as the service would have run it. Pure: the usage and the
+look-ahead samples come through two functions (the Prometheus adapter's, or a test's).
+
+At each step: the cluster history shows (automator/backtest/cluster.py) with what the simulated service
+changed (victims gone from then on, preemptors bound on the node freed for them with its reclaim
+annotations, so the planner's own cooldown and reclaim-count rules apply), the live adapter's usage at that
+time, the per-pass and hourly eviction budgets, then the planner itself. A step whose kube-state-metrics or
+usage data are missing is counted and plans nothing (missing data never reads as idle).
+
+Outcomes of every eviction, read forward in history:
+- regret: a sample of the victim's recorded activity above its class's threshold within the look-ahead after
+  the eviction; busy_again_after is the time to the first one. Samples that cannot be read: regret (the
+  eviction cannot be shown harmless), with a warning;
+- GPU-hours reclaimed: the victim's GPUs times the time until history shows it ended (the step after the last
+  step it was seen running; the window's end if it never ended);
+- wait saved: from the eviction until history shows the preemptor started (kube_pod_start_time, else the
+  step it was seen bound), or vanished, or the window ended; counted once per preemptor served.
+A preemptor that already fits is left to the scheduler: the backtest does not bind it (history does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from automator.backtest.cluster import (
+    Evidence,
+    Frame,
+    Overlay,
+    cluster_at,
+    has_data,
+    pods_in_history,
+    running_gpu_pods,
+)
+from automator.objects.class_settings import class_settings
+from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.resources import FieldError, pod_requests
+from automator.ports import PrometheusUnavailable
+from automator.reclaim import planner
+from automator.service.cooldown import ActuatorState, reclaim_annotations
+
+# (windows, evaluation time, recent window seconds) -> usage, as PrometheusAdapter.usage answers
+UsageFn = Callable[[Mapping[PodKey, UsageWindow], int, int], Mapping[PodKey, PodUsage]]
+# (pods, eviction time, look-ahead seconds) -> each pod's (time, activity) samples after it
+LookaheadFn = Callable[[Iterable[PodKey], float, int], Mapping[PodKey, Sequence[tuple[float, float]]]]
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    config: PlannerConfig
+    settings: Mapping[str, Any]  # flag name -> value, as the report shows them
+    max_evictions_per_hour: int | None = None
+
+
+@dataclass
+class Eviction:
+    at: float
+    victim: PodKey
+    uid: str
+    gpus: int
+    node: str
+    preemptor: PodKey
+    threshold: float
+    regret: bool = False
+    busy_again_after: float | None = None
+    last_running: float = 0.0
+    ended: float | None = None  # when history shows the victim ended (None: still open)
+
+
+@dataclass
+class Wait:
+    at: float
+    preemptor: PodKey
+    uid: str
+    last_seen: float = 0.0
+    saved: float | None = None  # None: still waiting in history
+
+
+def busy_again_after(
+    samples: Iterable[tuple[float, float]], at: float, threshold: float, lookahead: float
+) -> float | None:
+    """Seconds from `at` to the first sample above the threshold within the look-ahead, or None."""
+    for stamp, value in sorted(samples):
+        if at < stamp <= at + lookahead and value > threshold:
+            return stamp - at
+    return None
+
+
+def gpu_hours(gpus: int, at: float, ended: float) -> float:
+    return gpus * max(0.0, ended - at) / 3600.0
+
+
+def idle_gpus(cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig) -> int:
+    """GPUs of bound pods whose known activity is at or below their class's threshold (unknown: not idle)."""
+    classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in cluster.priority_classes}
+    total = 0
+    for pod in cluster.pods:
+        known = usage.get(PodKey.of(pod))
+        if known is None or known.gpu_activity is None:
+            continue
+        threshold = class_settings(classes.get(str((pod.get("spec") or {}).get("priorityClassName"))), config)
+        if known.gpu_activity <= threshold.gpu_threshold:
+            try:
+                total += pod_requests(pod, config.gpu_resources).gpus
+            except FieldError:
+                continue
+    return total
+
+
+@dataclass
+class Replay:
+    policy: Policy
+    priority_classes: Sequence[JsonObj]
+    evidence: Evidence
+    step_seconds: int
+    lookahead_seconds: int
+    state: ActuatorState = field(default_factory=ActuatorState)
+    gone: set[str] = field(default_factory=set)
+    placed: dict[str, tuple[str, float]] = field(default_factory=dict)
+    annotations: dict[PodKey, dict[str, str]] = field(default_factory=dict)
+    evictions: list[Eviction] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    steps: int = 0
+    steps_without_data: int = 0
+    timeline: list[tuple[float, int, int, int]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def step(self, t: int, frame: Frame, usage: UsageFn, lookahead: LookaheadFn) -> None:
+        self.steps += 1
+        if not has_data(frame):
+            self._no_data(t)
+            return
+        self._settle(t, frame)
+        config = self.policy.config
+        cluster = cluster_at(
+            frame, self.priority_classes, config.gpu_resources, self._overlay(), self.evidence
+        )
+        windows = planner.usage_windows(cluster, config)
+        # History's GPU pods (evicted ones too) are asked with a window already asked: no extra query.
+        running = running_gpu_pods(frame, config.gpu_resources)
+        window = next(iter(windows.values()), UsageWindow(config.default_gpu_idle_seconds, 0))
+        asked = {**dict.fromkeys(running, window), **windows}
+        try:
+            known = usage(asked, t, config.recent_window_seconds)
+        except PrometheusUnavailable as e:
+            self.warnings.append(f"{_stamp(t)}: no usage ({e.reason}): step counted without data")
+            self._no_data(t)
+            return
+        if running and not any(known[k].gpu_recent_max is not None for k in running if k in known):
+            self._no_data(t)  # none of history's GPU pods has a fresh sample: the exporter's data are missing
+            return
+        now = datetime.fromtimestamp(t, tz=UTC)
+        budget = config.max_evictions_per_pass
+        if self.policy.max_evictions_per_hour is not None:
+            budget = min(
+                budget, max(0, self.policy.max_evictions_per_hour - self.state.evictions_last_hour(now))
+            )
+        plan = planner.plan(cluster, known, config, now, budget=budget)
+        new = self._commit(t, now, cluster, plan.decisions)
+        self._regret(t, new, lookahead)
+        regret = sum(1 for e in new if e.regret)
+        self.timeline.append((float(t), idle_gpus(cluster, known, config), len(new), regret))
+
+    def _no_data(self, t: int) -> None:
+        self.steps_without_data += 1
+        self.timeline.append((float(t), 0, 0, 0))
+
+    def _overlay(self) -> Overlay:
+        consumed: dict[str, int] = {}
+        for e in self.evictions:
+            if e.ended is None:
+                consumed[e.victim.namespace] = consumed.get(e.victim.namespace, 0) + 1
+        return Overlay(frozenset(self.gone), self.placed, self.annotations, consumed)
+
+    def _settle(self, t: int, frame: Frame) -> None:
+        """Outcomes history now shows: victims that ended, preemptors that started or vanished."""
+        history = pods_in_history(frame)
+        for e in self.evictions:
+            if e.ended is not None:
+                continue
+            pod = history.get(e.uid)
+            if pod is not None and pod.running:
+                e.last_running = t
+            else:
+                e.ended = min(float(t), e.last_running + self.step_seconds)
+        for w in self.waits:
+            if w.saved is not None:
+                continue
+            pod = history.get(w.uid)
+            if pod is None:
+                w.saved = min(float(t), w.last_seen + self.step_seconds) - w.at
+            elif pod.start_time is not None or pod.node:
+                started = pod.start_time if pod.start_time is not None else float(t)
+                w.saved = max(0.0, started - w.at)
+            else:
+                w.last_seen = t
+
+    def _commit(
+        self, t: int, now: datetime, cluster: ClusterState, decisions: Sequence[Any]
+    ) -> list[Eviction]:
+        pods = {PodKey.of(p): p for p in cluster.pods}
+        classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in self.priority_classes}
+        new: list[Eviction] = []
+        for d in decisions:
+            preemptor = pods[d.preemptor]
+            self.annotations[d.preemptor] = reclaim_annotations(preemptor, d, now)
+            uid = _uid_of(preemptor)
+            self.placed[uid] = (d.node, float(t))
+            self.waits.append(Wait(float(t), d.preemptor, uid, float(t)))
+            for v in d.victims:
+                victim = pods[v.pod]
+                pc = classes.get(str((victim.get("spec") or {}).get("priorityClassName")))
+                threshold = class_settings(pc, self.policy.config).gpu_threshold
+                e = Eviction(
+                    float(t), v.pod, _uid_of(victim), v.gpus, d.node, d.preemptor, threshold, last_running=t
+                )
+                self.gone.add(e.uid)
+                self.state.evictions.append(now)
+                new.append(e)
+        self.evictions.extend(new)
+        return new
+
+    def _regret(self, t: int, new: list[Eviction], lookahead: LookaheadFn) -> None:
+        if not new:
+            return
+        try:
+            samples = lookahead([e.victim for e in new], float(t), self.lookahead_seconds)
+        except PrometheusUnavailable as e:
+            self.warnings.append(
+                f"{_stamp(t)}: look-ahead unknown ({e.reason}): its evictions count as regret"
+            )
+            for ev in new:
+                ev.regret = True
+            return
+        for ev in new:
+            ev.busy_again_after = busy_again_after(
+                samples.get(ev.victim, ()), ev.at, ev.threshold, self.lookahead_seconds
+            )
+            ev.regret = ev.busy_again_after is not None
+
+    def finish(self, end: int) -> None:
+        """The window ended: what is still open ends there."""
+        for e in self.evictions:
+            if e.ended is None:
+                e.ended = float(end)
+        for w in self.waits:
+            if w.saved is None:
+                w.saved = max(0.0, end - w.at)
+
+
+def _uid_of(pod: JsonObj) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or PodKey.of(pod))
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

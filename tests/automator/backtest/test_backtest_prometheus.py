@@ -1,0 +1,188 @@
+"""The backtest against a real Prometheus over backfilled history whose answers are known by construction.
+
+Window [F, F + 4 h], 5-minute steps, the defaults (30-minute window, threshold 0.05, 300 s recent window):
+- ml/regret (8 GPUs on gpu-1) idle from F for 2 h, then at 0.5: evicted at F + 1h50 for hi/p1 (pending
+  from then), busy again 615 s later (the first sample after F + 2 h): regret;
+- ml/done (4 GPUs on gpu-3) idle until it ends at F + 3 h: evicted at F + 1 h for hi/p2, 4 GPUs x 2 h;
+- the exporter's data missing from F + 2h20 to F + 3 h: ml/gappy (idle, gpu-2) is not evicted for hi/p3,
+  pending from F + 2h30 until history schedules it at F + 3h05, then nothing more for it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from automator import cli
+from automator.backtest.cli import policies
+from automator.backtest.cluster import KSM_QUERIES
+from automator.backtest.run import run_backtest
+from automator.prom import PrometheusAdapter
+from steward_common.conventions import RECLAIM_ANNOTATION
+from tests.automator.backtest.history import END, Pod, build
+from tools.promserver import Prometheus, start_backfilled_prometheus
+
+H, M = 3600, 60
+F = (int(time.time()) // H) * H - 6 * H
+WINDOW = 4 * H
+STEP = 5 * M
+GAP = (2 * H + 20 * M, 3 * H)
+NODES = {"gpu-1": 8, "gpu-2": 8, "gpu-3": 4}
+PODS = [
+    Pod(
+        "ml",
+        "regret",
+        8,
+        "low",
+        0,
+        "gpu-1",
+        0,
+        ended=3 * H + 30 * M,
+        activity=[(0, 2 * H, 0.0), (2 * H, 3 * H + 30 * M, 0.5)],
+    ),
+    Pod(
+        "hi", "p1", 8, "high", 1 * H + 50 * M, "gpu-1", 3 * H + 35 * M, activity=[(3 * H + 35 * M, END, 0.9)]
+    ),
+    Pod("ml", "done", 4, "low", 0, "gpu-3", 0, ended=3 * H, activity=[(0, 3 * H, 0.0)]),
+    Pod("hi", "p2", 4, "high", 1 * H, "gpu-3", 3 * H + 5 * M, activity=[(3 * H + 5 * M, END, 0.9)]),
+    Pod("ml", "gappy", 8, "low", 0, "gpu-2", 0, ended=3 * H, activity=[(0, 3 * H, 0.0)]),
+    Pod("hi", "p3", 8, "high", 2 * H + 30 * M, "gpu-2", 3 * H + 5 * M, activity=[(3 * H + 5 * M, END, 0.9)]),
+]
+CLASSES = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "low"},
+            "value": 100,
+        },
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "high", "annotations": {RECLAIM_ANNOTATION: "true"}},
+            "value": 1000,
+            "preemptionPolicy": "Never",
+        },
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    if shutil.which("promtool") is None or shutil.which("prometheus") is None:
+        pytest.skip("prometheus/promtool not installed (make deps)")
+    prom = start_backfilled_prometheus(tmp_path_factory.mktemp("prom"), build(F, NODES, PODS, GAP))
+    try:
+        prom.wait_for(f"count_over_time(kube_pod_info[1d] @ {F + WINDOW})", timeout=30)
+        yield prom
+    finally:
+        prom.stop()
+
+
+@pytest.fixture(scope="module")
+def classes_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("classes") / "classes.yaml"
+    path.write_text(yaml.safe_dump(CLASSES))
+    return path
+
+
+def _backtest(
+    prometheus: Prometheus, classes: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> dict[str, Any]:
+    argv = [
+        "backtest",
+        "--prometheus",
+        prometheus.url,
+        "--from",
+        str(F),
+        "--to",
+        str(F + WINDOW),
+        "--step",
+        "5m",
+        "--priority-classes",
+        str(classes),
+        "--output",
+        "json",
+        *extra,
+    ]
+    assert cli.main(argv) == 0
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return report
+
+
+@pytest.mark.integration
+def test_known_answers(
+    prometheus: Prometheus, classes_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = _backtest(prometheus, classes_file, capsys)
+    assert set(report) == {"from", "to", "step_seconds", "lookahead_seconds", "policies", "warnings"}
+    assert report["step_seconds"] == STEP and report["lookahead_seconds"] == 30 * M
+    [policy] = report["policies"]
+    evictions = {e["victim"]: e for e in policy["evictions"]}
+    assert set(evictions) == {"ml/regret", "ml/done"}  # nothing for hi/p3: the gap, then history bound it
+
+    regret = evictions["ml/regret"]
+    assert regret["preemptor"] == "hi/p1" and regret["node"] == "gpu-1" and regret["gpus"] == 8
+    assert regret["at"] == _rfc3339(F + 1 * H + 50 * M)
+    assert regret["regret"] is True
+    assert regret["busy_again_after_seconds"] == pytest.approx(2 * H + 15 - (1 * H + 50 * M))
+
+    done = evictions["ml/done"]
+    assert done["at"] == _rfc3339(F + 1 * H) and done["preemptor"] == "hi/p2"
+    assert done["regret"] is False and done["busy_again_after_seconds"] is None
+
+    totals = policy["totals"]
+    assert totals["steps"] == WINDOW // STEP + 1
+    # F itself (the first sample is at F + 15 s), and the steps whose newest sample is over 60 s old:
+    # F + 2h25 .. F + 3h (the one at 3h05 sees fresh samples again).
+    assert totals["steps_without_data"] == 1 + (3 * H - (2 * H + 25 * M)) // STEP + 1
+    assert totals["evictions"] == 2 and totals["regret_evictions"] == 1
+    # done: 4 GPUs from F + 1 h until it ended at F + 3 h; regret: 8 GPUs from F + 1h50 until F + 3h30.
+    assert totals["gpu_hours_reclaimed"] == pytest.approx(4 * 2 + 8 * (100 / 60), abs=1e-6)
+    # p2 started at F + 3h05 (evicted for at F + 1 h), p1 at F + 3h35 (at F + 1h50).
+    assert totals["wait_saved_seconds"] == pytest.approx((2 * H + 5 * M) + (1 * H + 45 * M))
+    assert policy["by_namespace"]["ml"]["evictions"] == 2
+
+
+@pytest.mark.integration
+def test_threshold_sweep(
+    prometheus: Prometheus, classes_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ml/regret's busy activity (0.5) sits between the two values: regret under 0.3 only.
+    report = _backtest(prometheus, classes_file, capsys, "--sweep", "threshold=0.3,0.7")
+    by_name = {p["name"]: p for p in report["policies"]}
+    assert list(by_name) == ["threshold=0.3", "threshold=0.7"]
+    assert by_name["threshold=0.3"]["settings"]["default-gpu-idle-threshold"] == 0.3
+    assert by_name["threshold=0.3"]["totals"]["regret_evictions"] == 1
+    assert by_name["threshold=0.7"]["totals"]["regret_evictions"] == 0
+    for policy in by_name.values():
+        assert policy["totals"]["evictions"] == 2
+
+
+@pytest.mark.integration
+def test_queries_per_step_do_not_grow_with_the_cluster(prometheus: Prometheus, classes_file: Path) -> None:
+    prom = PrometheusAdapter(prometheus.url)
+    from automator.reclaim.snapshot import load_cluster
+
+    classes = load_cluster(classes_file).priority_classes
+    args = cli.build_parser().parse_args(["backtest", "--prometheus", "x", "--from", "0", "--to", "1"])
+    result = run_backtest(prom, F, F + WINDOW, STEP, 30 * M, policies(args), classes)
+    steps = WINDOW // STEP + 1
+    # per step: the live adapter's recent and GPU-window queries; per chunk (one here): a range query per
+    # kube-state-metrics metric and the evidence query; per step with evictions (two): one look-ahead.
+    assert result.steps == steps
+    assert result.queries == 2 * steps + len(KSM_QUERIES) + 1 + 2
+    assert result.queries_per_step == result.queries / steps
+
+
+def _rfc3339(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
