@@ -77,7 +77,8 @@ class Backtest:
             )
         missed = [v for v in live if v not in {str(e.get("victim")) for e in self.evictions}]
         compared += [f"  it would not have evicted {v}; the live automator did at {live[v]}" for v in missed]
-        return "\n".join([head, self.table.rstrip(), *compared, f"  HTML report: {self.html}"])
+        beside = ["", "beside the live automator:", *compared] if compared else []
+        return "\n".join([head, self.table.rstrip(), *beside, f"  HTML report: {self.html}"])
 
 
 def write_priority_classes(path: Path, classes: Sequence[Mapping[str, Any]]) -> Path:
