@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin victoria-metrics-bin deps clean manifests dashboards protos wrk-bin gpu-check
+.PHONY: test demo demo-fast bench lint typecheck rules-check unit prometheus-bin victoria-metrics-bin chromium-bin deps clean manifests dashboards protos wrk-bin gpu-check
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,6 +31,14 @@ victoria-metrics-bin:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null; \
 	fi
 
+# Debian's chromium: the backtest's HTML report is opened headless over the DevTools protocol
+# (tests/automator/backtest/test_html.py, tests/browser.py); no WebDriver is used.
+chromium-bin:
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing Debian's chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	fi
+
 # ruff, then the import contracts of pyproject.toml (layers; client libraries only in the adapters).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -47,7 +55,7 @@ rules-check: prometheus-bin
 unit: deps
 	$(VENV)/bin/pytest -q -m "not integration" -n auto
 
-test: deps lint typecheck rules-check
+test: deps chromium-bin lint typecheck rules-check
 	$(VENV)/bin/pytest -q
 
 # The closed loop on a fake cluster (docs/demo.md); demo-fast divides time by 10 and exits when the story is told.

@@ -7,14 +7,16 @@ alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode r
 kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA (tools/kedasim.py) playing
 deploy/demo/keda.yaml against the automator's KEDA endpoint. It then narrates the three stories as they
 happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while on purpose, so that the
-ScaledObject's fallback applies), and the DRA check's broken promise; then sums up where to look.
+ScaledObject's fallback applies), and the DRA check's broken promise; then sums up where to look, and ends
+with a backtest over its own history (tools/demobacktest.py): the fake cluster's kube-state-metrics series
+(tools/ksm.py, scraped as job kube-state-metrics) and the GPU Steward series, read back from Prometheus.
 
 `--fast` divides the story's durations by 10 (tools/demorules.py) and exits when every story is complete:
 0, or 1 when one fails or is not complete within DEMO_TIMEOUT seconds (180), naming it.
 Environment: DEMO_API_PORT (16443), DEMO_EXPORTER_PORT (31995), DEMO_INFERENCE_EXPORTER_PORT (31996),
 DEMO_DRA_EXPORTER_PORT (31997), DEMO_PROMETHEUS_PORT (19090), DEMO_ALERTMANAGER_PORT (19093),
-DEMO_AUTOMATOR_PORT (18080) for `make demo` (`--fast` takes free ports), DEMO_DURATION (seconds; `make
-demo` runs until Ctrl-C without it).
+DEMO_AUTOMATOR_PORT (18080), DEMO_KUBE_STATE_METRICS_PORT (18081) for `make demo` (`--fast` takes free
+ports), DEMO_DURATION (seconds; `make demo` runs until Ctrl-C without it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +48,13 @@ from automator.settings import ALL_SETTINGS
 from steward_common.conventions import REASON_VICTIM
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools import demorules
+from tools.demobacktest import CLASSES, Backtest, run_backtest, write_priority_classes
 from tools.demorules import DRA_ALERT, IDLE_ALERT, TimeScale
 from tools.fakekube import FakeApiServer
-from tools.fakesim import GpuDevices
+from tools.fakesim import GpuDevices, rfc3339
 from tools.kedasim import KedaStandIn, Poll, ScaledObject, describe
+from tools.ksm import JOB as KSM_JOB
+from tools.ksm import KsmServer, of_fake
 from tools.kubeapi import is_dry_run, load_objects
 from tools.promserver import (
     ROOT,
@@ -95,6 +101,7 @@ WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
 # recent-activity window, 300 s by default: longer than the whole demo).
 OPTIONAL_WINDOWS = {"--recent-window": 120}
 FLAT_EVALUATIONS = 2  # the waste total unchanged over this many more rule evaluations counts as stopped
+BACKTEST_TIMEOUT = 300  # seconds for each run of the closing backtest
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ class Ports:
     automator: int = 0
     inference_exporter: int = 0
     dra_exporter: int = 0
+    kube_state_metrics: int = 0
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -118,12 +126,13 @@ class Ports:
             int(env.get("DEMO_AUTOMATOR_PORT", "18080")),
             int(env.get("DEMO_INFERENCE_EXPORTER_PORT", "31996")),
             int(env.get("DEMO_DRA_EXPORTER_PORT", "31997")),
+            int(env.get("DEMO_KUBE_STATE_METRICS_PORT", "18081")),
         )
 
     def resolved(self) -> Ports:
         return Ports(*(p or free_port() for p in (self.api, self.exporter, self.prometheus, self.alertmanager,
                                                   self.automator, self.inference_exporter,
-                                                  self.dra_exporter)))  # fmt: skip
+                                                  self.dra_exporter, self.kube_state_metrics)))  # fmt: skip
 
 
 def _pod(key: tuple[str, str]) -> str:
@@ -140,8 +149,10 @@ class Demo:
     api: FakeApiServer | None = None
     devices: GpuDevices | None = None  # the training node's GPUs (demo-gpu-node-1)
     inference_devices: GpuDevices | None = None  # the inference node's (demo-gpu-node-2)
+    ksm: KsmServer | None = None  # the fake cluster's kube-state-metrics series
     prometheus: Prometheus | None = None
     alertmanager: Alertmanager | None = None
+    started_at: float = 0.0  # wall clock: the start of the history the closing backtest reads
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     automator_url: str = ""
     keda_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
@@ -197,9 +208,10 @@ class Demo:
             port=ports.api,
         ).start()
         kubeconfig = self.api.kubeconfig(self.workdir / "kubeconfig")
+        self.ksm = KsmServer(of_fake(self.api), port=ports.kube_state_metrics).start()
         fast = self.scale.factor > 1
         self.alertmanager = start_alertmanager(self.workdir / "alertmanager", ports.alertmanager)
-        scrape = "1s" if fast else "5s"
+        scrape = f"{self.scrape_seconds:g}s"
         exporters = {name: getattr(ports, field_) for name, field_ in SCENARIOS.items()}
         self._prometheus_args = {
             "workdir": self.workdir / "prometheus",
@@ -207,12 +219,21 @@ class Demo:
                 "gpu-steward-exporter": [f"127.0.0.1:{port}" for port in exporters.values()],
                 "gpu-steward-automator": [f"127.0.0.1:{ports.automator}"],
             },
+            # kube-state-metrics less often than the exporters, as clusters commonly scrape it.
+            "extra_scrape_configs": [
+                {
+                    "job_name": KSM_JOB,
+                    "scrape_interval": f"{self.ksm_scrape_seconds:g}s",
+                    "static_configs": [{"targets": [self.ksm.target]}],
+                }
+            ],
             "rule_files": rules,
             "scrape_interval": scrape,
             "evaluation_interval": scrape,
             "port": ports.prometheus,
             "alertmanagers": [f"127.0.0.1:{ports.alertmanager}"],
         }
+        self.started_at = time.time()
         self.prometheus = start_prometheus(**self._prometheus_args)
         self._start_automator(kubeconfig, ports.automator)
         for name, port in exporters.items():
@@ -238,8 +259,7 @@ class Demo:
             "--kubeconfig", str(kubeconfig),
             "--lease-namespace", "gpu-steward",
             "--prometheus-url", self.prometheus.url,
-            "--interval", f"{max(1.0, seconds(20)):g}",
-            "--rule-interval", f"{self.scale.rule_interval_seconds:g}",
+            "--interval", f"{self.pass_interval:g}",
             "--listen-address", "127.0.0.1",
             "--port", str(port),
             # The DRA check as often as the service allows in the fast demo (10 s at least).
@@ -249,14 +269,47 @@ class Demo:
             "--keda-max-age-seconds", f"{max(1, round(seconds(120)))}",
             "--keda-pod-grace-seconds", f"{max(1, round(seconds(120)))}",
         ]  # fmt: skip
-        flags = {s.flag for s in ALL_SETTINGS}
-        for flag, window in OPTIONAL_WINDOWS.items():  # windows of automator versions that have them
-            if flag in flags:
-                cmd += [flag, f"{max(1, round(seconds(window)))}"]
+        cmd += [part for flag_value in self.policy for part in flag_value]
         log = (self.workdir / "automator.log").open("wb")
         self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
         self.automator_url = f"http://127.0.0.1:{port}"
         wait_http(f"{self.automator_url}/healthz")
+
+    @property
+    def pass_interval(self) -> float:
+        """Seconds between the automator's passes."""
+        return max(1.0, self.scale.seconds(20))
+
+    @property
+    def scrape_seconds(self) -> float:
+        """The exporters' scrape interval: the resolution of the usage history, and so the closing
+        backtest's step. Finer than a pass, so that a step falls between the moment the policy allows an
+        eviction and the scrape of kube-state-metrics that shows the live automator's eviction of that pod
+        (terminating: no longer a victim)."""
+        return 1.0 if self.scale.factor > 1 else 5.0
+
+    @property
+    def ksm_scrape_seconds(self) -> float:
+        """kube-state-metrics' scrape interval: one rule interval, as production scrapes it every 30 s."""
+        return self.scale.rule_interval_seconds
+
+    @property
+    def policy(self) -> list[tuple[str, str]]:
+        """The policy flags of the demo's automator, which the closing backtest replays."""
+        flags = [("--rule-interval", f"{self.scale.rule_interval_seconds:g}")]
+        known = {s.flag for s in ALL_SETTINGS}
+        for flag, window in OPTIONAL_WINDOWS.items():  # windows of automator versions that have them
+            if flag in known:
+                flags.append((flag, f"{max(1, round(self.scale.seconds(window)))}"))
+        return flags
+
+    def backtest(self, timeout: float = BACKTEST_TIMEOUT) -> Backtest:
+        """`gpu-automator backtest` over the demo's history so far, with its automator's policy and the fake
+        cluster's PriorityClasses (tools/demobacktest.py)."""
+        assert self.prometheus is not None and self.api is not None
+        classes = write_priority_classes(self.workdir / CLASSES, self.api.objects_of("priorityclasses"))
+        return run_backtest(self.prometheus.url, self.started_at, time.time(), self.scrape_seconds, classes,
+                            self.policy, self.workdir, timeout)  # fmt: skip
 
     def start_keda(self) -> KedaStandIn:
         """The KEDA stand-in, polling the endpoint the demo ScaledObject names, with its bearer token."""
@@ -284,7 +337,7 @@ class Demo:
             self.keda.stop()
         for p in self.procs:
             stop(p)
-        for part in (self.prometheus, self.alertmanager, self.api):
+        for part in (self.prometheus, self.alertmanager, self.ksm, self.api):
             if part is not None:
                 part.stop()
 
@@ -304,6 +357,7 @@ class Demo:
                 f"                 (bearer token in {work / 'keda-token'}; stand-in: tools/kedasim.py)",
                 f"  exporters      {'  '.join(self.exporter_urls)}",
                 f"  fake cluster   {self.api.url}   kubectl --kubeconfig {work / 'kubeconfig'} get pods -A",
+                f"                 {self.ksm.url if self.ksm else ''}   (its kube-state-metrics series)",
                 f"  dashboards     import {ROOT / 'dashboards' / 'json'}/*.json into Grafana "
                 f"(data source: Prometheus {self.prometheus.url})",
             ]
@@ -327,6 +381,7 @@ class Story:
     keda_answer: tuple[Any, ...] | None = None
     keda_steps: list[Poll] = field(default_factory=list)  # the polls that scaled
     outage: tuple[float, float] | None = None  # Prometheus stopped, and back (0: not yet)
+    backtest: Backtest | None = None  # the closing backtest, once run
 
     STEPS = tuple(step for steps in STORIES.values() for step in steps)
 
@@ -598,6 +653,17 @@ class Story:
         lines += self._outage()
         return [f"[{at - self.started:3.0f} s] {message}" for at, message in sorted(lines)]
 
+    def live_evictions(self) -> dict[str, str]:
+        """What the live automator evicted, and when (its Events on the victims): "ns/name" -> RFC 3339."""
+        assert self.demo.api is not None
+        return {
+            f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}": rfc3339(
+                datetime.fromisoformat(str(e["firstTimestamp"]).replace("Z", "+00:00")).timestamp()
+            )
+            for e in self.demo.api.objects_of("events")
+            if e.get("reason") == REASON_VICTIM and e["involvedObject"].get("kind", "Pod") == "Pod"
+        }
+
     def missing(self) -> list[str]:
         """The stories not complete, each with its missing steps: `KEDA (keda-fallback)`."""
         return [
@@ -662,9 +728,16 @@ def run_story(
         if story.complete and not summarized:
             print(story.summary(), flush=True)
             summarized = True
+            took = time.monotonic() - story.started
+            story.backtest = demo.backtest()
+            if stopping():
+                break
+            print(story.backtest.lines(story.live_evictions()), flush=True)
+            if story.backtest.failed:
+                print(f"demo: FAILED: the backtest: {story.backtest.failed}", flush=True)
+                return 1
             if stop_when_complete:
-                print(f"demo: all three stories are complete ({time.monotonic() - story.started:.0f} s)",
-                      flush=True)  # fmt: skip
+                print(f"demo: all three stories are complete ({took:.0f} s)", flush=True)
                 return 0
         if timeout is not None and time.monotonic() - story.started > timeout:
             if story.complete:

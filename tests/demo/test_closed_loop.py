@@ -4,22 +4,26 @@ docs/demo.md).
 
 The three stories are driven to completion with their narrator; every claim is then checked again here,
 from the parts themselves: the fake API server's request log and objects, Prometheus, Alertmanager's API,
-the automator's /dra.
+the automator's /dra. The demo's closing backtest is checked against what the live automator did: the
+history it reads is the one the stories wrote.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools.demo import DRA_REASON, FAST, PREEMPTOR, VICTIM, Demo, Ports, Story, run_story
+from tools.demobacktest import SUBCOMMAND
 from tools.demorules import DRA_ALERT, IDLE_ALERT
 from tools.kubeapi import is_dry_run
 
@@ -157,3 +161,77 @@ def test_the_dra_check_found_the_broken_promise_wrote_the_event_and_alerted(stor
     ]
     assert story.dra_received and all(a["labels"]["alertname"] == DRA_ALERT for a in story.dra_received)
     assert story.dra_finding["measured"] == "20Gi" and story.dra_finding["promised"] == "16000Mi"
+
+
+def _unix(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_prometheus_holds_the_fake_clusters_kube_state_metrics_history(story: Story) -> None:
+    demo, prom = story.demo, story.demo.prometheus
+    assert prom is not None
+    pods = {r["metric"]["pod"] for r in prom.query('kube_pod_info{job="kube-state-metrics"}')}
+    assert {"train-busy", "train-urgent", "api-a", "llm-chat"} <= pods and VICTIM[1] not in pods
+    # The victim is in history, and gone; its short terminating time (the grace period, shorter than the
+    # scrape interval here) shows as a deletion timestamp when a scrape fell in it.
+    victim = f'namespace="{VICTIM[0]}",pod="{VICTIM[1]}"'
+    assert prom.query(f'max_over_time(kube_pod_status_phase{{{victim},phase="Running"}}[10m]) == 1')
+    evicted = _unix(story.live_evictions()[f"{VICTIM[0]}/{VICTIM[1]}"])
+    for deleted in prom.query(f"max_over_time(kube_pod_deletion_timestamp{{{victim}}}[10m])"):
+        assert evicted <= float(deleted["value"][1]) <= evicted + 60
+    # The preemptor: unschedulable while the GPUs were held, then scheduled once the victim was gone.
+    urgent = f'namespace="{PREEMPTOR[0]}",pod="{PREEMPTOR[1]}"'
+    assert prom.query(f"max_over_time(kube_pod_status_unschedulable{{{urgent}}}[10m]) == 1")
+    assert prom.query(f"kube_pod_status_unschedulable{{{urgent}}}") == []
+    (scheduled,) = prom.query(f"kube_pod_status_scheduled_time{{{urgent}}}")
+    assert evicted <= float(scheduled["value"][1]) < time.time()
+    (gpus,) = prom.query(f'kube_pod_container_resource_requests{{{urgent},resource="nvidia_com_gpu"}}')
+    assert (gpus["metric"]["node"], gpus["metric"]["unit"], gpus["value"][1]) == (
+        "demo-gpu-node-1",
+        "integer",
+        "2",
+    )
+    assert demo.started_at < evicted
+
+
+def test_the_demo_ends_with_a_backtest_over_its_own_history(story: Story) -> None:
+    demo, backtest = story.demo, story.backtest
+    assert backtest is not None
+    if backtest.skipped:
+        pytest.skip(f"no `{SUBCOMMAND}` subcommand in this automator: {backtest.skipped}")
+    assert not backtest.failed, backtest.failed
+    report = backtest.report
+    (policy,) = report["policies"]
+    totals = policy["totals"]
+    # From the demo's start to its end, at the scrape interval: every step counted.
+    step = report["step_seconds"]
+    assert step == demo.scrape_seconds and _unix(report["from"]) == int(demo.started_at)
+    assert totals["steps"] == (_unix(report["to"]) - _unix(report["from"])) // step + 1
+    # The steps of the Prometheus outage have no data and count as such, never as idle.
+    assert story.outage is not None
+    stopped, back = story.outage
+    assert totals["steps_without_data"] >= (back - stopped) // step - 2
+    # What it would have evicted is what the live automator evicted, for the same pod, not regretted. The
+    # live eviction is in this history: the backtest finds it unless no step falls between the moment the
+    # policy allows it and the scrape that shows the victim terminating (docs/demo.md).
+    live = story.live_evictions()
+    assert list(live) == [f"{VICTIM[0]}/{VICTIM[1]}"]
+    assert len(backtest.evictions) <= 1
+    for e in backtest.evictions:
+        assert (e["victim"], e["preemptor"], e["gpus"], e["node"]) == (
+            "research/batch-idle", "ml-team/train-urgent", 2, "demo-gpu-node-1")  # fmt: skip
+        assert e["regret"] is False and e["busy_again_after_seconds"] is None
+        # within a pass before the live eviction and a kube-state-metrics scrape after it
+        assert (
+            abs(_unix(e["at"]) - _unix(live[e["victim"]]))
+            <= demo.pass_interval + demo.ksm_scrape_seconds + step
+        )
+    assert totals["evictions"] == len(backtest.evictions) and totals["regret_evictions"] == 0
+    # The table and the report's path are printed; the report is one file with nothing to fetch.
+    assert backtest.html is not None and backtest.html.parent == demo.workdir
+    lines = backtest.lines(live)
+    assert backtest.table.strip() in lines and f"HTML report: {backtest.html}" in lines
+    assert re.search(r"^default\s+" + str(totals["evictions"]) + r"\s", backtest.table, re.MULTILINE)
+    page = backtest.html.read_text()
+    assert "<html" in page.lower()
+    assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", page, re.I)

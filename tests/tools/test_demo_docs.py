@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from tools.demo import FAST, NORMAL, OUTAGE_SECONDS, STORIES, Ports
+from tools.demo import FAST, NORMAL, OUTAGE_SECONDS, STORIES, Demo, Ports
+from tools.demobacktest import CLASSES, REPORT, REPORT_JSON
 from tools.kedasim import ScaledObject
 from tools.kubeapi import RESOURCES, load_objects
 from tools.promserver import ROOT
@@ -46,8 +47,28 @@ def test_the_documented_numbers_are_the_code() -> None:
     assert f"divided by {FAST.factor:g}" in fast and f"fires after {FAST.idle_alert_seconds} s" in fast
     assert f"after {NORMAL.idle_alert_seconds} s of idleness" in DOC
     ports = Ports.from_env()
-    for port in (ports.api, ports.exporter, ports.prometheus, ports.alertmanager, ports.automator):
+    for port in (ports.api, ports.exporter, ports.prometheus, ports.alertmanager, ports.automator,
+                 ports.kube_state_metrics):  # fmt: skip
         assert f"127.0.0.1:{port}" in DOC, port
+
+
+def test_the_closing_backtest_is_documented_as_it_runs() -> None:
+    backtest = " ".join(section(DOC, "### The closing backtest").split())
+    fast, normal = Demo(ROOT / ".unused", FAST), Demo(ROOT / ".unused", NORMAL)
+    assert f"--step {fast.scrape_seconds:g}s" in backtest
+    assert (
+        f"{fast.scrape_seconds:g} s in `make demo-fast`, {normal.scrape_seconds:g} s in `make demo`"
+        in backtest
+    )
+    for flag, _ in fast.policy:
+        assert flag in backtest, flag
+    assert f"up to one pass, {fast.pass_interval:g} s" in backtest  # the pass it is finer than
+    assert (
+        f"once a rule interval ({fast.ksm_scrape_seconds:g} s, {normal.ksm_scrape_seconds:g} s)" in backtest
+    )
+    for name in (CLASSES, REPORT, REPORT_JSON):
+        assert name in backtest and name in DOC, name
+    assert "job `kube-state-metrics`" in backtest
 
 
 def test_every_served_resource_is_documented() -> None:
