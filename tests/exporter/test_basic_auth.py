@@ -101,6 +101,7 @@ def test_non_ascii_credentials_get_401(server: HttpServer, auth: bytes) -> None:
         HASH.decode()[:-1] + "!",
         HASH.decode() + "x",
     ],
+    ids=["too-short", "bad-cost", "bad-character", "too-long"],  # HASH's salt is random: fixed ids
 )
 def test_a_malformed_hash_is_refused_at_start_naming_the_field(tmp_path: Path, hashed: str) -> None:
     path = tmp_path / "web.yaml"
