@@ -41,7 +41,7 @@ def test_every_metric_read_is_listed() -> None:
     doc = _doc()
     assert [m for m in KSM_QUERIES if f"`{m}`" not in doc] == []
     assert f"one range query per\n  kube-state-metrics metric ({len(KSM_QUERIES)})" in doc
-    assert f"Per chunk of {CHUNK_STEPS} steps" in doc and f"a chunk is {CHUNK_STEPS}" in doc
+    assert f"Per chunk of {CHUNK_STEPS} steps" in doc and f"at most {CHUNK_STEPS} points per series" in doc
 
 
 def test_every_total_and_sweep_name_is_explained() -> None:
