@@ -239,13 +239,21 @@ class PrometheusAdapter:
         self._observe = observe_query
         self.queries_last_call = 0
         self.queries_total = 0  # every query since the adapter was made (the backtest reports it)
+        # Answers kept by (query, evaluation time) while the caller wants them (the backtest, for one step:
+        # the policies of a sweep ask the same queries at the same time, and Prometheus answers them once).
+        self.answers: dict[tuple[str, float], list[dict[str, Any]]] | None = None
         self.nonfinite_last_call = 0
         self.clock_skew_seconds: float | None = None
 
     def _query(self, expr: str, what: str, at: datetime | float | None) -> list[dict[str, Any]]:
         stamp = at.timestamp() if isinstance(at, datetime) else at
         params = {"time": f"{stamp:.3f}"} if stamp is not None else None
-        return self._ask(what, lambda: self._client.custom_query(expr, params=params))
+        if self.answers is None or stamp is None:
+            return self._ask(what, lambda: self._client.custom_query(expr, params=params))
+        key = (expr, stamp)
+        if key not in self.answers:
+            self.answers[key] = self._ask(what, lambda: self._client.custom_query(expr, params=params))
+        return self.answers[key]
 
     def query_at(self, expr: str, what: str, at: float) -> list[dict[str, Any]]:
         """One instant query evaluated at `at` (Unix seconds); PrometheusUnavailable on any failure."""

@@ -19,12 +19,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from automator import settings
-from automator.backtest.replay import Policy
 from automator.objects.resources import FieldError, parse_time
 from steward_common import settingspec as spec
+
+if TYPE_CHECKING:  # the planner is loaded by the run alone: `gpu-automator --help` starts without it
+    from automator.backtest.replay import Policy
 
 COMMAND = "backtest"
 MAX_POLICIES = 64
@@ -152,6 +154,8 @@ def _shown(value: Any) -> Any:
 
 
 def _policy(args: argparse.Namespace, name: str, overrides: Mapping[str, str], where: str) -> Policy:
+    from automator.backtest.replay import Policy
+
     ns = copy.copy(args)
     for flag, text in overrides.items():
         setattr(ns, _SWEEPABLE[flag].dest, text)
@@ -199,6 +203,8 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
     start, end = instant(args.start, "--from", clock), instant(args.end, "--to", clock)
     if end <= start:
         raise BacktestError(f"--to: {args.end!r} is not after --from {args.start!r}")
+    if end > clock + 60:  # no history there: every step would count as one without data
+        raise BacktestError(f"--to: {args.end!r} is in the future")
     step = (
         duration(args.step, "--step") if args.step else math.ceil(float(_SERVICE["--interval"].default or 30))
     )

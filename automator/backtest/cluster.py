@@ -29,11 +29,13 @@ Approximations, each one able only to make the backtest evict less than the live
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import lru_cache
 
 from automator.objects.model import ClusterState, JsonObj, PodKey
 from automator.objects.records import record
@@ -48,7 +50,6 @@ POD_PHASE = "kube_pod_status_phase"
 POD_CREATED = "kube_pod_created"
 POD_START = "kube_pod_start_time"
 POD_SCHEDULED_TIME = "kube_pod_status_scheduled_time"
-POD_SCHEDULED = "kube_pod_status_scheduled"
 POD_UNSCHEDULABLE = "kube_pod_status_unschedulable"
 POD_DELETION = "kube_pod_deletion_timestamp"
 POD_REQUESTS = "kube_pod_container_resource_requests"
@@ -60,6 +61,15 @@ NODE_TAINT = "kube_node_spec_taint"
 NODE_CONDITION = "kube_node_status_condition"
 PDB_ALLOWED = "kube_poddisruptionbudget_status_pod_disruptions_allowed"
 
+
+def sanitized(name: str) -> str:
+    """A resource or label name as kube-state-metrics writes it (nvidia.com/gpu -> nvidia_com_gpu)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
+
+
 # The query of each metric: state series (one per phase, condition...) keep only the one that holds, so an
 # answer carries one series per object.
 KSM_QUERIES: dict[str, str] = {
@@ -68,12 +78,11 @@ KSM_QUERIES: dict[str, str] = {
     POD_CREATED: POD_CREATED,
     POD_START: POD_START,
     POD_SCHEDULED_TIME: POD_SCHEDULED_TIME,
-    POD_SCHEDULED: f'{POD_SCHEDULED}{{condition="true"}} == 1',
     POD_UNSCHEDULABLE: f"{POD_UNSCHEDULABLE} == 1",
     POD_DELETION: POD_DELETION,
     POD_REQUESTS: POD_REQUESTS,
     POD_LIMITS: POD_LIMITS,
-    POD_LABELS: POD_LABELS,
+    POD_LABELS: f'{POD_LABELS}{{{OPT_OUT_LABEL}!=""}}',  # the only label read: the pods carrying it
     NODE_ALLOCATABLE: NODE_ALLOCATABLE,
     NODE_UNSCHEDULABLE: f"{NODE_UNSCHEDULABLE} == 1",
     NODE_TAINT: NODE_TAINT,
@@ -86,29 +95,36 @@ NO_OWNER = ("", "<none>")
 _FINISHED = ("Succeeded", "Failed")
 
 
-def sanitized(name: str) -> str:
-    """A resource or label name as kube-state-metrics writes it (nvidia.com/gpu -> nvidia_com_gpu)."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+def has_data(frame: Frame | IndexedFrame) -> bool:
+    samples = frame.frame if isinstance(frame, IndexedFrame) else frame
+    return all(samples.get(metric) for metric in REQUIRED)
 
 
-OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
+# Times a sample may hold: 1970 to 9999 (beyond, or not finite, it is no time: unknown).
+_LAST_TIME = 253_402_300_799
 
 
-def has_data(frame: Frame) -> bool:
-    return all(frame.get(metric) for metric in REQUIRED)
-
-
-def _time(seconds: float) -> str:
+@lru_cache(maxsize=65_536)  # every pod's times, every step: most repeat from step to step
+def _time(seconds: float) -> str | None:
+    if not 0 <= seconds <= _LAST_TIME:  # also NaN
+        return None
     return rfc3339(datetime.fromtimestamp(seconds, tz=UTC))
 
 
+@lru_cache(maxsize=65_536)  # every container's requests, every step: a cluster repeats a few amounts
 def _quantity(value: float) -> str:
     """A sample as a Kubernetes quantity (plain decimal: 8589934592, 0.5)."""
     return f"{Decimal(repr(value)).normalize():f}"
 
 
 def _key(labels: Mapping[str, str]) -> PodKey:
-    return PodKey(str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
+    return PodKey(*_pair(labels))
+
+
+def _pair(labels: Mapping[str, str]) -> tuple[str, str]:
+    """A pod's (namespace, name): equal to its PodKey, made without the named tuple's constructor (every
+    pod sample of every step)."""
+    return (str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
 
 
 @dataclass(frozen=True)
@@ -157,25 +173,88 @@ def _owner(labels: Mapping[str, str]) -> tuple[str, str, str] | None:
     return (_key(labels).namespace, kind, name)
 
 
-def pod_infos(frame: Frame) -> dict[str, Mapping[str, str]]:
-    """kube_pod_info's labels by uid. Where a pod shows twice (its unbound series still in Prometheus'
-    lookback after it was bound, as without staleness markers), the bound one: binding is never undone."""
-    infos: dict[str, Mapping[str, str]] = {}
-    for labels, _ in frame.get(POD_INFO, ()):
-        uid = _uid(labels)
-        if uid not in infos or labels.get("node"):
-            infos[uid] = labels
-    return infos
+_Entries = list[tuple[Mapping[str, str], float]]
 
 
-def _by_pod(frame: Frame, metric: str) -> dict[PodKey, list[tuple[Mapping[str, str], float]]]:
-    out: dict[PodKey, list[tuple[Mapping[str, str], float]]] = {}
-    for labels, value in frame.get(metric, ()):
-        out.setdefault(_key(labels), []).append((labels, value))
-    return out
+class IndexedFrame:
+    """One step's samples indexed by pod once, shared by every policy replayed over the step."""
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+        self._by_pod: dict[str, dict[tuple[str, str], _Entries]] = {}
+        self._infos: dict[str, Mapping[str, str]] | None = None
+        self._history: dict[str, PodHistory] | None = None
+        self._running: dict[tuple[str, ...], set[PodKey]] = {}
+
+    def by_pod(self, metric: str) -> dict[tuple[str, str], _Entries]:
+        found = self._by_pod.get(metric)
+        if found is None:
+            found = self._by_pod[metric] = {}
+            for labels, value in self.frame.get(metric, ()):
+                found.setdefault(_pair(labels), []).append((labels, value))
+        return found
+
+    def infos(self) -> dict[str, Mapping[str, str]]:
+        """kube_pod_info's labels by uid. Where a pod shows twice (its unbound series still in Prometheus'
+        lookback after it was bound, as without staleness markers), the bound one: binding is never undone."""
+        if self._infos is None:
+            self._infos = {}
+            for labels, _ in self.frame.get(POD_INFO, ()):
+                uid = _uid(labels)
+                if uid not in self._infos or labels.get("node"):
+                    self._infos[uid] = labels
+        return self._infos
+
+    def history(self) -> dict[str, PodHistory]:
+        """Every pod of the step by uid, as history shows it (what outcomes are settled against)."""
+        if self._history is None:
+            phases, starts = self.by_pod(POD_PHASE), self.by_pod(POD_START)
+            self._history = {}
+            for uid, labels in self.infos().items():
+                pair = _pair(labels)
+                phase = phases.get(pair)
+                self._history[uid] = PodHistory(
+                    PodKey(*pair),
+                    uid,
+                    str(labels.get("node") or ""),
+                    str(phase[0][0].get("phase")) if phase else "Unknown",
+                    _finite(_first(starts, pair)),
+                )
+        return self._history
+
+    def running_gpu_pods(self, gpu_resources: Sequence[str]) -> set[PodKey]:
+        """The pods history shows bound, not finished and requesting GPUs (whatever the simulation did to
+        them): the exporter has data for the step if it has some for any of them."""
+        names = tuple(gpu_resources)
+        found = self._running.get(names)
+        if found is None:
+            gpu = {sanitized(r) for r in names}
+            holding = {
+                pair
+                for metric in (POD_REQUESTS, POD_LIMITS)
+                for labels, value in self.frame.get(metric, ())
+                if labels.get("resource") in gpu and value > 0
+                for pair in (_pair(labels),)
+            }
+            found = self._running[names] = {
+                pod.key for pod in self.history().values() if pod.running and pod.key in holding
+            }
+        return found
 
 
-def _first(index: Mapping[PodKey, list[tuple[Mapping[str, str], float]]], key: PodKey) -> float | None:
+def indexed(frame: Frame | IndexedFrame) -> IndexedFrame:
+    return frame if isinstance(frame, IndexedFrame) else IndexedFrame(frame)
+
+
+def pods_in_history(frame: Frame | IndexedFrame) -> dict[str, PodHistory]:
+    return indexed(frame).history()
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def _first(index: Mapping[tuple[str, str], _Entries], key: tuple[str, str]) -> float | None:
     entries = index.get(key)
     return entries[0][1] if entries else None
 
@@ -207,39 +286,8 @@ class PodHistory:
         return bool(self.node) and self.phase not in _FINISHED
 
 
-def pods_in_history(frame: Frame) -> dict[str, PodHistory]:
-    """Every pod of the step by uid, as history shows it (what outcomes are settled against)."""
-    phases = _by_pod(frame, POD_PHASE)
-    starts = _by_pod(frame, POD_START)
-    out: dict[str, PodHistory] = {}
-    for uid, labels in pod_infos(frame).items():
-        key = _key(labels)
-        phase = phases.get(key)
-        out[uid] = PodHistory(
-            key,
-            uid,
-            str(labels.get("node") or ""),
-            str(phase[0][0].get("phase")) if phase else "Unknown",
-            _first(starts, key),
-        )
-    return out
-
-
-def running_gpu_pods(frame: Frame, gpu_resources: Sequence[str]) -> set[PodKey]:
-    """The pods history shows bound, not finished and requesting GPUs at this step (whatever the simulation
-    did to them): the exporter has data for the step if it has some for any of them."""
-    gpu = {sanitized(r) for r in gpu_resources}
-    holding = {
-        _key(labels)
-        for metric in (POD_REQUESTS, POD_LIMITS)
-        for labels, value in frame.get(metric, ())
-        if labels.get("resource") in gpu and value > 0
-    }
-    return {pod.key for pod in pods_in_history(frame).values() if pod.running and pod.key in holding}
-
-
 def cluster_at(
-    frame: Frame,
+    frame: Frame | IndexedFrame,
     priority_classes: Sequence[JsonObj],
     gpu_resources: Sequence[str],
     overlay: Overlay,
@@ -249,14 +297,14 @@ def cluster_at(
     preemptors placed, reclaim annotations written), through the readers' record boundary."""
     classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
     names = {sanitized(r): r for r in gpu_resources} | {"cpu": "cpu", "memory": "memory"}
+    step = indexed(frame)
     index = {
-        m: _by_pod(frame, m)
+        m: step.by_pod(m)
         for m in (
             POD_PHASE,
             POD_CREATED,
             POD_START,
             POD_SCHEDULED_TIME,
-            POD_SCHEDULED,
             POD_UNSCHEDULABLE,
             POD_DELETION,
             POD_REQUESTS,
@@ -265,12 +313,12 @@ def cluster_at(
         )
     }
     pods: list[JsonObj] = []
-    for uid, labels in pod_infos(frame).items():
+    for uid, labels in step.infos().items():
         if uid in overlay.gone:
             continue
         pods.append(_pod(labels, uid, index, classes, names, overlay, evidence))
-    nodes = _nodes(frame, names)
-    pdbs = _pdbs(frame, overlay)
+    nodes = _nodes(step.frame, names)
+    pdbs = _pdbs(step.frame, overlay)
     return ClusterState(
         [record(n) for n in nodes],
         [record(p) for p in pods],
@@ -282,7 +330,7 @@ def cluster_at(
 def _pod(
     labels: Mapping[str, str],
     uid: str,
-    index: Mapping[str, Mapping[PodKey, list[tuple[Mapping[str, str], float]]]],
+    index: Mapping[str, Mapping[tuple[str, str], _Entries]],
     classes: Mapping[str, JsonObj],
     names: Mapping[str, str],
     overlay: Overlay,
@@ -294,11 +342,11 @@ def _pod(
     phase = str(phase_entries[0][0].get("phase")) if phase_entries else "Unknown"
     meta: JsonObj = {"name": key.name, "namespace": key.namespace, "uid": uid}
     created = _first(index[POD_CREATED], key)
-    if created is not None:
+    if created is not None and _time(created) is not None:
         meta["creationTimestamp"] = _time(created)
     deleted = _first(index[POD_DELETION], key)
-    if deleted is not None:
-        meta["deletionTimestamp"] = _time(deleted)
+    if deleted is not None:  # an unreadable time still says it is being deleted
+        meta["deletionTimestamp"] = _time(deleted) or _time(0)
     label_entries = index[POD_LABELS].get(key)
     if label_entries and label_entries[0][0].get(OPT_OUT_LABEL):
         meta["labels"] = {NEVER_RECLAIM_LABEL: label_entries[0][0][OPT_OUT_LABEL]}
@@ -324,13 +372,13 @@ def _pod(
         scheduled_time = _first(index[POD_START], key)
     conditions: list[JsonObj] = []
     placed = overlay.placed.get(uid)
-    if placed is not None:
+    if placed is not None and phase not in _FINISHED:  # once history shows it finished, it is
         node, phase, scheduled_time = placed[0], "Running", placed[1]
     if node:
         spec["nodeName"] = node
         condition: JsonObj = {"type": "PodScheduled", "status": "True"}
-        if scheduled_time is not None:
-            condition["lastTransitionTime"] = _time(scheduled_time)
+        if scheduled_time is not None and _time(scheduled_time) is not None:
+            condition["lastTransitionTime"] = _time(scheduled_time)  # else unknown: not yet scheduled
         conditions.append(condition)
     else:
         if key in index[POD_UNSCHEDULABLE]:
@@ -386,17 +434,21 @@ def _nodes(frame: Frame, names: Mapping[str, str]) -> list[JsonObj]:
 
 
 def _pdbs(frame: Frame, overlay: Overlay) -> list[JsonObj]:
-    pdbs: list[JsonObj] = []
+    """One per namespace and name (two kube-state-metrics replicas give each twice; the lower count)."""
+    pdbs: dict[tuple[str, str], JsonObj] = {}
     for labels, value in frame.get(PDB_ALLOWED, ()):
         ns = str(labels.get(NAMESPACE_LABEL) or "default")
+        name = str(labels.get("poddisruptionbudget", ""))
         allowed = int(value) if value == value and abs(value) < 2**31 else 0  # NaN or absurd: none allowed
-        pdbs.append(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": str(labels.get("poddisruptionbudget", "")), "namespace": ns},
-                "spec": {"selector": {}},  # selectors are not in kube-state-metrics: the whole namespace
-                "status": {"disruptionsAllowed": max(0, allowed - overlay.pdb_consumed.get(ns, 0))},
-            }
-        )
-    return pdbs
+        allowed = max(0, allowed - overlay.pdb_consumed.get(ns, 0))
+        known = pdbs.get((ns, name))
+        if known is not None and known["status"]["disruptionsAllowed"] <= allowed:
+            continue
+        pdbs[(ns, name)] = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {}},  # selectors are not in kube-state-metrics: the whole namespace
+            "status": {"disruptionsAllowed": allowed},
+        }
+    return list(pdbs.values())

@@ -4,13 +4,15 @@ look-ahead samples come through two functions (the Prometheus adapter's, or a te
 At each step: the cluster history shows (automator/backtest/cluster.py) with what the simulated service
 changed (victims gone from then on, preemptors bound on the node freed for them with its reclaim
 annotations, so the planner's own cooldown and reclaim-count rules apply), the live adapter's usage at that
-time, the per-pass and hourly eviction budgets, then the planner itself. A step whose kube-state-metrics or
-usage data are missing is counted and plans nothing (missing data never reads as idle).
+time, the per-pass and hourly eviction budgets, then the planner itself. A step without data is counted and
+plans nothing (missing data never reads as idle): kube-state-metrics shows no pod or no node then, the usage
+queries fail, or none of the GPU pods history shows running has a fresh recorded sample (the exporter's
+data are missing; a pod whose own samples are missing or stale is protected as live, whatever the step).
 
 Outcomes of every eviction, read forward in history:
 - regret: a sample of the victim's recorded activity above its class's threshold within the look-ahead after
-  the eviction; busy_again_after is the time to the first one. Samples that cannot be read: regret (the
-  eviction cannot be shown harmless), with a warning;
+  the eviction (read past the window's end where Prometheus has it); busy_again_after is the time to the
+  first one. Samples that cannot be read: regret (the eviction cannot be shown harmless), with a warning;
 - GPU-hours reclaimed: the victim's GPUs times the time until history shows it ended (the step after the last
   step it was seen running; the window's end if it never ended);
 - wait saved: from the eviction until history shows the preemptor started (kube_pod_start_time, else the
@@ -25,15 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from automator.backtest.cluster import (
-    Evidence,
-    Frame,
-    Overlay,
-    cluster_at,
-    has_data,
-    pods_in_history,
-    running_gpu_pods,
-)
+from automator.backtest.cluster import Evidence, Frame, IndexedFrame, Overlay, cluster_at, has_data, indexed
 from automator.objects.class_settings import class_settings
 from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
 from automator.objects.resources import FieldError, pod_requests
@@ -96,13 +90,16 @@ def gpu_hours(gpus: int, at: float, ended: float) -> float:
 def idle_gpus(cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig) -> int:
     """GPUs of bound pods whose known activity is at or below their class's threshold (unknown: not idle)."""
     classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in cluster.priority_classes}
+    thresholds: dict[str, float] = {}
     total = 0
     for pod in cluster.pods:
         known = usage.get(PodKey.of(pod))
         if known is None or known.gpu_activity is None:
             continue
-        threshold = class_settings(classes.get(str((pod.get("spec") or {}).get("priorityClassName"))), config)
-        if known.gpu_activity <= threshold.gpu_threshold:
+        name = str((pod.get("spec") or {}).get("priorityClassName"))
+        if name not in thresholds:
+            thresholds[name] = class_settings(classes.get(name), config).gpu_threshold
+        if known.gpu_activity <= thresholds[name]:
             try:
                 total += pod_requests(pod, config.gpu_resources).gpus
             except FieldError:
@@ -128,8 +125,9 @@ class Replay:
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def step(self, t: int, frame: Frame, usage: UsageFn, lookahead: LookaheadFn) -> None:
+    def step(self, t: int, samples: Frame | IndexedFrame, usage: UsageFn, lookahead: LookaheadFn) -> None:
         self.steps += 1
+        frame = indexed(samples)
         if not has_data(frame):
             self._no_data(t)
             return
@@ -140,7 +138,7 @@ class Replay:
         )
         windows = planner.usage_windows(cluster, config)
         # History's GPU pods (evicted ones too) are asked with a window already asked: no extra query.
-        running = running_gpu_pods(frame, config.gpu_resources)
+        running = frame.running_gpu_pods(config.gpu_resources)
         window = next(iter(windows.values()), UsageWindow(config.default_gpu_idle_seconds, 0))
         asked = {**dict.fromkeys(running, window), **windows}
         try:
@@ -175,9 +173,9 @@ class Replay:
                 consumed[e.victim.namespace] = consumed.get(e.victim.namespace, 0) + 1
         return Overlay(frozenset(self.gone), self.placed, self.annotations, consumed)
 
-    def _settle(self, t: int, frame: Frame) -> None:
+    def _settle(self, t: int, frame: IndexedFrame) -> None:
         """Outcomes history now shows: victims that ended, preemptors that started or vanished."""
-        history = pods_in_history(frame)
+        history = frame.history()
         for e in self.evictions:
             if e.ended is not None:
                 continue

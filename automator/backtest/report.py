@@ -102,7 +102,8 @@ _COLUMNS = ("policy", "evictions", "regret", "GPU-hours", "wait saved (h)", "ste
 
 
 def report_text(report: dict[str, Any]) -> str:
-    """One table of every policy's totals, then each policy's regret evictions by name."""
+    """One table of every policy's totals (a sweep reads off it), then per policy its evictions by
+    namespace and its regret evictions by name."""
     rows = [_COLUMNS]
     for p in report["policies"]:
         t = p["totals"]
@@ -131,6 +132,12 @@ def report_text(report: dict[str, Any]) -> str:
             ).rstrip()
         )
     for p in report["policies"]:
+        if p["by_namespace"]:
+            lines += ["", f"{p['name']} by namespace (evictions, regret, GPU-hours):"]
+            for ns, row in p["by_namespace"].items():
+                lines.append(
+                    f"  {ns}  {row['evictions']}  {row['regret_evictions']}  {row['gpu_hours_reclaimed']:.2f}"
+                )
         regrets = [e for e in p["evictions"] if e["regret"]]
         if not regrets:
             continue

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from automator.backtest import history
 from automator.backtest.cli import BacktestError, Options
-from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS
+from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, IndexedFrame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import report_json, report_text, timelines
 from automator.objects.model import JsonObj, PodKey, PodUsage, UsageWindow
@@ -73,8 +73,11 @@ def run_backtest(
             opt_out_seen = opt_out_seen or any(
                 OPT_OUT_LABEL in labels for labels, _ in frame.get(POD_LABELS, ())
             )
+            samples = IndexedFrame(frame)  # indexed once for every policy
+            prom.answers = {}  # the policies' equal queries of this step asked once
             for replay in replays:
-                replay.step(grid.at(first + i), frame, usage, lookahead_samples)
+                replay.step(grid.at(first + i), samples, usage, lookahead_samples)
+            prom.answers = None
             done += 1
             if progress is not None:
                 progress(done, grid.count)
@@ -158,6 +161,11 @@ def run(options: Options) -> int:
         print(f"backtest report written to {options.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    print(
+        f"backtest: {result.queries} Prometheus queries over {result.steps} steps "
+        f"({result.queries_per_step:.1f} per step)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -217,7 +217,7 @@ HEAVY = (
 )
 
 
-@pytest.mark.parametrize("command", ["plan", "explain", "run"])
+@pytest.mark.parametrize("command", ["plan", "explain", "run", "backtest"])
 def test_help_of_the_offline_commands_imports_no_client(command: str) -> None:
     probe = (
         "import sys\n"

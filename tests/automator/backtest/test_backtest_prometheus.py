@@ -21,12 +21,13 @@ import pytest
 import yaml
 
 from automator import cli
+from automator.backtest import history
 from automator.backtest.cli import policies
 from automator.backtest.cluster import KSM_QUERIES
 from automator.backtest.run import run_backtest
 from automator.prom import PrometheusAdapter
 from steward_common.conventions import RECLAIM_ANNOTATION
-from tests.automator.backtest.history import END, Pod, build
+from tests.automator.backtest.backfill import END, Pod, build
 from tools.promserver import Prometheus, start_backfilled_prometheus
 
 H, M = 3600, 60
@@ -166,6 +167,17 @@ def test_threshold_sweep(
     assert by_name["threshold=0.7"]["totals"]["regret_evictions"] == 0
     for policy in by_name.values():
         assert policy["totals"]["evictions"] == 2
+    # The two policies' usage queries are the same at each step: asked once (the look-ahead too).
+    prom = PrometheusAdapter(prometheus.url)
+    from automator.reclaim.snapshot import load_cluster
+
+    args = cli.build_parser().parse_args(
+        ["backtest", "--prometheus", "x", "--from", "0", "--to", "1", "--sweep", "threshold=0.3,0.7"]
+    )
+    result = run_backtest(
+        prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
+    )
+    assert result.queries == 2 * (WINDOW // STEP + 1) + len(KSM_QUERIES) + 1 + 2
 
 
 @pytest.mark.integration
@@ -186,3 +198,44 @@ def test_queries_per_step_do_not_grow_with_the_cluster(prometheus: Prometheus, c
 
 def _rfc3339(t: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@pytest.mark.integration
+def test_text_and_html_outputs(
+    prometheus: Prometheus, classes_file: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    base = ["backtest", "--prometheus", prometheus.url, "--from", str(F), "--to", str(F + WINDOW)]
+    base += ["--step", "5m", "--priority-classes", str(classes_file)]
+    assert cli.main(base) == 0
+    text = capsys.readouterr().out
+    [row] = [
+        line.split() for line in text.splitlines() if line.split()[:1] == ["default"] and "by" not in line
+    ]
+    assert "default by namespace (evictions, regret, GPU-hours):" in text
+    assert row[:4] == ["default", "2", "1", f"{4 * 2 + 8 * 100 / 60:.2f}"]
+    assert "regret evictions of default:" in text
+    assert f"ml/regret (8 GPUs on gpu-1) for hi/p1: busy again after {10 * M + 15} s" in text
+    out = tmp_path / "report.html"
+    assert cli.main([*base, "--output", "html", "--out", str(out)]) == 0
+    assert out.read_text().lstrip().lower().startswith("<!doctype html")
+    assert str(out) in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_chunks_change_nothing_but_the_query_count(
+    prometheus: Prometheus,
+    classes_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    whole = _backtest(prometheus, classes_file, capsys)
+    monkeypatch.setattr(history, "CHUNK_STEPS", 7)  # 49 steps: 7 chunks
+    assert _backtest(prometheus, classes_file, capsys) == whole
+    prom = PrometheusAdapter(prometheus.url)
+    from automator.reclaim.snapshot import load_cluster
+
+    args = cli.build_parser().parse_args(["backtest", "--prometheus", "x", "--from", "0", "--to", "1"])
+    result = run_backtest(
+        prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
+    )
+    assert result.queries == 2 * (WINDOW // STEP + 1) + 7 * (len(KSM_QUERIES) + 1) + 2
