@@ -37,7 +37,7 @@ from automator.prom import PrometheusAdapter
 from automator.reclaim.snapshot import load_cluster
 from automator.service.actuator import run_pass
 from steward_common.series import POD_ACTIVITY
-from tests.automator.backtest.history import Pod
+from tests.automator.backtest.backfill import Pod
 from tests.automator.backtest.test_backtest_prometheus import CLASSES as KNOWN_CLASSES
 from tools.fakekube import FakeApiServer
 from tools.promserver import Prometheus, start_prometheus
