@@ -53,20 +53,36 @@ def _label(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _settings(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "(defaults)"
+def _value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "(none)"
+    return "(none)" if value is None else str(value)
+
+
+def _settings(settings: dict[str, Any], keys: Sequence[str] | None = None) -> str:
+    shown = [k for k in settings if keys is None or k in keys]
+    return ", ".join(f"{k}={_value(settings[k])}" for k in shown)
+
+
+def _differing(policies: Sequence[dict[str, Any]]) -> list[str]:
+    """The settings whose values differ between the policies (what a sweep varied), in their order."""
+    keys = list(dict.fromkeys(k for p in policies for k in p["settings"]))
+    return [k for k in keys if len({_value(p["settings"].get(k)) for p in policies}) > 1]
 
 
 def _policy_table(policies: Sequence[dict[str, Any]]) -> str:
+    differing = _differing(policies)
+    heading = "settings that differ" if differing else "settings"
     head = (
-        "<tr><th class='l'>policy</th><th class='l'>settings</th><th>evictions</th><th>regret</th>"
+        f"<tr><th class='l'>policy</th><th class='l'>{heading}</th><th>evictions</th><th>regret</th>"
         "<th>GPU-hours reclaimed</th><th>wait saved (h)</th><th>steps</th><th>steps without data</th></tr>"
     )
     rows = []
     for p in policies:
         t = p["totals"]
+        settings = _settings(p["settings"], differing) if differing else "as below, per policy"
         rows.append(
-            f"<tr><td class='l'>{_e(p['name'])}</td><td class='l'>{_e(_settings(p['settings']))}</td>"
+            f"<tr><td class='l'>{_e(p['name'])}</td><td class='l'>{_e(settings)}</td>"
             f"<td>{_e(t['evictions'])}</td><td>{_e(t['regret_evictions'])}</td>"
             f"<td>{t['gpu_hours_reclaimed']:.2f}</td><td>{t['wait_saved_seconds'] / 3600:.2f}</td>"
             f"<td>{_e(t['steps'])}</td><td>{_e(t['steps_without_data'])}</td></tr>"
@@ -241,6 +257,7 @@ def render_html(report: dict[str, Any], timelines: dict[str, list[tuple[float, i
         sections.append(f"<h2>Warnings</h2><ul class='warn' id='warnings'>{items}</ul>")
     for p in policies:
         sections.append(f"<h2>Policy {_e(p['name'])}</h2>")
+        sections.append(f"<p class='settings'>Settings: {_e(_settings(p['settings']))}.</p>")
         sections.append(_namespace_table(p["by_namespace"]))
         sections.append(_eviction_table(p["evictions"]))
     head = (

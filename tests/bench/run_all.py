@@ -27,6 +27,7 @@ BENCHES = [
     "tests.bench.bench_dra",
     "tests.bench.bench_keda",
     "tests.bench.bench_rules",
+    "tests.bench.bench_backtest",
 ]
 DOC = ROOT / "docs" / "benchmarks.md"
 MEASURED = "_Measured by `make bench` on {date}: {machine}, {cores} cores, {python}._"

@@ -104,6 +104,19 @@ def test_text_is_escaped() -> None:
     assert "a warning naming &lt;script&gt;" in page
 
 
+def test_policy_table_shows_what_the_sweep_varied() -> None:
+    """The table names the settings that differ between the policies; each policy's section all of them."""
+    report, timelines = sample()
+    page = render_html(report, timelines)
+    table = page[page.index("<table id='policies'>") :]
+    table = table[: table.index("</table>")]
+    assert "gpu-idle-threshold=0.01<" in table and "gpu-idle-threshold=0.03<" in table
+    assert "note=" not in table
+    assert page.count("Settings: gpu-idle-threshold=") == 3
+    single, _ = sample(("only",))
+    assert "as below, per policy" in render_html(single, {})
+
+
 def test_self_contained_by_construction() -> None:
     """Nothing refers outside the page: no src, no link, no @import; href and url() only to the page's own
     ids; and a Content-Security-Policy that forbids every load."""

@@ -1,0 +1,81 @@
+"""docs/backtest.md against the code: the kube-state-metrics it reads, the JSON totals it explains, the
+query load it states, and its worked example, rerun on the same history."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from automator import cli
+from automator.backtest.cli import MAX_POLICIES, SWEEP_ALIASES
+from automator.backtest.cluster import KSM_QUERIES
+from automator.backtest.history import CHUNK_STEPS
+from tests.automator.backtest.test_backtest_prometheus import (  # noqa: F401 (fixtures)
+    WINDOW,
+    F,
+    classes_file,
+    prometheus,
+)
+from tools.promserver import Prometheus
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "backtest.md"
+EXAMPLE_FROM = "2026-12-02T13:00:00Z"
+TOTALS = (
+    "evictions",
+    "regret_evictions",
+    "gpu_hours_reclaimed",
+    "wait_saved_seconds",
+    "steps",
+    "steps_without_data",
+)
+
+
+def _doc() -> str:
+    return DOC.read_text()
+
+
+def test_every_metric_read_is_listed() -> None:
+    doc = _doc()
+    assert [m for m in KSM_QUERIES if f"`{m}`" not in doc] == []
+    assert f"one range query per\n  kube-state-metrics metric ({len(KSM_QUERIES)})" in doc
+    assert f"Per chunk of {CHUNK_STEPS} steps" in doc and f"at most {CHUNK_STEPS} points per series" in doc
+
+
+def test_every_total_and_sweep_name_is_explained() -> None:
+    doc = _doc()
+    for key in TOTALS:
+        assert f"| `{key}` |" in doc, key
+    for key in ("busy_again_after_seconds", "by_namespace", "settings", "warnings"):
+        assert f"`{key}`" in doc, key
+    for alias in SWEEP_ALIASES:
+        assert f"`{alias}`" in doc
+    assert f"at most {MAX_POLICIES} policies" in doc
+
+
+def _stamp(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@pytest.mark.integration
+def test_worked_example_is_what_the_command_prints(
+    prometheus: Prometheus,  # noqa: F811
+    classes_file: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["backtest", "--prometheus", prometheus.url, "--from", str(F), "--to", str(F + WINDOW), "--step",
+            "5m", "--priority-classes", str(classes_file), "--sweep", "threshold=0.3,0.7"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    # the example's times are those of one run; this run's history starts at F
+    shift = int(time.mktime(time.strptime(EXAMPLE_FROM, "%Y-%m-%dT%H:%M:%SZ"))) - time.timezone - F
+    out = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", lambda m: _shifted(m.group(0), shift), out)
+    block = _doc().split("--sweep threshold=0.3,0.7\n", 1)[1].split("```", 1)[0]
+    assert out == block
+
+
+def _shifted(stamp: str, shift: int) -> str:
+    t = int(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))) - time.timezone
+    return _stamp(t + shift)
