@@ -32,7 +32,7 @@ from automator.kube.client import (
 )
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
-from automator.objects.records import decode_pod, decode_pods
+from automator.objects.pod import Pod, decode_one_pod, decode_pod_page
 from automator.objects.resources import FieldError, node_allocatable
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
@@ -157,16 +157,12 @@ class KubernetesAdapter:
             listed = list_all(
                 "pods",
                 self.core.list_pod_for_all_namespaces,
-                decode_pods,
+                decode_pod_page,
                 self.timeout,
                 field_selector=ACTIVE_PODS,
             )
             # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
-            pods = [
-                p
-                for p in listed
-                if not (bound := (p.get("spec") or {}).get("nodeName")) or bound in gpu_nodes
-            ]
+            pods = [p for p in listed if not p.node_name or p.node_name in gpu_nodes]
             classes = list_all(
                 "priorityclasses",
                 self.scheduling.list_priority_class,
@@ -181,8 +177,8 @@ class KubernetesAdapter:
             )
             return ClusterState(nodes=nodes, pods=pods, priority_classes=list(classes), pdbs=list(pdbs))
 
-    def get_pod(self, pod: PodKey) -> JsonObj | None:
-        """The record of one pod (automator/objects/records.py), None when it does not exist."""
+    def get_pod(self, pod: PodKey) -> Pod | None:
+        """The record of one pod, None when it does not exist."""
         try:
             resp = self.core.read_namespaced_pod(
                 pod.name, pod.namespace, _preload_content=False, _request_timeout=self.timeout
@@ -194,7 +190,7 @@ class KubernetesAdapter:
         except TRANSPORT_ERRORS as e:
             raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
         try:
-            return decode_pod(resp.data)
+            return decode_one_pod(resp.data)
         except ValueError as e:
             raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
 

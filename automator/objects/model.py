@@ -6,10 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
 from steward_common.series import IDLE_THRESHOLD
+
+if TYPE_CHECKING:
+    from automator.objects.pod import Pod
 
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
 JsonObj = dict[str, Any]
@@ -68,10 +71,18 @@ class PodUsage:
 
 @dataclass
 class ClusterState:
+    """One listing of the cluster. Built from objects or records: each object is decoded into its record
+    here, once, so every reader of a pass reads records."""
+
     nodes: list[JsonObj]
-    pods: list[JsonObj]
+    pods: list[Pod]
     priority_classes: list[JsonObj]
     pdbs: list[JsonObj]
+
+    def __post_init__(self) -> None:
+        from automator.objects.pod import pod_records  # the records are built on PodKey, defined here
+
+        self.pods = pod_records(self.pods)
 
 
 @dataclass(frozen=True)

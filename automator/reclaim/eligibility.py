@@ -11,7 +11,7 @@ from typing import Any
 
 from automator.objects.class_settings import ClassSettings
 from automator.objects.model import JsonObj, PlannerConfig, PodUsage
-from automator.objects.resources import labels_of
+from automator.objects.pod import Pod
 from automator.reclaim.fit import requirement_matches
 from automator.reclaim.report import fmt_measure
 from steward_common.conventions import (
@@ -71,11 +71,10 @@ class PdbIndex:
             index.remaining[(ns, str(meta.get("name")))] = allowed
         return index
 
-    def covering(self, pod: JsonObj) -> tuple[list[tuple[str, str]], str | None]:
+    def covering(self, pod: Pod) -> tuple[list[tuple[str, str]], str | None]:
         """PDB ids selecting the pod, and a protection reason if an eviction would be refused."""
-        meta = pod.get("metadata") or {}
-        ns = str(meta.get("namespace") or "default")
-        pod_labels = labels_of(pod)
+        ns = pod.key.namespace
+        pod_labels = pod.labels
         ids: list[tuple[str, str]] = []
         selectors = self.selectors.get(ns)
         if selectors is None:
@@ -296,9 +295,9 @@ def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int)
     return rule, _recent_reason(rule, settings, usage, recent_window)
 
 
-def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None:
+def scope_verdict(pod: Pod, config: PlannerConfig) -> tuple[str, str] | None:
     """Scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
-    ns = str((pod.get("metadata") or {}).get("namespace") or "default")
+    ns = pod.key.namespace
     if ns in config.exclude_namespaces:
         return (
             WORD_NAMESPACE_EXCLUDED,
@@ -309,7 +308,7 @@ def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None
             WORD_NAMESPACE_EXCLUDED,
             f"{WORD_NAMESPACE_EXCLUDED}: namespace {ns} is not in --victim-namespaces",
         )
-    if str(labels_of(pod).get(NEVER_RECLAIM_LABEL, "")).strip().lower() == "true":
+    if str(pod.labels.get(NEVER_RECLAIM_LABEL, "")).strip().lower() == "true":
         return WORD_OPTED_OUT, f'{WORD_OPTED_OUT}: labelled {NEVER_RECLAIM_LABEL}="true"'
     return None
 

@@ -287,8 +287,8 @@ def test_written_annotation_starts_the_cooldown() -> None:
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW)  # fresh state each pass: only the annotation remembers
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW + timedelta(seconds=60))
     assert kube.evicted == [PodKey("ml", "x")]
-    pod = next(p for p in kube.cluster.pods if p["metadata"]["name"] == "pending")
-    assert pod["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] == k8s.ts(NOW)
+    pod = next(p for p in kube.cluster.pods if p.key.name == "pending")
+    assert pod.annotations[LAST_RECLAIM_ANNOTATION] == k8s.ts(NOW)
 
 
 def test_invalid_annotation_warns_once_on_the_class_pods_in_enforce_only() -> None:

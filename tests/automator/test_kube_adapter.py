@@ -81,10 +81,9 @@ def test_snapshot_lists_every_kind_as_camel_case_json(
 
     state = kube.snapshot()
 
-    assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
-    assert state.pods[0]["spec"]["nodeName"] == "node-1"  # camelCase, as kubectl -o json
-    assert state.pods[0]["spec"]["priorityClassName"] == "batch"
-    assert (state.pods[0]["kind"], state.pods[0]["apiVersion"]) == ("Pod", "v1")
+    assert [p.key.name for p in state.pods] == ["a", "b"]
+    assert state.pods[0].node_name == "node-1"  # decoded from camelCase, as kubectl -o json
+    assert state.pods[0].class_name == "batch"
     assert state.nodes[0]["status"]["allocatable"] == {"nvidia.com/gpu": "8"}
     assert state.priority_classes[0]["preemptionPolicy"] == "Never"
     assert state.priority_classes[0]["apiVersion"] == "scheduling.k8s.io/v1"
@@ -253,8 +252,7 @@ def test_get_pod_reads_a_plain_record_or_none(fake_kube: FakeApiServer, kube: Ku
     full["spec"]["volumes"] = [{"name": "data"}]  # type: ignore[index]
     fake_kube.put(full)
     pod = kube.get_pod(PodKey("ml", "a"))
-    assert pod is not None and pod["metadata"]["uid"] == "u-a" and pod["spec"]["nodeName"] == "node-1"
-    assert "managedFields" not in pod["metadata"] and "volumes" not in pod["spec"]
+    assert pod is not None and pod.uid == "u-a" and pod.node_name == "node-1"
     assert kube.get_pod(PodKey("ml", "gone")) is None
 
 
@@ -272,8 +270,7 @@ def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
     for obj in (GPU_NODE, cpu, managed, POD_B, on_cpu):
         fake_kube.put(obj)
     state = kube.snapshot()
-    assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
-    assert "managedFields" not in state.pods[0]["metadata"]
+    assert [p.key.name for p in state.pods] == ["a", "b"]
     (listed,) = fake_kube.requests("GET", "/api/v1/pods")
     assert listed.query == {"fieldSelector": [ACTIVE_PODS], "limit": ["500"]}  # pages of 500, active pods
 

@@ -258,12 +258,11 @@ def test_gpu_count_uses_init_containers_and_sidecars() -> None:
 
 
 def test_several_gpu_resource_names() -> None:
-    state = k8s.cluster(*k8s.held_node("n1", "v"), k8s.preemptor("p"))
-    state.nodes[0]["status"]["allocatable"]["example.com/gpu"] = "2"
-    state.pods[1]["spec"]["containers"][0]["resources"]["limits"] = {
-        "example.com/gpu": 2,
-        "nvidia.com/gpu": 4,
-    }
+    gpu_node, victim = k8s.held_node("n1", "v")
+    gpu_node["status"]["allocatable"]["example.com/gpu"] = "2"
+    preemptor = k8s.preemptor("p")
+    preemptor["spec"]["containers"][0]["resources"]["limits"] = {"example.com/gpu": 2, "nvidia.com/gpu": 4}
+    state = k8s.cluster(gpu_node, victim, preemptor)
     result = run(state, k8s.idle("v"), gpu_resources=("nvidia.com/gpu", "example.com/gpu"))
     assert result.decisions[0].gpus_requested == 6 and result.decisions[0].free_gpus_before == 2
 

@@ -1,5 +1,5 @@
-"""pod_requests remembers the requests of a spec it has read (pods of one workload share them): the cached
-answer must be the one reading the spec again gives, and a malformed spec is never answered from it."""
+"""A Pod record's requests: the scheduler's formula over the amounts decoded once; a literal parsed before
+(a memo of amounts) answers as reading it again does, and a malformed spec is refused every time."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ from typing import Any
 
 import pytest
 
-from automator.objects.resources import FieldError, Requests, node_allocatable, pod_requests
+from automator.objects.pod import pod_record
+from automator.objects.resources import FieldError, Requests, node_allocatable
 
 GPU = ("nvidia.com/gpu",)
+
+
+def pod_requests(pod: dict[str, Any], names: tuple[str, ...]) -> Requests:
+    return pod_record(pod).requests(names)
 
 
 def _pod(limits: dict[str, Any], requests: dict[str, Any], **spec: Any) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def test_multi_document_yaml_nested_lists_and_other_kinds(tmp_path: Path) -> Non
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     state = load_cluster(path)
-    assert [PodKey.of(p) for p in state.pods] == [PodKey("ml", "a"), PodKey("ml", "b")]
+    assert [p.key for p in state.pods] == [PodKey("ml", "a"), PodKey("ml", "b")]
     assert len(state.nodes) == 1 and state.priority_classes == [] and state.pdbs == []
 
 

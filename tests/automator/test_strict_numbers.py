@@ -9,6 +9,7 @@ import pytest
 
 from automator.objects.class_settings import class_settings
 from automator.objects.model import Decision, PlannerConfig, PodKey
+from automator.objects.pod import pod_record
 from automator.objects.resources import FieldError, parse_time
 from automator.service.cooldown import reclaim_annotations
 from steward_common import settingspec as spec
@@ -49,7 +50,7 @@ def test_a_hostile_reclaim_count_starts_again(count: str) -> None:
         "metadata": {"name": "p", "namespace": "ml", "annotations": {RECLAIM_COUNT_ANNOTATION: count}}
     }
     decision = Decision(PodKey("ml", "p"), 1000, 1, "gpu-a", (), 1, 0)
-    written = reclaim_annotations(preemptor, decision, datetime(2025, 6, 1, tzinfo=UTC))
+    written = reclaim_annotations(pod_record(preemptor), decision, datetime(2025, 6, 1, tzinfo=UTC))
     assert written[RECLAIM_COUNT_ANNOTATION] == "1"
 
 
