@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from automator.objects.gc_pause import gc_paused
 
     try:
-        with gc_paused():  # parsing a large List makes millions of objects and no garbage cycles
+        with gc_paused():  # parsing a List makes many objects per item and no garbage cycles
             records = _read(args.cluster, load_cluster_file)
             usage = _read(args.usage, load_usage_file) if args.usage else []
             report = check(records, usage)

@@ -25,9 +25,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from automator.dra.cache import RecordCache
 from automator.dra.checks import check
-from automator.dra.load import KINDS, DraInputError, load_api_objects, load_objects, read_objects
+from automator.dra.load import KINDS, DraInputError, Entry, load_api_objects, load_objects, read_objects
 from automator.dra.metrics import DraCheckMetrics, DraCollector
 from automator.dra.model import (
     USAGE_OVER_CLAIM,
@@ -37,6 +36,7 @@ from automator.dra.model import (
     Report,
 )
 from automator.dra.report import EVENT_COMPONENT, events, to_json
+from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 
@@ -46,7 +46,7 @@ JsonObj = dict[str, Any]
 
 # A report older than this many intervals is no longer exported or served (the check stopped working).
 STALE_INTERVALS = 3
-# Events: at most this many writes per check (a cluster with thousands of orphaned claims must not flood
+# Events: at most this many writes per check (a cluster with many orphaned claims must not flood
 # the API server; the rest follow in the next checks), and a finding that persists is written again after
 # this long (core/v1 Events expire after an hour by default; the same name answers 409 while one exists).
 MAX_EVENTS_PER_CHECK = 50
@@ -127,9 +127,9 @@ class DraCheckJob:
     instance: str = EVENT_COMPONENT
     max_events_per_check: int = MAX_EVENTS_PER_CHECK
     event_repeat_seconds: float = EVENT_REPEAT_SECONDS
-    # The previous pass's records by object version (automator/dra/cache.py): only for a cluster whose
+    # The previous pass's records by object version (automator/objects/cache.py): only for a cluster whose
     # resourceVersions come from an API server (the Kubernetes adapter), never for a file.
-    record_cache: RecordCache | None = None
+    record_cache: RecordCache[Entry] | None = None
     last: CheckStatus | None = None  # the last check, whatever its result
     last_ok: CheckStatus | None = None  # the last check that read the cluster
     _announced: dict[str, datetime] = field(default_factory=dict)  # Event name -> when written

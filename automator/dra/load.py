@@ -12,28 +12,28 @@ field helpers they share are in fields.py. Here: the dispatch by kind, the files
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from automator.dra.cache import RecordCache
+import msgspec
+
 from automator.dra.fields import MAX_AMOUNT, MAX_INT, is_name, new
 from automator.dra.load_claims import ClaimLoader
-from automator.dra.load_pods import load_node, read_pod, usual_pod
+from automator.dra.load_pods import load_node, read_pod
 from automator.dra.load_slices import SliceLoader, parse_slice
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
-from automator.dra.read_json import read_json_document, read_json_objects
-from automator.dra.read_typed import ClaimRecords, TypedClaim, TypedPod, as_dict, pod_record, read_typed
-from automator.dra.read_typed import Objects as TypedObjects
+from automator.objects.cache import RecordCache, version_key
 from automator.objects.gc_pause import gc_paused
-from automator.reclaim.snapshot import InputError, documents, flatten
+from automator.reclaim.snapshot import InputError, documents, flatten, is_json
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
-_METADATA = itemgetter("metadata")
-_VERSION = itemgetter("uid", "resourceVersion")
+# What loading one object version made, kept across passes (automator/objects/cache.py): its kind, its
+# record (a claim, a pod, a parsed slice, a node), the findings reading it gave, and the key the records know
+# it by (namespace/name of a claim or a pod, the name of a slice or a node).
+Entry = tuple[str, Any, tuple[Finding, ...], str]
 
 # Input that is not a set of objects at all; the message names the file and the place. The same error as
 # the snapshot loader's, whose List flattening is reused.
@@ -41,18 +41,16 @@ DraInputError = InputError
 
 
 class _Loader:
-    def __init__(self, cache: RecordCache | None = None) -> None:
+    def __init__(self, cache: RecordCache[Entry] | None = None) -> None:
         self.records = Records()
         self._slices = SliceLoader()
         self._claims = ClaimLoader(self.records.findings)
-        self._findings, self._claim_list, self._pods = (
-            self.records.findings,
-            self.records.claims,
-            self.records.pods,
-        )
+        self._findings = self.records.findings
         self._cache = cache
 
     def add(self, obj: Mapping[str, Any], where: str) -> None:
+        """One object's records, read from it alone, with its findings; kept in the cache when the object
+        names its version."""
         kind = obj.get("kind")
         if kind not in KINDS:
             return  # other kinds play no part
@@ -62,110 +60,56 @@ class _Loader:
         name, namespace = meta.get("name"), meta.get("namespace")
         if type(name) is not str or not name:
             self._missing(kind, where, "metadata.name")
-        elif kind == "ResourceClaim" or kind == "Pod":
+            return
+        findings = self._findings
+        before = len(findings)
+        if kind == "ResourceClaim" or kind == "Pod":
             if type(namespace) is not str or not namespace:
                 self._missing(kind, where, "metadata.namespace")
-            elif self._cache is not None:
-                key = f"{namespace}/{name}"
-                self._use(kind, self._read(obj, kind, meta, name, namespace), key)
-            elif kind == "ResourceClaim":  # the two most numerous kinds, directly
-                self._claim_list.append(self._claims.claim(obj, namespace, name))
+                return
+            key = f"{namespace}/{name}"
+            if kind == "ResourceClaim":
+                made: Any = self._claims.claim(obj, namespace, name)
             else:
-                pod = usual_pod(obj, namespace, name) or read_pod(obj, namespace, name, self._findings)
-                self._pods[f"{namespace}/{name}"] = pod
-        elif kind == "DeviceClass":
-            self._slices.add_device_class(obj, name)
+                made = read_pod(obj, namespace, name, findings)
+        elif kind == "ResourceSlice":
+            key, made = name, parse_slice(obj, f"ResourceSlice {name}")
+        elif kind == "Node":
+            key, made = name, load_node(obj, f"Node {name}", name, findings)
         else:
-            self._use(kind, self._read(obj, kind, meta, name, namespace), name)
-
-    def add_versioned(self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache) -> None:
-        """As `add` for each object, but an object version the previous pass loaded is not read again.
-
-        It runs for every object of every pass of the service, so the versions are looked up in C (`map`
-        over item getters) when every object names its uid and resourceVersion, as the API server's do
-        (a uid names one object of one kind: the entry says which); otherwise object by object."""
-        previous, current = cache.previous, cache.current
-        try:
-            keys = list(map(_VERSION, map(_METADATA, objects)))
-            entries = list(map(previous.get, keys))
-        except (LookupError, TypeError):  # a field missing, an object or metadata that is no map, ...
-            for obj in objects:
-                self._add_entry(obj, where, cache)
+            self._slices.add_device_class(obj, name)
             return
-        findings, use = self._findings, self._use
-        hits = 0
+        if self._cache is not None:
+            self._cache.put(version_key(obj), (kind, made, tuple(findings[before:]), key))
+        self._use(kind, made, key)
+
+    def add_versioned(
+        self, objects: Sequence[Mapping[str, Any]], where: str, cache: RecordCache[Entry]
+    ) -> None:
+        """As `add` for each object, but an object version the previous pass loaded is not read again
+        (a uid names one object of one kind: an entry of another kind is not taken)."""
+        listed = cache.get_listed(objects)
+        if listed is None:  # not every object names its version: one by one
+            keys: Iterable[Any] = map(version_key, objects)
+            entries: Iterable[Entry | None] = map(cache.get, map(version_key, objects))
+        else:
+            keys, entries = listed
+        findings, use, keep = self._findings, self._use, cache.keep
         for obj, key, entry in zip(objects, keys, entries, strict=True):
             if entry is None or entry[0] != obj.get("kind"):
                 self.add(obj, where)
                 continue
-            hits += 1
-            current[key] = entry
+            keep(key, entry)
             if entry[2]:
                 findings.extend(entry[2])
             use(entry[0], entry[1], entry[3])
-        cache.hits = hits
-
-    def _add_entry(self, obj: Mapping[str, Any], where: str, cache: RecordCache) -> None:
-        """One object of any shape: from the cache when it names its version and that was loaded before."""
-        meta = obj.get("metadata")
-        uid, version = (meta.get("uid"), meta.get("resourceVersion")) if type(meta) is dict else (None, None)
-        entry = None
-        if type(uid) is str and type(version) is str:
-            entry = cache.previous.get((uid, version))
-        if entry is None or entry[0] != obj.get("kind"):
-            self.add(obj, where)
-            return
-        cache.hits += 1
-        cache.current[(uid, version)] = entry
-        self._findings.extend(entry[2])
-        self._use(entry[0], entry[1], entry[3])
-
-    def add_typed(self, objects: TypedObjects, where: str) -> None:
-        """The typed reader's objects: claims and pods of the usual shape straight into records, the rest
-        (other kinds, a name missing, an amount that is not a quantity) through `add`."""
-        claim_records = ClaimRecords(self._claims)
-        claims, pods = self._claim_list, self._pods
-        for i, obj in enumerate(objects):
-            meta = obj.metadata
-            if meta is not None:
-                name, namespace = meta.name, meta.namespace
-                if type(name) is str and name and type(namespace) is str and namespace:
-                    if type(obj) is TypedClaim:
-                        claim = claim_records.claim(obj, namespace, name)
-                        if claim is not None:
-                            claims.append(claim)
-                            continue
-                    elif type(obj) is TypedPod:
-                        pods[f"{namespace}/{name}"] = pod_record(obj, namespace, name)
-                        continue
-            self.add(as_dict(obj), f"{where} items[{i}]")
-
-    def _read(self, obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any], name: str, ns: Any) -> Any:
-        """What the object's records are, read from it alone, with its findings; kept in the cache when
-        the object names its version."""
-        before = len(self._findings)
-        if kind == "ResourceClaim":
-            made: Any = self._claims.claim(obj, ns, name)
-        elif kind == "Pod":
-            made = usual_pod(obj, ns, name) or read_pod(obj, ns, name, self._findings)
-        elif kind == "ResourceSlice":
-            made = parse_slice(obj, f"ResourceSlice {name}")
-        else:
-            made = load_node(obj, f"Node {name}", name, self._findings)
-        cache = self._cache
-        if cache is not None:
-            uid, version = meta.get("uid"), meta.get("resourceVersion")
-            if type(uid) is str and uid and type(version) is str and version:
-                key = f"{ns}/{name}" if kind == "Pod" else name
-                cache.put((uid, version), (kind, made, tuple(self._findings[before:]), key))
-        return made
 
     def _use(self, kind: str, made: Any, key: str) -> None:
-        """The records of one object into the pass's records (key: namespace/name of a pod, a node's name)."""
+        """The records of one object into the pass's records."""
         if kind == "ResourceClaim":
-            self._claim_list.append(made)
+            self.records.claims.append(made)
         elif kind == "Pod":
-            self._pods[key] = made
+            self.records.pods[key] = made
         elif kind == "ResourceSlice":
             self._slices.add_parsed(made, self._findings)
         else:
@@ -190,9 +134,11 @@ def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
         return loader.finish()
 
 
-def load_api_objects(objects: Sequence[Mapping[str, Any]], cache: RecordCache, where: str = "API") -> Records:
+def load_api_objects(
+    objects: Sequence[Mapping[str, Any]], cache: RecordCache[Entry], where: str = "API"
+) -> Records:
     """Records from the API server's objects, as load_objects; an object version the previous call loaded
-    is not read again (automator/dra/cache.py: the service lists the same objects every pass)."""
+    is not read again (automator/objects/cache.py: the service lists the same objects every pass)."""
     loader = _Loader(cache)
     cache.start()
     with gc_paused():
@@ -205,32 +151,46 @@ def load_api_objects(objects: Sequence[Mapping[str, Any]], cache: RecordCache, w
 # --- files ---------------------------------------------------------------------------------------------
 
 
-def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
-    """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML.
+def _json_bytes(path: Path) -> bytes | None:
+    """The file's bytes when it is JSON by content, as the general reader tells it; else None."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(4096)
+            return head + file.read() if is_json(head) else None
+    except OSError:
+        return None  # the general reader says why
 
-    A JSON document goes through msgspec, keeping only the fields the loader reads (read_json.py); anything
-    msgspec does not read, through the general reader (automator/reclaim/snapshot.py)."""
-    objects = read_json_objects(path)
-    if objects is not None:
-        return objects
-    objects = []
-    for d, doc in enumerate(documents(path)):
-        objects.extend(flatten(doc, f"{path} document {d}"))
+
+def read_documents(path: Path) -> Iterator[Any]:
+    """The documents of a file, parsed once: JSON (told by content) by msgspec into plain maps and lists,
+    in C; YAML, and JSON that msgspec refuses (NaN, a number past its range, nesting past its depth, not
+    JSON after all), by the general reader (automator/reclaim/snapshot.py), which also says why a file is
+    not a document at all."""
+    data = _json_bytes(path)
+    if data is not None:
+        try:
+            doc = msgspec.json.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            pass
+        else:
+            del data  # not needed once parsed
+            yield doc
+            return
+        del data
+    yield from documents(path)
+
+
+def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
+    """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML."""
+    objects: list[tuple[Mapping[str, Any], str]] = []
+    for d, doc in enumerate(read_documents(path)):
+        objects.extend(flatten(doc, f"{path} document {d}", consume=True))
     return objects
 
 
 def load_cluster_file(path: Path) -> Records:
-    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds.
-
-    A JSON List the typed reader describes (automator/dra/read_typed.py) goes straight into records;
-    anything else through read_objects and load_objects."""
-    typed = read_typed(path)
-    if typed is None:
-        return load_objects(read_objects(path))
-    loader = _Loader()
-    with gc_paused():
-        loader.add_typed(*typed)
-        return loader.finish()
+    """A `List` (`kubectl get ... -o yaml|json`) or multi-document YAML of the five kinds."""
+    return load_objects(read_objects(path))
 
 
 _USAGE_KEYS = ("namespace", "pod", "container", "gpu_uuid")
@@ -292,10 +252,8 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
 
 
 def load_usage_file(path: Path) -> list[ContainerUsage]:
-    """The usage file: JSON (told by content, as a script writing Prometheus' answer would) through msgspec,
-    anything else (YAML, JSON msgspec does not read) through the general reader."""
-    read = read_json_document(path)
-    docs = [d for d in (documents(path) if read is None else read) if d is not None]
+    """The usage file: JSON (told by content, as a script writing Prometheus' answer would) or YAML."""
+    docs = [d for d in read_documents(path) if d is not None]
     if len(docs) != 1:
         raise DraInputError(f"{path}: expected one YAML mapping with a `containers` list")
     return parse_usage(docs[0], str(path))

@@ -1,8 +1,9 @@
 """Pods and Nodes -> Pod and Node records (automator/dra/load.py's last stage). Pure.
 
-Each field is read with a fast check of the common shape; anything else goes through the helpers of
-automator/dra/fields.py, which raise Unparsable naming the field (or accept what they allow). The first field
-of a pod that does not parse ends its reading: one `unparsable` finding, the pod kept with what was read.
+One reader per kind, field by field: each field is checked inline for its usual type, and read by the
+helpers of automator/dra/fields.py otherwise, which raise Unparsable naming the field (or accept what they
+allow). The first field of a pod that does not parse ends its reading: one `unparsable` finding, the pod
+kept with what was read.
 """
 
 from __future__ import annotations
@@ -25,76 +26,8 @@ from automator.dra.load_slices import DEVICE_PLUGIN_GPU
 from automator.dra.model import ContainerClaimRef, Finding, Node, Pod
 
 
-def load_pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Finding]) -> Pod:
-    pod = usual_pod(obj, namespace, name)
-    return pod if pod is not None else read_pod(obj, namespace, name, findings)
-
-
-def usual_pod(obj: Mapping[str, Any], namespace: str, name: str) -> Pod | None:
-    """The pod when every field read has the usual shape; None for read_pod, which reads field by field.
-
-    One function with inline type checks (no call per field): most of a large check's pods take this
-    path. It records no finding, so giving up anywhere changes nothing."""
-    spec, status = obj.get("spec"), obj.get("status")
-    if type(spec) is not dict or type(status) is not dict:
-        return None
-    uid, node = obj["metadata"].get("uid"), spec.get("nodeName")
-    if node is not None and not (type(node) is str and node):
-        return None
-    names: dict[str, str] = {}
-    for from_status, refs in (
-        (False, spec.get("resourceClaims")),
-        (True, status.get("resourceClaimStatuses")),  # from a template: the spec's name wins
-    ):
-        if not refs:
-            continue
-        if type(refs) is not list:
-            return None
-        for ref in refs:
-            local = ref.get("name") if type(ref) is dict else None
-            if not (type(local) is str and local):
-                return None
-            claim_name = ref.get("resourceClaimName")
-            if not (type(claim_name) is str and claim_name):
-                if claim_name is None:
-                    continue  # from a template, named in the status
-                return None
-            if not from_status or local not in names:
-                names[local] = claim_name
-    containers: dict[str, list[ContainerClaimRef]] = {}
-    for group in (spec.get("initContainers"), spec.get("containers")):
-        if group and not (type(group) is list and _usual_containers(group, containers)):
-            return None
-    return Pod(namespace, name, uid if isinstance(uid, str) else None, node, names, containers)
-
-
-def _usual_containers(group: list[Any], containers: dict[str, list[ContainerClaimRef]]) -> bool:
-    for container in group:
-        cname = container.get("name") if type(container) is dict else None
-        if not (type(cname) is str and cname):
-            return False
-        refs = containers.get(cname)
-        if refs is None:
-            refs = containers[cname] = []
-        resources = container.get("resources")
-        if not resources:
-            continue
-        claims = resources.get("claims") if type(resources) is dict else False
-        if claims is None:
-            continue
-        if type(claims) is not list:
-            return False
-        for ref in claims:
-            local = ref.get("name") if type(ref) is dict else None
-            request = ref.get("request") if local else None
-            if not (type(local) is str and local and (request is None or (type(request) is str and request))):
-                return False
-            refs.append(new(ContainerClaimRef, (local, request)))
-    return True
-
-
 def read_pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Finding]) -> Pod:
-    """Field by field: the first field that does not parse is one `unparsable` finding."""
+    """The pod's record; the first field that does not parse is one `unparsable` finding."""
     uid = obj["metadata"].get("uid")
     pod = Pod(namespace, name, uid if isinstance(uid, str) else None, None, {}, {})
     try:

@@ -172,7 +172,7 @@ def _device(
     return Device(device_id, node, allow, capacity, uuid, bool(GPU_WORD.search(device_id.driver)))
 
 
-# A ResourceSlice read on its own (from the object alone, so it can be kept across passes: dra/cache.py):
+# A ResourceSlice read on its own (from the object alone, so it can be kept across passes):
 # its pool (driver, pool name), the pool generation, its devices and their findings; or, when the slice's
 # own fields do not parse, the one finding that says so.
 ParsedSlice = tuple[tuple[str, str], int, list[Device], list[Finding]] | Finding
@@ -237,9 +237,6 @@ class SliceLoader:
         # (driver, pool) -> highest generation seen, and the devices of that generation and their findings
         self._pools: dict[tuple[str, str], tuple[int, list[Device], list[Finding]]] = {}
         self._class_drivers: set[str] = set()
-
-    def add_slice(self, obj: Mapping[str, Any], label: str, findings: list[Finding]) -> None:
-        self.add_parsed(parse_slice(obj, label), findings)
 
     def add_parsed(self, parsed: ParsedSlice, findings: list[Finding]) -> None:
         """One slice as parse_slice read it (never changed here: it may be kept for the next pass)."""

@@ -11,8 +11,9 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Final, NamedTuple
 
-# Finding kinds (the contract) and their severities, in one place. critical: a promise is broken
-# now and a workload can fail; warning: the cluster's records are wrong, wasteful or unreadable.
+# Finding kinds (the report's contract, docs/dra.md) and their severities, in one place. critical: a
+# promise is broken now and a workload can fail; warning: the cluster's records are wrong, wasteful or
+# unreadable.
 OVERCOMMITTED: Final = "overcommitted"
 INVALID_CONSUMPTION: Final = "invalid-consumption"
 SHARED: Final = "shared-without-multiple-allocations"
@@ -39,8 +40,8 @@ KINDS: Final[tuple[str, ...]] = tuple(SEVERITY)
 _SEVERITY_RANK: Final = {CRITICAL: 0, WARNING: 1}
 
 
-# The records made per allocation, consumer and usage entry are NamedTuples: tens of thousands are built per
-# check, and a tuple is built and hashed in C (docs/benchmarks.md).
+# The records made per allocation, consumer and usage entry are NamedTuples: one or more per claim, pod and
+# usage entry, and a tuple is built and hashed in C.
 class DeviceId(NamedTuple):
     driver: str
     pool: str

@@ -28,11 +28,11 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from automator.dra.cache import RecordCache
 from automator.dra.job import DraCheckJob, DraCluster, SnapshotDraCluster
 from automator.keda import wiring as keda
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector, api_client
 from automator.metrics import AutomatorMetrics
+from automator.objects.cache import RecordCache
 from automator.ports import KubeAdapter
 from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials
 from automator.service.cooldown import ActuatorState, evictions_record, restore_evictions

@@ -1,4 +1,4 @@
-"""The DRA loader's records kept across passes by (uid, resourceVersion) (automator/dra/cache.py).
+"""The DRA loader's records kept across passes by (uid, resourceVersion) (automator/objects/cache.py).
 
 A pass through the cache gives the report a fresh load gives; a changed object (new resourceVersion) is read
 again, a deleted one is forgotten, objects without a version are never kept, unparsable fields keep their
@@ -11,12 +11,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from automator.dra.cache import RecordCache
 from automator.dra.checks import check
 from automator.dra.job import DraCheckJob
 from automator.dra.load import load_api_objects, load_objects, parse_usage
 from automator.dra.model import OVERCOMMITTED, UNPARSABLE, Report
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter
+from automator.objects.cache import RecordCache
 from tests.automator.fixtures.dra import builders as b
 from tests.automator.test_dra_checks import hami_objects, hami_usage
 from tests.automator.test_dra_service import api_for

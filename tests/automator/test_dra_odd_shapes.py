@@ -1,11 +1,9 @@
-"""The loader's fast paths against the general field-by-field readers they stand in for.
+"""Odd shapes of ResourceClaims and Pods, and the JSON usage file.
 
-ResourceClaims (automator/dra/load_claims.py `_usual_claim`) and Pods (automator/dra/load_pods.py
-`usual_pod`) of the usual shape are read by one function with inline type checks; anything else goes to
-the general reader, which turns what does not parse into `unparsable` findings. Whatever the fast path
-accepts must give the record the general reader gives, with no finding; the realistic objects must take it
-(else the fast path is dead code). Malformed objects are every realistic one with one field deleted or
-replaced by a value of another type. The JSON usage file read by msgspec against the general reader too.
+Every realistic claim and pod with one field under spec/status deleted or replaced by a value of another
+type loads without an error: what does not parse is an `unparsable` finding naming the object, and the
+realistic objects themselves give none. The JSON usage file (read by msgspec, automator/dra/load.py
+`read_documents`) gives what the general reader gives, error texts included.
 """
 
 from __future__ import annotations
@@ -19,10 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from automator.dra.load import DraInputError, load_usage_file, parse_usage
-from automator.dra.load_claims import ClaimLoader
-from automator.dra.load_pods import read_pod, usual_pod
-from automator.dra.model import Claim, Finding, Pod
+from automator.dra.load import DraInputError, load_objects, load_usage_file, parse_usage
+from automator.dra.model import UNPARSABLE
 from automator.reclaim.snapshot import documents
 from tests.automator.fixtures.dra import builders as b
 
@@ -98,62 +94,24 @@ def variants(obj: Obj) -> Iterator[tuple[str, Obj]]:
             yield f"{'.'.join(map(str, path))}={replacement!r}", copied
 
 
-def general_claim(obj: Obj) -> tuple[Claim, list[Finding]]:
-    findings: list[Finding] = []
-    claim = ClaimLoader(findings)._read_claim(obj, obj["metadata"]["namespace"], obj["metadata"]["name"])
-    return claim, findings
+def test_realistic_objects_give_no_finding() -> None:
+    records = load_objects((obj, "test") for obj in [*realistic_claims(), *realistic_pods()])
+    assert records.findings == [] and len(records.claims) == len(realistic_claims())
 
 
-def general_pod(obj: Obj) -> tuple[Pod, list[Finding]]:
-    findings: list[Finding] = []
-    return read_pod(obj, obj["metadata"]["namespace"], obj["metadata"]["name"], findings), findings
-
-
-@pytest.mark.parametrize("index", range(len(realistic_claims())))
-def test_realistic_claims_take_the_fast_path_and_read_the_same(index: int) -> None:
-    obj = realistic_claims()[index]
-    fast = ClaimLoader([])._usual_claim(obj, obj["metadata"]["namespace"], obj["metadata"]["name"])
-    assert fast is not None
-    assert (fast, []) == general_claim(obj)
-
-
-def test_claim_variants_fast_path_agrees_with_the_general_reader() -> None:
-    taken = given_up = 0
-    for obj in realistic_claims():
+@pytest.mark.parametrize("kind", ["ResourceClaim", "Pod"])
+def test_every_one_field_variant_loads_and_names_the_object(kind: str) -> None:
+    objects = realistic_claims() if kind == "ResourceClaim" else realistic_pods()
+    unparsable = 0
+    for obj in objects:
+        label = f"{kind} {obj['metadata']['namespace']}/{obj['metadata']['name']}: "
         for what, variant in variants(obj):
-            loader = ClaimLoader([])
-            meta = variant["metadata"]
-            fast = loader._usual_claim(variant, meta["namespace"], meta["name"])
-            claim, findings = general_claim(variant)
-            if fast is None:
-                given_up += 1
-            else:
-                taken += 1
-                assert (fast, []) == (claim, findings), what
-            assert loader.claim(variant, meta["namespace"], meta["name"]) == claim, what
-            assert loader.findings == (findings if fast is None else []), what
-    assert taken and given_up  # both sides exercised
-
-
-@pytest.mark.parametrize("index", range(len(realistic_pods())))
-def test_realistic_pods_take_the_fast_path_and_read_the_same(index: int) -> None:
-    obj = realistic_pods()[index]
-    fast = usual_pod(obj, obj["metadata"]["namespace"], obj["metadata"]["name"])
-    assert fast is not None
-    assert (fast, []) == general_pod(obj)
-
-
-def test_pod_variants_fast_path_agrees_with_the_general_reader() -> None:
-    taken = given_up = 0
-    for obj in realistic_pods():
-        for what, variant in variants(obj):
-            fast = usual_pod(variant, variant["metadata"]["namespace"], variant["metadata"]["name"])
-            if fast is None:
-                given_up += 1
-                continue
-            taken += 1
-            assert (fast, []) == general_pod(variant), what
-    assert taken and given_up
+            records = load_objects([(variant, "test")])
+            assert len(records.claims if kind == "ResourceClaim" else records.pods) == 1, what
+            for finding in records.findings:
+                assert finding.kind == UNPARSABLE and finding.message.startswith(label), (what, finding)
+            unparsable += bool(records.findings)
+    assert unparsable
 
 
 def usage_outcome(path: Path, general: bool) -> Any:
