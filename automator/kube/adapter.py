@@ -30,9 +30,10 @@ from automator.kube.client import (
     retry_after,
     status_message,
 )
+from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
-from automator.objects.pod import Pod, decode_one_pod, decode_pod_page
+from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
 from automator.objects.resources import FieldError, node_allocatable
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
@@ -97,6 +98,8 @@ class KubernetesAdapter:
         self.apps = client.AppsV1Api(api)
         self.identity = identity
         self.timeout = request_timeout
+        # Pod records by version across passes: a pass that lists an unchanged pod does not decode it again.
+        self.pod_records = RecordCache[Pod]()
         # A write must end before a lease checked just before it can pass to another replica.
         self.write_timeout = min(request_timeout, write_timeout or request_timeout)
         self.gpu_resources = gpu_resources
@@ -154,15 +157,17 @@ class KubernetesAdapter:
         with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
             nodes = self.nodes()
             gpu_nodes = {str((n.get("metadata") or {}).get("name")) for n in nodes if self._gpu_node(n)}
+            self.pod_records.start()
             listed = list_all(
                 "pods",
                 self.core.list_pod_for_all_namespaces,
-                decode_pod_page,
+                pod_page_decoder(self.pod_records),
                 self.timeout,
                 field_selector=ACTIVE_PODS,
             )
             # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
             pods = [p for p in listed if not p.node_name or p.node_name in gpu_nodes]
+            self.pod_records.finish()
             classes = list_all(
                 "priorityclasses",
                 self.scheduling.list_priority_class,

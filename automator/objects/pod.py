@@ -7,12 +7,13 @@ the planner answers with today's fail-safe (node unplannable, pod protected, pre
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from automator.objects.cache import RecordCache
 from automator.objects.model import PodKey
 from automator.objects.records import decode_pod, decode_pods
 from automator.objects.resources import (
@@ -276,10 +277,15 @@ def created_at(pod: Pod) -> datetime:
     return pod.created
 
 
-def decode_pod_page(data: bytes) -> tuple[list[Pod], str | None]:
-    """The records of one page of a pod list (the API's JSON bytes) and its continue token."""
-    items, token = decode_pods(data)
-    return [pod_record(item) for item in items], token
+def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Pod], str | None]]:
+    """A decoder of pod list pages (the API's JSON bytes) into records and the continue token: a pod
+    version the cache kept from the previous pass is not decoded again."""
+
+    def decode(data: bytes) -> tuple[list[Pod], str | None]:
+        items, token = decode_pods(data)
+        return [cache.decoded(item, pod_record) for item in items], token
+
+    return decode
 
 
 def decode_one_pod(data: bytes) -> Pod:

@@ -424,3 +424,19 @@ def test_hanging_lease_renewal_never_leaves_two_leaders(fake_kube: FakeApiServer
 def test_leader_election_rejects_unsafe_timings() -> None:
     with pytest.raises(ValueError, match="lease_duration"):
         LeaderElector(api_for("http://127.0.0.1:1"), "l", "ns", "me", lease_duration=10, renew_deadline=10)
+
+
+def test_an_unchanged_pod_is_not_decoded_again_a_changed_one_is_and_a_deleted_one_is_forgotten(
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
+) -> None:
+    for obj in (GPU_NODE, POD_A, {**POD_B, "metadata": {**POD_B["metadata"], "uid": "u-b"}}):
+        fake_kube.put(obj)
+    first = {p.key.name: p for p in kube.snapshot().pods}
+    again = {p.key.name: p for p in kube.snapshot().pods}
+    assert again["a"] is first["a"] and again["b"] is first["b"]  # the records of the previous pass
+    fake_kube.put({**POD_A, "spec": {**POD_A["spec"], "priority": 7}})  # a new resourceVersion
+    fake_kube.remove("pods", "ml", "b")
+    changed = {p.key.name: p for p in kube.snapshot().pods}
+    assert changed.keys() == {"a"} and changed["a"] is not first["a"] and changed["a"].spec_priority == 7
+    fake_kube.put({**POD_B, "metadata": {**POD_B["metadata"], "uid": "u-b"}})
+    assert {p.key.name: p for p in kube.snapshot().pods}["b"] is not first["b"]  # forgotten, decoded anew

@@ -300,3 +300,16 @@ def test_many_small_pods_stay_bounded_and_still_find_a_set() -> None:
     chosen = victims(result)["ml/p"]
     # The 8 most recently scheduled (least work lost) of equal-priority 1-GPU pods.
     assert chosen == [f"ml/s{i:02}" for i in range(8)]
+
+
+def test_a_priority_class_name_that_is_a_list_protects_the_pod_and_the_pass_goes_on() -> None:
+    listed = k8s.pod("v", gpus=4, node_name="n1", priority=None)
+    listed["spec"]["priorityClassName"] = ["batch"]
+    odd_preemptor = k8s.preemptor("q", gpus=4)
+    odd_preemptor["spec"]["priorityClassName"] = ["reclaim"]
+    state = k8s.cluster(k8s.node("n1", gpus=4), listed, k8s.preemptor("p", gpus=4), odd_preemptor)
+    result = run(state, k8s.idle("v"))
+    assert result.decisions == [] and [u.preemptor for u in result.unresolved] == [PodKey("ml", "p")]
+    (verdict,) = result.verdicts[PodKey("ml", "v")]
+    assert verdict.rule == "resources-malformed" and not verdict.eligible
+    assert "spec.priorityClassName: ['batch'] is not a string" in verdict.reason
