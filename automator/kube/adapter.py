@@ -34,6 +34,7 @@ from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
 from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
+from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, node_allocatable
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
@@ -180,7 +181,12 @@ class KubernetesAdapter:
                 objects_of("PodDisruptionBudget", "policy/v1"),
                 self.timeout,
             )
-            return ClusterState(nodes=nodes, pods=pods, priority_classes=list(classes), pdbs=list(pdbs))
+            return ClusterState(
+                nodes=nodes,
+                pods=pods,
+                priority_classes=[priority_class_record(c) for c in classes],
+                pdbs=list(pdbs),
+            )
 
     def get_pod(self, pod: PodKey) -> Pod | None:
         """The record of one pod, None when it does not exist."""

@@ -13,6 +13,7 @@ from steward_common.series import IDLE_THRESHOLD
 
 if TYPE_CHECKING:
     from automator.objects.pod import Pod
+    from automator.objects.priority_class import PriorityClass
 
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
 JsonObj = dict[str, Any]
@@ -76,13 +77,15 @@ class ClusterState:
 
     nodes: list[JsonObj]
     pods: list[Pod]
-    priority_classes: list[JsonObj]
+    priority_classes: list[PriorityClass]
     pdbs: list[JsonObj]
 
     def __post_init__(self) -> None:
         from automator.objects.pod import pod_records  # the records are built on PodKey, defined here
+        from automator.objects.priority_class import priority_class_records
 
         self.pods = pod_records(self.pods)
+        self.priority_classes = priority_class_records(self.priority_classes)
 
 
 @dataclass(frozen=True)

@@ -15,23 +15,23 @@ import msgspec
 
 from automator.objects.cache import RecordCache
 from automator.objects.model import PodKey
+from automator.objects.priority_class import PriorityClass
 from automator.objects.records import decode_pod, decode_pods
 from automator.objects.resources import (
     FieldError,
     Requests,
     integer,
     parse_time,
-    priority_class_value,
     scaled,
     whole,
 )
 
 NOT_CREATED = datetime.max.replace(tzinfo=UTC)  # created_at of a pod without the field: sorts last
 
-# A container's amounts: ({resource: (literal, "limits"|"requests")}, cpu millicores, memory bytes, sidecar);
-# cpu and memory parsed at decoding, extended resources when a resource name asks (the GPU resources are
-# the planner's setting, not the object's). A FieldError in place of an amount: the one that failed.
-_Amounts = tuple[dict[str, tuple[Any, str]], int | FieldError, int | FieldError, bool]
+# A container's amounts: (limits, requests, cpu millicores, memory bytes, sidecar); cpu and memory parsed
+# at decoding, extended resources when a resource name asks (the GPU resources are the planner's setting,
+# not the object's). A FieldError in place of an amount: the one that failed.
+_Amounts = tuple[Mapping[str, Any], Mapping[str, Any], int | FieldError, int | FieldError, bool]
 
 
 class Pod(msgspec.Struct, frozen=True):
@@ -98,7 +98,7 @@ class Pod(msgspec.Struct, frozen=True):
                 each = _sum(amounts, names, "spec.initContainers", i)
                 for j, amount in enumerate(each):
                     peak[j] = max(peak[j], sidecars[j] + amount)
-                if amounts[3]:
+                if amounts[4]:
                     for j, amount in enumerate(each):
                         sidecars[j] += amount
             gpus = max(gpus + sidecars[0], peak[0])
@@ -114,35 +114,39 @@ def _amount(value: int | FieldError) -> int:
 
 
 def _sum(amounts: _Amounts, names: tuple[str, ...], field: str, i: int) -> tuple[int, int, int]:
-    extended, cpu, memory, _ = amounts
+    limits, requests, cpu, memory, _ = amounts
     gpus = 0
     for name in names:
         # Extended resources are set as limits; a request alone is invalid in Kubernetes but harmless here.
-        given = extended.get(name)
-        if given is not None:
-            gpus += whole(given[0], f"{field}[{i}].resources.{given[1]}.{name}")
+        if name in limits:
+            gpus += whole(limits[name], f"{field}[{i}].resources.limits.{name}")
+        elif name in requests:
+            gpus += whole(requests[name], f"{field}[{i}].resources.requests.{name}")
     return gpus, _amount(cpu), _amount(memory)
 
 
+_EMPTY: Mapping[str, Any] = {}  # shared: records are never changed in place
+
+
 def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    """A map as decoded from JSON or YAML (always a dict), or none."""
+    return value if isinstance(value, dict) else _EMPTY
 
 
 def _container(container: Any, field: str, i: int) -> _Amounts:
-    if not isinstance(container, Mapping):
+    if not isinstance(container, dict):
         raise FieldError(f"{field}[{i}]", "expected a map")
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
+    resources = container.get("resources") or _EMPTY
+    if not isinstance(resources, dict):
         raise FieldError(f"{field}[{i}].resources", "expected a map")
-    limits = resources.get("limits") or {}
-    requests = resources.get("requests") or {}
-    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
+    limits = resources.get("limits") or _EMPTY
+    requests = resources.get("requests") or _EMPTY
+    if not isinstance(limits, dict) or not isinstance(requests, dict):
         raise FieldError(f"{field}[{i}].resources", "limits and requests must be maps")
-    extended = {name: (value, "requests") for name, value in requests.items()}
-    extended.update({name: (value, "limits") for name, value in limits.items()})
     # A cpu or memory request: Kubernetes defaults a missing one to the limit (0 without either).
     return (
-        extended,
+        limits,
+        requests,
         _parsed(requests, limits, "cpu", 1000, f"{field}[{i}].resources"),
         _parsed(requests, limits, "memory", 1, f"{field}[{i}].resources"),
         container.get("restartPolicy") == "Always",
@@ -172,7 +176,7 @@ def _overhead(spec: Mapping[str, Any]) -> tuple[int | FieldError, int | FieldErr
     overhead = spec.get("overhead")
     if not overhead:
         return (0, 0)
-    if not isinstance(overhead, Mapping):
+    if not isinstance(overhead, dict):
         raise FieldError("spec.overhead", "expected a map")
     out: list[int | FieldError] = []
     for name, scale in (("cpu", 1000), ("memory", 1)):
@@ -187,7 +191,7 @@ def _scheduled(status: Mapping[str, Any]) -> tuple[Any, bool]:
     """(the PodScheduled condition's time when it is True, whether it says Unschedulable)."""
     conditions = status.get("conditions")
     for condition in conditions if isinstance(conditions, list) else ():
-        if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled":
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
             if condition.get("status") == "True":
                 return condition.get("lastTransitionTime") or None, False
             return None, condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
@@ -197,12 +201,12 @@ def _scheduled(status: Mapping[str, Any]) -> tuple[Any, bool]:
 def pod_record(obj: Mapping[str, Any]) -> Pod:
     """The record of one Pod object (camelCase keys, as the API and kubectl give it)."""
     meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec") or {})
-    status = _map(obj.get("status") or {})
+    spec = _map(obj.get("spec"))
+    status = _map(obj.get("status"))
     key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
     fields: dict[str, Any] = {}
     try:
-        if obj.get("spec") and not isinstance(obj["spec"], Mapping):
+        if obj.get("spec") and not isinstance(obj["spec"], dict):
             raise FieldError("spec", "expected a map")
         fields["containers"] = _containers(spec, "containers")
         fields["init_containers"] = _containers(spec, "initContainers")
@@ -257,16 +261,16 @@ def pod_records(pods: Iterable[Pod | Mapping[str, Any]]) -> list[Pod]:
     return [p if isinstance(p, Pod) else pod_record(p) for p in pods]
 
 
-def pod_priority(pod: Pod, classes: Mapping[str, Any], global_default: Any) -> int:
+def pod_priority(pod: Pod, classes: Mapping[str, PriorityClass], global_default: PriorityClass | None) -> int:
     """spec.priority (set by admission), else its PriorityClass value, else the globalDefault, else 0."""
     if pod.priority_error is not None:
         raise FieldError(*pod.priority_error.split(": ", 1))
     if pod.spec_priority is not None:
         return pod.spec_priority
     if pod.class_name and pod.class_name in classes:
-        return priority_class_value(classes[pod.class_name])
+        return classes[pod.class_name].priority()
     if global_default is not None:
-        return priority_class_value(global_default)
+        return global_default.priority()
     return 0
 
 

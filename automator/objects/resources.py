@@ -90,7 +90,7 @@ def scaled(value: Any, scale: int, field: str) -> int:
 
 
 def floored(value: Any, scale: int, field: str) -> int:
-    """A quantity times `scale`, rounded down (what a node offers: 5,000 nodes repeat a few literals)."""
+    """A quantity times `scale`, rounded down (what a node offers: a fleet's nodes repeat a few literals)."""
     key, cached = _recall(value, -scale)  # negative: not scaled's rounding up
     if cached is not None:
         return cached
@@ -121,7 +121,7 @@ def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
     names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
     key: tuple[Any, ...] | None = None
     if type(allocatable) is dict:
-        # What this function reads, as literals: a fleet's nodes repeat a few (5,000 nodes a pass)
+        # What this function reads, as literals: a fleet's nodes repeat a few
         gpus_read = [allocatable.get(n, _ABSENT) for n in names]
         key, known = _look_up(
             _ALLOCATABLE, (names, *gpus_read, allocatable.get("cpu", 0), allocatable.get("memory", 0))
@@ -198,18 +198,6 @@ def _parse_time(value: Any, field: str) -> datetime:
     if parsed.tzinfo is None:
         raise FieldError(field, f"{value!r} has no time zone")
     return parsed.astimezone(UTC)
-
-
-def priority_class_value(pc: JsonObj) -> int:
-    return integer(pc.get("value", 0), "value")
-
-
-def find_global_default(classes: Iterable[JsonObj]) -> JsonObj | None:
-    # Kubernetes allows only one; if a snapshot has several, the lowest value is the cautious choice.
-    defaults = [pc for pc in classes if pc.get("globalDefault") is True]
-    if not defaults:
-        return None
-    return min(defaults, key=lambda pc: pc.get("value", 0) if isinstance(pc.get("value"), int) else 0)
 
 
 def is_finished(pod: JsonObj) -> bool:

@@ -23,13 +23,8 @@ from automator.objects.model import (
     UsageWindow,
 )
 from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
-from automator.objects.resources import (
-    FieldError,
-    Requests,
-    annotations_of,
-    find_global_default,
-    node_allocatable,
-)
+from automator.objects.priority_class import PriorityClass, find_global_default
+from automator.objects.resources import FieldError, Requests, node_allocatable
 from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
 from steward_common.conventions import RECLAIM_ANNOTATION
 
@@ -92,35 +87,34 @@ class Preemptor:
     error: str | None
 
 
-def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
-    return {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
+def classes_by_name(priority_classes: list[PriorityClass]) -> dict[str, PriorityClass]:
+    return {pc.name: pc for pc in priority_classes}
 
 
-def is_reclaim_class(pc: JsonObj | None) -> bool:
+def is_reclaim_class(pc: PriorityClass | None) -> bool:
     """The opt-in value is exactly "true" (not "TRUE", not " true")."""
-    return pc is not None and annotations_of(pc).get(RECLAIM_ANNOTATION) == "true"
+    return pc is not None and pc.annotations.get(RECLAIM_ANNOTATION) == "true"
 
 
-def reclaim_annotation_warnings(priority_classes: list[JsonObj]) -> list[AnnotationWarning]:
+def reclaim_annotation_warnings(priority_classes: list[PriorityClass]) -> list[AnnotationWarning]:
     """A warning for every class whose opt-in annotation is neither "true" nor "false" (no opt-in)."""
     warnings: list[AnnotationWarning] = []
-    for pc in sorted(priority_classes, key=lambda pc: str((pc.get("metadata") or {}).get("name"))):
-        ann = annotations_of(pc)
+    for pc in sorted(priority_classes, key=lambda pc: pc.name):
+        ann = pc.annotations
         if RECLAIM_ANNOTATION in ann and ann[RECLAIM_ANNOTATION] not in ("true", "false"):
             value = ann[RECLAIM_ANNOTATION]
             message = (
                 f'{RECLAIM_ANNOTATION}: {value!r} is neither "true" nor "false": '
                 "the class does not opt in to reclaim"
             )
-            name = str((pc.get("metadata") or {}).get("name"))
-            warnings.append(AnnotationWarning(name, RECLAIM_ANNOTATION, str(value), message, ()))
+            warnings.append(AnnotationWarning(pc.name, RECLAIM_ANNOTATION, str(value), message, ()))
     return warnings
 
 
 class SettingsCache:
     """ClassSettings per PriorityClass name, parsed once."""
 
-    def __init__(self, classes: Mapping[str, JsonObj], config: PlannerConfig) -> None:
+    def __init__(self, classes: Mapping[str, PriorityClass], config: PlannerConfig) -> None:
         self.classes = classes
         self.config = config
         self.cache: dict[str | None, ClassSettings] = {}
@@ -175,8 +169,8 @@ class _Builder:
     usage: Mapping[PodKey, PodUsage]
     config: PlannerConfig
     now: datetime
-    classes: dict[str, JsonObj] = field(default_factory=dict)
-    global_default: JsonObj | None = None
+    classes: dict[str, PriorityClass] = field(default_factory=dict)
+    global_default: PriorityClass | None = None
     pdbs: PdbIndex = field(default_factory=PdbIndex)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     preemptors: list[Preemptor] = field(default_factory=list)

@@ -1,5 +1,5 @@
-"""Victim eligibility (issue 4 rules 0-8) and PodDisruptionBudgets. Pure. The PriorityClass annotations
-the rules read are class_settings.py."""
+"""Victim eligibility (rules 0-8 of docs/reclaim.md) and PodDisruptionBudgets. Pure. The PriorityClass
+annotations the rules read are class_settings.py."""
 
 from __future__ import annotations
 

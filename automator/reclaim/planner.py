@@ -1,8 +1,8 @@
 """The reclaim planner: which idle lower-priority pods to evict for which pending GPU pod. Pure: no I/O, no
 clock. Stages, one module each: cluster_index.py (what the pass plans over), victims.py (the best victim set
 on one node), this module (the plan loop: preemptors in order, nodes compared, decisions committed) and
-report.py (a plan as JSON, text, logs, Events and `explain`). Issue 4's rules are in eligibility.py and
-fit.py; docs/reclaim.md explains them.
+report.py (a plan as JSON, text, logs, Events and `explain`). The eligibility rules are in eligibility.py
+and fit.py; docs/reclaim.md explains them.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from steward_common.conventions import RECLAIM_ANNOTATION
 from steward_common.printable import printable, printable_lines
 
 # Number formats. Verdicts, `explain` and the CLI text print measures to three significant digits (0.01,
-# 0.42); log lines and Events print activity with three decimals (0.000), as the demo and issue 4 quote
-# them; JSON carries numbers rounded to four decimals. Each format is defined once, here.
+# 0.42); log lines and Events print activity with three decimals (0.000), as the demo and docs/reclaim.md
+# quote them; JSON carries numbers rounded to four decimals. Each format is defined once, here.
 
 
 def fmt_measure(value: float | None) -> str:

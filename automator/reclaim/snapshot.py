@@ -19,6 +19,7 @@ import yaml
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
 from automator.objects.pod import Pod, pod_record
+from automator.objects.priority_class import priority_class_record
 from automator.objects.records import record
 from automator.objects.resources import FieldError, integer, node_allocatable, parse_time
 from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
@@ -342,7 +343,10 @@ def _read_cluster(
             if kind == "Node":
                 _check(label, node_allocatable, obj, gpu_resources)
             elif kind == "PriorityClass":
-                _check(label, integer, obj.get("value", 0), "value")
+                priority_class = priority_class_record(obj)
+                _check(label, priority_class.priority)
+                lists[str(kind)].append(priority_class)
+                continue
             else:
                 _check_pdb(obj, label)
             lists[str(kind)].append(obj)

@@ -10,6 +10,7 @@ import pytest
 from automator.objects.class_settings import class_settings
 from automator.objects.model import Decision, PlannerConfig, PodKey
 from automator.objects.pod import pod_record
+from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, parse_time
 from automator.service.cooldown import reclaim_annotations
 from steward_common import settingspec as spec
@@ -39,7 +40,7 @@ def test_a_long_number_is_refused_without_echoing_it() -> None:
 @pytest.mark.parametrize("text", ["1_0", "\u0663", "9" * 5000])
 def test_an_annotation_takes_ascii_digits_only(text: str) -> None:
     pc = {"metadata": {"name": "low", "annotations": {ANN_TOLERATION_SECONDS: text}}, "value": 1}
-    settings = class_settings(pc, PlannerConfig())
+    settings = class_settings(priority_class_record(pc), PlannerConfig())
     (warning,) = settings.malformed
     assert warning.annotation == ANN_TOLERATION_SECONDS and len(warning.message) < 300
 
