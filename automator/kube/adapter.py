@@ -33,6 +33,7 @@ from automator.kube.client import (
 from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
+from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
 from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, node_allocatable
@@ -185,7 +186,7 @@ class KubernetesAdapter:
                 nodes=nodes,
                 pods=pods,
                 priority_classes=[priority_class_record(c) for c in classes],
-                pdbs=list(pdbs),
+                pdbs=[pdb_record(p) for p in pdbs],
             )
 
     def get_pod(self, pod: PodKey) -> Pod | None:

@@ -12,6 +12,7 @@ from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
 from steward_common.series import IDLE_THRESHOLD
 
 if TYPE_CHECKING:
+    from automator.objects.pdb import PodDisruptionBudget
     from automator.objects.pod import Pod
     from automator.objects.priority_class import PriorityClass
 
@@ -78,14 +79,16 @@ class ClusterState:
     nodes: list[JsonObj]
     pods: list[Pod]
     priority_classes: list[PriorityClass]
-    pdbs: list[JsonObj]
+    pdbs: list[PodDisruptionBudget]
 
     def __post_init__(self) -> None:
+        from automator.objects.pdb import pdb_records
         from automator.objects.pod import pod_records  # the records are built on PodKey, defined here
         from automator.objects.priority_class import priority_class_records
 
         self.pods = pod_records(self.pods)
         self.priority_classes = priority_class_records(self.priority_classes)
+        self.pdbs = pdb_records(self.pdbs)
 
 
 @dataclass(frozen=True)

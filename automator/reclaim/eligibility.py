@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from automator.objects.class_settings import ClassSettings
-from automator.objects.model import JsonObj, PlannerConfig, PodUsage
+from automator.objects.model import PlannerConfig, PodUsage
+from automator.objects.pdb import PodDisruptionBudget
 from automator.objects.pod import Pod
 from automator.reclaim.fit import requirement_matches
 from automator.reclaim.report import fmt_measure
@@ -50,7 +51,7 @@ def selector_matches(selector: Mapping[str, Any] | None, pod_labels: Mapping[str
 class PdbIndex:
     """PDBs by namespace with the evictions each still allows in this pass."""
 
-    by_namespace: dict[str, list[JsonObj]] = field(default_factory=dict)
+    by_namespace: dict[str, list[PodDisruptionBudget]] = field(default_factory=dict)
     remaining: dict[tuple[str, str], int] = field(default_factory=dict)
     # per namespace, (name, selector) of its PDBs: read the first time a pod of the namespace is covered
     selectors: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
@@ -58,17 +59,11 @@ class PdbIndex:
     anchors: dict[str, _Anchors] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, pdbs: Iterable[JsonObj]) -> PdbIndex:
+    def build(cls, pdbs: Iterable[PodDisruptionBudget]) -> PdbIndex:
         index = cls()
         for pdb in pdbs:
-            meta = pdb.get("metadata") or {}
-            ns = str(meta.get("namespace") or "default")
-            index.by_namespace.setdefault(ns, []).append(pdb)
-            allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
-            # No status yet (controller has not observed it): the Eviction API would refuse; count as 0.
-            if not isinstance(allowed, int) or isinstance(allowed, bool):
-                allowed = 0
-            index.remaining[(ns, str(meta.get("name")))] = allowed
+            index.by_namespace.setdefault(pdb.namespace, []).append(pdb)
+            index.remaining[(pdb.namespace, pdb.name)] = pdb.allowed
         return index
 
     def covering(self, pod: Pod) -> tuple[list[tuple[str, str]], str | None]:
@@ -79,8 +74,7 @@ class PdbIndex:
         selectors = self.selectors.get(ns)
         if selectors is None:
             selectors = self.selectors[ns] = [
-                (str((pdb.get("metadata") or {}).get("name")), (pdb.get("spec") or {}).get("selector"))
-                for pdb in self.by_namespace.get(ns, ())
+                (pdb.name, pdb.selector) for pdb in self.by_namespace.get(ns, ())
             ]
             self.anchors[ns] = _anchors(selectors)
         for i in _maybe_selecting(self.anchors[ns], len(selectors), pod_labels):

@@ -18,6 +18,7 @@ import yaml
 
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.records import record
@@ -337,19 +338,18 @@ def _read_cluster(
                 raise InputError(f"{label}: listed twice")
             seen.add(label)
             _check_shape(obj, str(kind), label)
+            kept: Any = obj
             if kind == "Pod":
-                lists["Pod"].append(_check_pod(obj, label, gpu_resources))
-                continue
-            if kind == "Node":
+                kept = _check_pod(obj, label, gpu_resources)
+            elif kind == "Node":
                 _check(label, node_allocatable, obj, gpu_resources)
             elif kind == "PriorityClass":
-                priority_class = priority_class_record(obj)
-                _check(label, priority_class.priority)
-                lists[str(kind)].append(priority_class)
-                continue
+                kept = priority_class_record(obj)
+                _check(label, kept.priority)
             else:
                 _check_pdb(obj, label)
-            lists[str(kind)].append(obj)
+                kept = pdb_record(obj)
+            lists[str(kind)].append(kept)
 
 
 def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:

@@ -86,8 +86,7 @@ def test_snapshot_lists_every_kind_as_camel_case_json(
     assert state.pods[0].class_name == "batch"
     assert state.nodes[0]["status"]["allocatable"] == {"nvidia.com/gpu": "8"}
     assert [pc.name for pc in state.priority_classes] == ["batch"]
-    assert state.pdbs[0]["status"]["disruptionsAllowed"] == 0
-    assert (state.pdbs[0]["kind"], state.pdbs[0]["apiVersion"]) == ("PodDisruptionBudget", "policy/v1")
+    assert [(p.namespace, p.name, p.allowed) for p in state.pdbs] == [("ml", "guard", 0)]
     pages = fake_kube.requests("GET", "/api/v1/pods")
     assert len(pages) == 2
     assert all(p.query["fieldSelector"] == [ACTIVE_PODS] and p.query["limit"] == ["1"] for p in pages)
