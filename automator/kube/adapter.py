@@ -33,10 +33,11 @@ from automator.kube.client import (
 from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
+from automator.objects.node import Node, node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
 from automator.objects.priority_class import priority_class_record
-from automator.objects.resources import FieldError, node_allocatable
+from automator.objects.resources import FieldError
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
 
@@ -148,17 +149,17 @@ class KubernetesAdapter:
         decode = objects_of(kind, "apps/v1")
         return list(list_all(f"{plural} in {namespace}", call, decode, self.timeout, namespace=namespace))
 
-    def _gpu_node(self, node: JsonObj) -> bool:
+    def _gpu_node(self, node: Node) -> bool:
         try:
-            return node_allocatable(node, self.gpu_resources).gpus > 0
+            return node.offers(self.gpu_resources).gpus > 0
         except FieldError:
             return True  # unreadable: keep it, the planner reports it
 
     def snapshot(self) -> ClusterState:
         """What the planner reads: Nodes, pending pods and pods on GPU nodes (records), classes, PDBs."""
         with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
-            nodes = self.nodes()
-            gpu_nodes = {str((n.get("metadata") or {}).get("name")) for n in nodes if self._gpu_node(n)}
+            nodes = [node_record(n) for n in self.nodes()]
+            gpu_nodes = {n.name for n in nodes if self._gpu_node(n)}
             self.pod_records.start()
             listed = list_all(
                 "pods",

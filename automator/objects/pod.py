@@ -109,7 +109,7 @@ class Pod(msgspec.Struct, frozen=True):
 
 def _amount(value: int | FieldError) -> int:
     if isinstance(value, FieldError):
-        raise value
+        raise FieldError(value.field, value.message)  # a new one: the record's is raised every pass
     return value
 
 

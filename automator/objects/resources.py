@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -95,55 +95,6 @@ def floored(value: Any, scale: int, field: str) -> int:
     if cached is not None:
         return cached
     return _remember(key, math.floor(quantity(value, field) * scale))
-
-
-def _look_up(
-    memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...] | None
-) -> tuple[tuple[Any, ...] | None, Requests | None]:
-    """(key, memo[key]); the key None when it cannot be one (a list or map where a quantity belongs: read,
-    and refused, each time)."""
-    if key is None:
-        return None, None
-    try:
-        return key, memo.get(key)
-    except TypeError:
-        return None, None
-
-
-def _keep(memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...], value: Requests) -> None:
-    if len(memo) >= _AMOUNTS_MAX:  # bounded like _AMOUNTS
-        memo.clear()
-    memo[key] = value
-
-
-def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
-    key: tuple[Any, ...] | None = None
-    if type(allocatable) is dict:
-        # What this function reads, as literals: a fleet's nodes repeat a few
-        gpus_read = [allocatable.get(n, _ABSENT) for n in names]
-        key, known = _look_up(
-            _ALLOCATABLE, (names, *gpus_read, allocatable.get("cpu", 0), allocatable.get("memory", 0))
-        )
-        if known is not None:
-            return known
-    gpus = sum(
-        whole(allocatable[name], f"status.allocatable.{name}")
-        for name in gpu_resources
-        if name in allocatable
-    )
-    cpu = floored(allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
-    result = Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
-    # Only string literals are remembered (as in spec_requests: 1, 1.0 and True are equal keys)
-    if key is not None and all(type(v) is str or v is _ABSENT for v in key[1:]):
-        _keep(_ALLOCATABLE, key, result)
-    return result
-
-
-_ABSENT = object()  # a GPU resource the node does not list (not the same as a null value)
-# Requests by node_allocatable's key; bounded like _AMOUNTS.
-_ALLOCATABLE: dict[tuple[Any, ...], Requests] = {}
 
 
 def integer(value: Any, field: str) -> int:

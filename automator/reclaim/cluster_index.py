@@ -16,15 +16,15 @@ from automator.objects.class_settings import ClassSettings, class_settings
 from automator.objects.model import (
     AnnotationWarning,
     ClusterState,
-    JsonObj,
     PlannerConfig,
     PodKey,
     PodUsage,
     UsageWindow,
 )
+from automator.objects.node import Node
 from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
 from automator.objects.priority_class import PriorityClass, find_global_default
-from automator.objects.resources import FieldError, Requests, node_allocatable
+from automator.objects.resources import FieldError, Requests
 from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
 from steward_common.conventions import RECLAIM_ANNOTATION
 
@@ -54,7 +54,7 @@ class Candidate:
 @dataclass(slots=True)
 class NodeState:
     name: str
-    obj: JsonObj
+    node: Node
     alloc: Requests
     error: str | None = None
     used_gpus: int = 0
@@ -202,12 +202,12 @@ class _Builder:
         )
 
     def _nodes(self) -> None:
-        for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
-            name = str((obj.get("metadata") or {}).get("name"))
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            name = node.name
             try:
-                self.nodes[name] = NodeState(name, obj, node_allocatable(obj, self.config.gpu_resources))
+                self.nodes[name] = NodeState(name, node, node.offers(self.config.gpu_resources))
             except FieldError as exc:
-                self.nodes[name] = NodeState(name, obj, Requests(0, 0, 0), error=f"Node {name}: {exc}")
+                self.nodes[name] = NodeState(name, node, Requests(0, 0, 0), error=f"Node {name}: {exc}")
 
     def _pods(self, settings: SettingsCache) -> None:
         """Every pod: bound pods take their requests on their node and GPU holders become candidates;

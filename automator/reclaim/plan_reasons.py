@@ -72,7 +72,7 @@ def static_fit(nodes: Iterable[NodeState], pod: Pod) -> StaticFit:
     and the others counted by reason."""
     fit = StaticFit([], Counter())
     for node in nodes:
-        misfit = static_misfit(pod, node.obj) if node.error is None else ("unreadable", node.error)
+        misfit = static_misfit(pod, node.node) if node.error is None else ("unreadable", node.error)
         if misfit is None:
             fit.feasible.append(node)
             fit.names.add(node.name)

@@ -18,11 +18,12 @@ import yaml
 
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.node import node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.records import record
-from automator.objects.resources import FieldError, integer, node_allocatable, parse_time
+from automator.objects.resources import FieldError, integer, parse_time
 from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
 from steward_common.untrusted import UnreadableError, json_document, yaml_documents
@@ -342,7 +343,8 @@ def _read_cluster(
             if kind == "Pod":
                 kept = _check_pod(obj, label, gpu_resources)
             elif kind == "Node":
-                _check(label, node_allocatable, obj, gpu_resources)
+                kept = node_record(obj)
+                _check(label, kept.offers, gpu_resources)
             elif kind == "PriorityClass":
                 kept = priority_class_record(obj)
                 _check(label, kept.priority)

@@ -84,7 +84,7 @@ def test_snapshot_lists_every_kind_as_camel_case_json(
     assert [p.key.name for p in state.pods] == ["a", "b"]
     assert state.pods[0].node_name == "node-1"  # decoded from camelCase, as kubectl -o json
     assert state.pods[0].class_name == "batch"
-    assert state.nodes[0]["status"]["allocatable"] == {"nvidia.com/gpu": "8"}
+    assert state.nodes[0].allocatable == {"nvidia.com/gpu": "8"}
     assert [pc.name for pc in state.priority_classes] == ["batch"]
     assert [(p.namespace, p.name, p.allowed) for p in state.pdbs] == [("ml", "guard", 0)]
     pages = fake_kube.requests("GET", "/api/v1/pods")

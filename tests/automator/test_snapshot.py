@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"
 
 def test_fixture_list_is_split_by_kind() -> None:
     state = load_cluster(FIXTURES / "cluster.yaml")
-    assert [n["metadata"]["name"] for n in state.nodes] == ["gpu-a", "gpu-b"]
+    assert [n.name for n in state.nodes] == ["gpu-a", "gpu-b"]
     assert len(state.pods) == 7 and len(state.priority_classes) == 3 and len(state.pdbs) == 1
 
 
