@@ -42,6 +42,8 @@ class Pod(msgspec.Struct, frozen=True):
     resource_version: str | None = None
     labels: Mapping[str, Any] = {}
     annotations: Mapping[str, Any] = {}
+    owners: tuple[tuple[str, str], ...] = ()  # (kind, name) of each ownerReference
+    start_time: Any = None  # status.startTime, else metadata.creationTimestamp, as given
     node_name: str = ""
     phase: Any = "unknown"  # status.phase as given ("unknown" when absent)
     terminating: bool = False  # metadata.deletionTimestamp set
@@ -239,6 +241,8 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         resource_version=_text(meta.get("resourceVersion")),
         labels=_map(meta.get("labels")),
         annotations=_map(meta.get("annotations")),
+        owners=_owners(meta.get("ownerReferences")),
+        start_time=status.get("startTime") or meta.get("creationTimestamp"),
         node_name=str(spec.get("nodeName") or ""),
         phase=status.get("phase", "unknown"),
         terminating=meta.get("deletionTimestamp") is not None,
@@ -249,6 +253,16 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         required_affinity=node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
         tolerations=spec.get("tolerations"),
         **fields,
+    )
+
+
+def _owners(references: Any) -> tuple[tuple[str, str], ...]:
+    if not references or not isinstance(references, list):
+        return ()
+    return tuple(
+        (str(ref.get("kind") or ""), str(ref.get("name") or ""))
+        for ref in references
+        if isinstance(ref, dict)
     )
 
 
@@ -281,13 +295,66 @@ def created_at(pod: Pod) -> datetime:
     return pod.created
 
 
+class _Version(msgspec.Struct):
+    uid: Any = None
+    resourceVersion: Any = None
+
+
+class _Versioned(msgspec.Struct):
+    """What a list item is first read for: its version (every other field skipped by the C parser)."""
+
+    metadata: _Version | None = None
+
+
+class _ListMeta(msgspec.Struct):
+    continue_: Any = msgspec.field(default=None, name="continue")
+
+
+class _Page(msgspec.Struct):
+    """A list answer with its items left as bytes until a pod version is found not kept."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: _ListMeta | None = None
+
+
+_PAGE = msgspec.json.Decoder(_Page)
+_VERSIONED = msgspec.json.Decoder(_Versioned)
+
+
+def _version(item: msgspec.Raw) -> tuple[str, str] | None:
+    try:
+        meta = _VERSIONED.decode(item).metadata
+    except msgspec.MsgspecError:  # a malformed item: decoded in full, which names what is wrong
+        return None
+    if meta is None or type(meta.uid) is not str or type(meta.resourceVersion) is not str:
+        return None
+    return (meta.uid, meta.resourceVersion) if meta.uid and meta.resourceVersion else None
+
+
 def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Pod], str | None]]:
-    """A decoder of pod list pages (the API's JSON bytes) into records and the continue token: a pod
-    version the cache kept from the previous pass is not decoded again."""
+    """A decoder of pod list pages (the API's JSON bytes) into records and the continue token.
+
+    An unchanged pass is mostly reading pods the previous pass decoded: each item is first read for its
+    uid and resourceVersion only, and only a version the cache does not hold is decoded into a record."""
 
     def decode(data: bytes) -> tuple[list[Pod], str | None]:
-        items, token = decode_pods(data)
-        return [cache.decoded(item, pod_record) for item in items], token
+        try:
+            page = _PAGE.decode(data)
+        except msgspec.MsgspecError:  # not a list answer of this shape: read as one, naming what is wrong
+            items, token = decode_pods(data)
+            return [cache.decoded(item, pod_record) for item in items], token
+        records = []
+        for item in page.items or ():
+            key = _version(item)
+            kept = cache.get(key)
+            if key is not None and kept is not None:
+                cache.keep(key, kept)
+            else:
+                kept = pod_record(decode_pod(bytes(item)))
+                cache.put(key, kept)
+            records.append(kept)
+        token = page.metadata.continue_ if page.metadata is not None else None
+        return records, (str(token) if token else None)
 
     return decode
 
