@@ -16,7 +16,6 @@ import msgspec
 from automator.objects.cache import RecordCache
 from automator.objects.model import PodKey
 from automator.objects.priority_class import PriorityClass
-from automator.objects.records import decode_pod, decode_pods
 from automator.objects.resources import (
     FieldError,
     Requests,
@@ -340,9 +339,8 @@ def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Po
     def decode(data: bytes) -> tuple[list[Pod], str | None]:
         try:
             page = _PAGE.decode(data)
-        except msgspec.MsgspecError:  # not a list answer of this shape: read as one, naming what is wrong
-            items, token = decode_pods(data)
-            return [cache.decoded(item, pod_record) for item in items], token
+        except msgspec.MsgspecError as exc:
+            raise ValueError(f"a list answer is not a JSON object with a list of items: {exc}") from None
         records = []
         for item in page.items or ():
             key = _version(item)
@@ -350,7 +348,7 @@ def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Po
             if key is not None and kept is not None:
                 cache.keep(key, kept)
             else:
-                kept = pod_record(decode_pod(bytes(item)))
+                kept = decode_one_pod(item)
                 cache.put(key, kept)
             records.append(kept)
         token = page.metadata.continue_ if page.metadata is not None else None
@@ -359,6 +357,12 @@ def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Po
     return decode
 
 
-def decode_one_pod(data: bytes) -> Pod:
+def decode_one_pod(data: bytes | msgspec.Raw) -> Pod:
     """The record of one Pod (JSON bytes, as a get answers); ValueError when it is not a JSON object."""
-    return pod_record(decode_pod(data))
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("the answer is not an object")
+    return pod_record(obj)
