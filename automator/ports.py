@@ -11,7 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, TypeAlias
 
-from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage, UsageWindow
+from automator.objects.model import ClusterState, PodKey, PodUsage, UsageWindow
+from automator.objects.pod import Pod
 
 
 class EvictionOutcome(StrEnum):
@@ -51,7 +52,7 @@ class PrometheusUnavailable(Exception):
 class KubeAdapter(Protocol):
     def snapshot(self) -> ClusterState: ...
 
-    def get_pod(self, pod: PodKey) -> JsonObj | None:
+    def get_pod(self, pod: PodKey) -> Pod | None:
         """The pod as the API has it now; None when it does not exist (KubernetesUnavailable: unknown)."""
         ...
 

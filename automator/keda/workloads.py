@@ -9,7 +9,8 @@ from typing import Any
 from automator.keda.request import Workload, matches
 from automator.keda.values import PodRef
 from automator.objects.model import JsonObj
-from automator.objects.resources import FieldError, is_finished, is_terminating, labels_of, parse_time
+from automator.objects.pod import Pod, pod_records
+from automator.objects.resources import FieldError, parse_time
 
 
 class UnknownWorkload(LookupError):
@@ -29,7 +30,7 @@ class Namespace:
 
     def __init__(
         self,
-        pods: Iterable[JsonObj],
+        pods: Iterable[Pod | JsonObj],
         replicasets: Iterable[JsonObj],
         deployments: frozenset[str],
         statefulsets: frozenset[str],
@@ -45,12 +46,12 @@ class Namespace:
         self._by_owner: dict[tuple[str, str], list[PodRef]] = {}
         self._running: list[tuple[PodRef, Mapping[str, str]]] = []
         self._memo: dict[str, list[PodRef]] = {}
-        running = [p for p in pods if _is_running(p)]
-        for pod in sorted(running, key=lambda p: str((p.get("metadata") or {}).get("name"))):
+        running = [p for p in pod_records(pods) if p.phase == "Running" and not p.terminating]
+        for pod in sorted(running, key=lambda p: p.key.name):
             ref = _ref(pod)
-            labels = {str(k): str(v) for k, v in labels_of(pod).items()}
+            labels = {str(k): str(v) for k, v in pod.labels.items()}
             self._running.append((ref, labels))
-            for kind, name in _owners(pod):
+            for kind, name in pod.owners:
                 self._by_owner.setdefault((kind, name), []).append(ref)
                 for deployment in sets_of.get(name, ()) if kind == "ReplicaSet" else ():
                     self._by_owner.setdefault(("Deployment", deployment), []).append(ref)
@@ -77,31 +78,17 @@ def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
             yield str(ref.get("kind") or ""), str(ref.get("name") or "")
 
 
-def _is_running(pod: JsonObj) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and not is_terminating(pod) and not is_finished(pod)
-
-
-def _started(pod: JsonObj) -> float | None:
-    status = pod.get("status") or {}
-    meta = pod.get("metadata") or {}
-    value = status.get("startTime") or meta.get("creationTimestamp")
-    if value is None:
+def _started(pod: Pod) -> float | None:
+    if pod.start_time is None:
         return None
     try:
-        return parse_time(value, "status.startTime").timestamp()
+        return parse_time(pod.start_time, "status.startTime").timestamp()
     except FieldError:
         return None
 
 
-def _ref(pod: JsonObj) -> PodRef:
-    meta = pod.get("metadata") or {}
-    return PodRef(
-        str(meta.get("namespace") or "default"),
-        str(meta.get("name") or ""),
-        str(meta.get("uid") or ""),
-        _started(pod),
-    )
+def _ref(pod: Pod) -> PodRef:
+    return PodRef(pod.key.namespace, pod.key.name, pod.uid or "", _started(pod))
 
 
 def resolve(workload: Workload, ns: Namespace) -> list[PodRef]:

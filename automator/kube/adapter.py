@@ -30,10 +30,14 @@ from automator.kube.client import (
     retry_after,
     status_message,
 )
+from automator.objects.cache import RecordCache
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
-from automator.objects.records import decode_pod, decode_pods
-from automator.objects.resources import FieldError, node_allocatable
+from automator.objects.node import Node, node_record
+from automator.objects.pdb import pdb_record
+from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
+from automator.objects.priority_class import priority_class_record
+from automator.objects.resources import FieldError
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
 
@@ -97,6 +101,8 @@ class KubernetesAdapter:
         self.apps = client.AppsV1Api(api)
         self.identity = identity
         self.timeout = request_timeout
+        # Pod records by version across passes: a pass that lists an unchanged pod does not decode it again.
+        self.pod_records = RecordCache[Pod]()
         # A write must end before a lease checked just before it can pass to another replica.
         self.write_timeout = min(request_timeout, write_timeout or request_timeout)
         self.gpu_resources = gpu_resources
@@ -143,30 +149,28 @@ class KubernetesAdapter:
         decode = objects_of(kind, "apps/v1")
         return list(list_all(f"{plural} in {namespace}", call, decode, self.timeout, namespace=namespace))
 
-    def _gpu_node(self, node: JsonObj) -> bool:
+    def _gpu_node(self, node: Node) -> bool:
         try:
-            return node_allocatable(node, self.gpu_resources).gpus > 0
+            return node.offers(self.gpu_resources).gpus > 0
         except FieldError:
             return True  # unreadable: keep it, the planner reports it
 
     def snapshot(self) -> ClusterState:
         """What the planner reads: Nodes, pending pods and pods on GPU nodes (records), classes, PDBs."""
         with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
-            nodes = self.nodes()
-            gpu_nodes = {str((n.get("metadata") or {}).get("name")) for n in nodes if self._gpu_node(n)}
+            nodes = [node_record(n) for n in self.nodes()]
+            gpu_nodes = {n.name for n in nodes if self._gpu_node(n)}
+            self.pod_records.start()
             listed = list_all(
                 "pods",
                 self.core.list_pod_for_all_namespaces,
-                decode_pods,
+                pod_page_decoder(self.pod_records),
                 self.timeout,
                 field_selector=ACTIVE_PODS,
             )
             # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
-            pods = [
-                p
-                for p in listed
-                if not (bound := (p.get("spec") or {}).get("nodeName")) or bound in gpu_nodes
-            ]
+            pods = [p for p in listed if not p.node_name or p.node_name in gpu_nodes]
+            self.pod_records.finish()
             classes = list_all(
                 "priorityclasses",
                 self.scheduling.list_priority_class,
@@ -179,10 +183,15 @@ class KubernetesAdapter:
                 objects_of("PodDisruptionBudget", "policy/v1"),
                 self.timeout,
             )
-            return ClusterState(nodes=nodes, pods=pods, priority_classes=list(classes), pdbs=list(pdbs))
+            return ClusterState(
+                nodes=nodes,
+                pods=pods,
+                priority_classes=[priority_class_record(c) for c in classes],
+                pdbs=[pdb_record(p) for p in pdbs],
+            )
 
-    def get_pod(self, pod: PodKey) -> JsonObj | None:
-        """The record of one pod (automator/objects/records.py), None when it does not exist."""
+    def get_pod(self, pod: PodKey) -> Pod | None:
+        """The record of one pod, None when it does not exist."""
         try:
             resp = self.core.read_namespaced_pod(
                 pod.name, pod.namespace, _preload_content=False, _request_timeout=self.timeout
@@ -194,7 +203,7 @@ class KubernetesAdapter:
         except TRANSPORT_ERRORS as e:
             raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
         try:
-            return decode_pod(resp.data)
+            return decode_one_pod(resp.data)
         except ValueError as e:
             raise KubernetesUnavailable(f"get pod {pod}: {e}") from e
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client, config
@@ -26,6 +26,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 # One page's items (records or objects) and its continue token (None on the last page), from its JSON bytes.
+_T = TypeVar("_T")
 PageDecoder = Callable[[bytes], tuple[list[JsonObj], str | None]]
 
 
@@ -89,8 +90,12 @@ def objects_of(kind: str, api_version: str) -> PageDecoder:
 
 
 def list_all(
-    what: str, call: Callable[..., Any], decode: PageDecoder, timeout: float, **kwargs: Any
-) -> Iterator[JsonObj]:
+    what: str,
+    call: Callable[..., Any],
+    decode: Callable[[bytes], tuple[list[_T], str | None]],
+    timeout: float,
+    **kwargs: Any,
+) -> Iterator[_T]:
     """The items of every page of a list call (`call` is a client method such as CoreV1Api.list_node),
     each page decoded by `decode`; KubernetesUnavailable("list <what>: ...") on any failure."""
     token: str | None = None

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from automator.objects.model import AnnotationWarning, JsonObj, PlannerConfig, UsageWindow
-from automator.objects.resources import annotations_of
+from automator.objects.model import AnnotationWarning, PlannerConfig, UsageWindow
+from automator.objects.priority_class import PriorityClass
 from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
@@ -89,9 +89,9 @@ def _float(raw: Any, key: str, bad: list[AnnotationWarning], upper: float | None
     return _checked(value, problem, key, raw, bad)
 
 
-def class_settings(pc: JsonObj | None, config: PlannerConfig) -> ClassSettings:
+def class_settings(pc: PriorityClass | None, config: PlannerConfig) -> ClassSettings:
     """Read the plugin's annotations: missing -> defaults, malformed -> recorded (the pod is protected)."""
-    ann = annotations_of(pc) if pc is not None else {}
+    ann = pc.annotations if pc is not None else {}
     bad: list[AnnotationWarning] = []
     minimum = (
         _int(ann[ANN_MIN_PREEMPTABLE_PRIORITY], ANN_MIN_PREEMPTABLE_PRIORITY, None, bad)

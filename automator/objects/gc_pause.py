@@ -11,12 +11,12 @@ from contextlib import contextmanager
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection inside: the objects built (parsed Kubernetes objects, records, a pass's
     index) hold no cycles that need it, and every collection would walk the whole input (millions of
-    dicts): it doubled the time of a large DRA check and of a 5,000-node plan. Reference counting still
+    dicts): it doubled the time of a large DRA check and of a large plan. Reference counting still
     frees everything dropped.
 
     On the way out everything is frozen (gc.freeze) before collection is enabled again: otherwise the first
-    young-generation collection afterwards walks every object the pass made (a tenth of a 50,000-claim
-    DRA check). The next pause unfreezes them into the oldest generation, so nothing stays out of the
+    young-generation collection afterwards walks every object the pass made (a tenth of a large DRA
+    check). The next pause unfreezes them into the oldest generation, so nothing stays out of the
     collector's reach for longer than one pass."""
     enabled = gc.isenabled()
     if enabled:

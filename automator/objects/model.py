@@ -6,10 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
 from steward_common.series import IDLE_THRESHOLD
+
+if TYPE_CHECKING:
+    from automator.objects.node import Node
+    from automator.objects.pdb import PodDisruptionBudget
+    from automator.objects.pod import Pod
+    from automator.objects.priority_class import PriorityClass
 
 # A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
 JsonObj = dict[str, Any]
@@ -68,10 +74,24 @@ class PodUsage:
 
 @dataclass
 class ClusterState:
-    nodes: list[JsonObj]
-    pods: list[JsonObj]
-    priority_classes: list[JsonObj]
-    pdbs: list[JsonObj]
+    """One listing of the cluster. Built from objects or records: each object is decoded into its record
+    here, once, so every reader of a pass reads records."""
+
+    nodes: list[Node]
+    pods: list[Pod]
+    priority_classes: list[PriorityClass]
+    pdbs: list[PodDisruptionBudget]
+
+    def __post_init__(self) -> None:
+        from automator.objects.node import node_records
+        from automator.objects.pdb import pdb_records
+        from automator.objects.pod import pod_records  # the records are built on PodKey, defined here
+        from automator.objects.priority_class import priority_class_records
+
+        self.nodes = node_records(self.nodes)
+        self.pods = pod_records(self.pods)
+        self.priority_classes = priority_class_records(self.priority_classes)
+        self.pdbs = pdb_records(self.pdbs)
 
 
 @dataclass(frozen=True)

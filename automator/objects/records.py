@@ -1,24 +1,15 @@
-"""Plain records of the Kubernetes objects the planner reads: only the fields it (and its report) use,
-taken while reading, so a large cluster's pods do not hold managedFields, env, volumes, container statuses
-and the like. The snapshot loader and the live adapter share them. Pure (msgspec is a decoder, no client).
+"""The fields of a snapshot file's objects that the decoders and the snapshot's shape check read, kept as
+each object is parsed, so a large file's pods do not hold managedFields, env, volumes, container statuses
+and the like until they are decoded. Pure.
 
 A field whose shape is wrong is kept as it is (the loader's shape check then names it); a field that is
 not listed here is dropped.
-
-`decode_pods` turns a page of a pod list (the API server's JSON bytes) straight into the same records:
-msgspec decodes it into TypedDicts made from the field lists below, so the fields a record drops are
-skipped by the C parser and never become Python objects (about 6x less time than `json.loads` then
-`record`, docs/benchmarks.md). A page it cannot type (a field of an unexpected shape) goes the slow way,
-`json.loads` then `record`, so both give the same records.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
-
-import msgspec
+from typing import Any
 
 from automator.objects.model import JsonObj
 
@@ -115,103 +106,3 @@ def record(obj: Mapping[str, Any]) -> JsonObj:
         if key in obj:
             out[key] = pick(obj[key])
     return out
-
-
-# --- typed decoding of pod list pages (msgspec) -----------------------------------------------------------
-
-
-def _typed(name: str, fields: Mapping[str, Any]) -> Any:
-    """A total=False TypedDict of these fields: msgspec keeps exactly them and skips every other key."""
-    return TypedDict(name, dict(fields), total=False)  # type: ignore[operator]
-
-
-_ANY = dict.fromkeys
-
-
-def _list_of(item: Any) -> Any:
-    return list.__class_getitem__(item)
-
-
-_Containers = _list_of(_typed("_Container", _ANY(_CONTAINER, Any)))
-_Pod = _typed(
-    "_Pod",
-    {
-        "apiVersion": Any,
-        "kind": Any,
-        "metadata": _typed("_PodMetadata", _ANY(_METADATA, Any)),
-        "spec": _typed(
-            "_PodSpec",
-            {
-                **_ANY(_POD_SPEC, Any),
-                "containers": _Containers,
-                "initContainers": _Containers,
-            },
-        ),
-        "status": _typed("_PodStatus", _ANY(_POD_STATUS, Any)),
-    },
-)
-_PodPage = _typed("_PodPage", {"metadata": _typed("_ListMeta", {"continue": Any}), "items": _list_of(_Pod)})
-_PAGE_DECODER = msgspec.json.Decoder(_PodPage)
-_POD_DECODER = msgspec.json.Decoder(_Pod)
-
-
-def _finish_pod(pod: JsonObj) -> JsonObj:
-    """A decoded pod as `record` leaves one: kind and apiVersion set (list items carry none), the large
-    annotations dropped."""
-    pod.setdefault("kind", "Pod")
-    pod.setdefault("apiVersion", "v1")
-    annotations = (pod.get("metadata") or {}).get("annotations")
-    if isinstance(annotations, Mapping) and not _DROPPED_ANNOTATIONS.isdisjoint(annotations):
-        pod["metadata"]["annotations"] = {
-            k: v for k, v in annotations.items() if k not in _DROPPED_ANNOTATIONS
-        }
-    return pod
-
-
-def _all_pods(items: list[JsonObj]) -> bool:
-    return all(item.get("kind", "Pod") == "Pod" for item in items)
-
-
-def decode_pods(data: bytes) -> tuple[list[JsonObj], str | None]:
-    """The records of one page of a pod list (JSON bytes) and its continue token (None on the last page).
-
-    The same records as `json.loads` then `record` of each item (kind "Pod" and apiVersion "v1" when the
-    item has none, as list items do not); raises ValueError when the page is not JSON."""
-    try:
-        page = _PAGE_DECODER.decode(data)
-    except msgspec.MsgspecError:
-        page = None
-    items = page.get("items") if page is not None else None
-    if page is None or not _all_pods(items or []):
-        return _decode_pods_slowly(data)
-    token = (page.get("metadata") or {}).get("continue") or None
-    return [_finish_pod(item) for item in items or []], token
-
-
-def _decode_pods_slowly(data: bytes) -> tuple[list[JsonObj], str | None]:
-    body = json.loads(data)
-    if not isinstance(body, dict):
-        raise ValueError("a list answer is not a JSON object")
-    out = []
-    for item in body.get("items") or []:
-        item.setdefault("kind", "Pod")
-        item.setdefault("apiVersion", "v1")
-        out.append(record(item))
-    token = (body.get("metadata") or {}).get("continue") or None
-    return out, token
-
-
-def decode_pod(data: bytes) -> JsonObj:
-    """The record of one Pod (JSON bytes, as a get answers); ValueError when it is not a JSON object."""
-    try:
-        pod = _POD_DECODER.decode(data)
-    except msgspec.MsgspecError:
-        pod = None
-    if pod is not None and _all_pods([pod]):
-        return _finish_pod(pod)
-    obj = json.loads(data)
-    if not isinstance(obj, dict):
-        raise ValueError("the answer is not an object")
-    obj.setdefault("kind", "Pod")
-    obj.setdefault("apiVersion", "v1")
-    return record(obj)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -90,186 +90,11 @@ def scaled(value: Any, scale: int, field: str) -> int:
 
 
 def floored(value: Any, scale: int, field: str) -> int:
-    """A quantity times `scale`, rounded down (what a node offers: 5,000 nodes repeat a few literals)."""
+    """A quantity times `scale`, rounded down (what a node offers: a fleet's nodes repeat a few literals)."""
     key, cached = _recall(value, -scale)  # negative: not scaled's rounding up
     if cached is not None:
         return cached
     return _remember(key, math.floor(quantity(value, field) * scale))
-
-
-def _amount(value: Any, scale: int, field: str, i: int, where: str, name: str) -> int:
-    """whole (scale 0) or scaled, the field path built only when the literal is not already known."""
-    if type(value) in (str, int, float):
-        cached = _AMOUNTS.get((type(value), value, scale))
-        if cached is not None:
-            return cached
-    path = f"{field}[{i}].resources.{where}.{name}"
-    return whole(value, path) if scale == 0 else scaled(value, scale, path)
-
-
-def _request(
-    requests: Mapping[str, Any], limits: Mapping[str, Any], name: str, scale: int, field: str, i: int
-) -> int:
-    """A cpu or memory request: Kubernetes defaults a missing request to the limit (0 without either)."""
-    if name in requests:
-        return _amount(requests[name], scale, field, i, "requests", name)
-    if name in limits:
-        return _amount(limits[name], scale, field, i, "limits", name)
-    return 0
-
-
-def _container_requests(
-    container: Mapping[str, Any], gpu_resources: tuple[str, ...], field: str, i: int
-) -> tuple[int, int, int]:
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    requests = resources.get("requests") or {}
-    if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
-        raise FieldError(f"{field}[{i}].resources", "limits and requests must be maps")
-    gpus = 0
-    for name in gpu_resources:
-        # Extended resources are set as limits; a request alone is invalid in Kubernetes but harmless here.
-        if name in limits:
-            gpus += _amount(limits[name], 0, field, i, "limits", name)
-        elif name in requests:
-            gpus += _amount(requests[name], 0, field, i, "requests", name)
-    cpu = _request(requests, limits, "cpu", 1000, field, i)
-    memory = _request(requests, limits, "memory", 1, field, i)
-    return gpus, cpu, memory
-
-
-def pod_requests(pod: JsonObj, gpu_resources: Iterable[str]) -> Requests:
-    """Effective requests as the scheduler computes them.
-
-    max(sum over app containers + restartable (sidecar) init containers, the peak during init), where an
-    init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
-    """
-    return spec_requests(pod.get("spec") or {}, gpu_resources)
-
-
-def spec_requests(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> Requests:
-    """pod_requests of a pod's spec (the index reads the spec once per pod)."""
-    names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
-    key, known = _look_up(_REQUESTS, _requests_key(spec, names))
-    if known is not None:
-        return known
-    result = _pod_requests(spec, names)
-    if key is not None and _all_text(key):
-        _keep(_REQUESTS, key, result)
-    return result
-
-
-def _look_up(
-    memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...] | None
-) -> tuple[tuple[Any, ...] | None, Requests | None]:
-    """(key, memo[key]); the key None when it cannot be one (a list or map where a quantity belongs: read,
-    and refused, each time)."""
-    if key is None:
-        return None, None
-    try:
-        return key, memo.get(key)
-    except TypeError:
-        return None, None
-
-
-def _keep(memo: dict[tuple[Any, ...], Requests], key: tuple[Any, ...], value: Requests) -> None:
-    if len(memo) >= _AMOUNTS_MAX:  # bounded like _AMOUNTS
-        memo.clear()
-    memo[key] = value
-
-
-def remembered_requests() -> Mapping[tuple[Any, ...], Requests]:
-    """spec_requests' memo, for the index, which looks up a one-container spec by _requests_key's key made
-    inline (40,000 pods a pass; tests/automator/test_index_fast_paths.py holds the two together)."""
-    return _REQUESTS
-
-
-def _all_text(key: tuple[Any, ...]) -> bool:
-    """Whether every literal in a _requests_key is a string: only such keys are remembered, so a key
-    holding 1, 1.0 or True (equal to one another) never meets a remembered one (no string equals them)."""
-    return all(type(value) is str for items in key[1:] for _, value in items)
-
-
-# Requests by _requests_key: the pods of one workload carry the same resources; bounded like _AMOUNTS.
-_REQUESTS: dict[tuple[Any, ...], Requests] = {}
-
-
-def _requests_key(spec: Mapping[str, Any], names: tuple[str, ...]) -> tuple[Any, ...] | None:
-    """Everything pod_requests reads of a spec with app containers only: the limits and requests of each
-    container, as (name, literal) items; None for any other spec, which is read each time. Unhashable
-    when a literal is (a list or map where a quantity belongs)."""
-    containers = spec.get("containers") or []
-    if type(containers) is not list or spec.get("initContainers") or spec.get("overhead"):
-        return None
-    key: tuple[Any, ...] = (names,)
-    for container in containers:
-        resources = container.get("resources") or {} if type(container) is dict else None
-        if type(resources) is not dict:
-            return None
-        limits = resources.get("limits") or {}
-        requests = resources.get("requests") or {}
-        if type(limits) is not dict or type(requests) is not dict:
-            return None
-        key += (tuple(limits.items()), tuple(requests.items()))
-    return key
-
-
-def _pod_requests(spec: Mapping[str, Any], names: tuple[str, ...]) -> Requests:
-    gpus = cpu = memory = 0
-    for i, container in enumerate(spec.get("containers") or []):
-        g, c, m = _container_requests(container, names, "spec.containers", i)
-        gpus, cpu, memory = gpus + g, cpu + c, memory + m
-    init_containers = spec.get("initContainers")
-    if init_containers:
-        sidecars = [0, 0, 0]
-        init_peak = [0, 0, 0]
-        for i, container in enumerate(init_containers):
-            amounts = _container_requests(container, names, "spec.initContainers", i)
-            for j, amount in enumerate(amounts):
-                init_peak[j] = max(init_peak[j], sidecars[j] + amount)
-            if container.get("restartPolicy") == "Always":
-                for j, amount in enumerate(amounts):
-                    sidecars[j] += amount
-        gpus = max(gpus + sidecars[0], init_peak[0])
-        cpu = max(cpu + sidecars[1], init_peak[1])
-        memory = max(memory + sidecars[2], init_peak[2])
-    overhead = spec.get("overhead")
-    if overhead:
-        if "cpu" in overhead:
-            cpu += math.ceil(quantity(overhead["cpu"], "spec.overhead.cpu") * 1000)
-        if "memory" in overhead:
-            memory += math.ceil(quantity(overhead["memory"], "spec.overhead.memory"))
-    return Requests(gpus, cpu, memory)
-
-
-def node_allocatable(node: JsonObj, gpu_resources: Iterable[str]) -> Requests:
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    names = gpu_resources if type(gpu_resources) is tuple else tuple(gpu_resources)
-    key: tuple[Any, ...] | None = None
-    if type(allocatable) is dict:
-        # What this function reads, as literals: a fleet's nodes repeat a few (5,000 nodes a pass)
-        gpus_read = [allocatable.get(n, _ABSENT) for n in names]
-        key, known = _look_up(
-            _ALLOCATABLE, (names, *gpus_read, allocatable.get("cpu", 0), allocatable.get("memory", 0))
-        )
-        if known is not None:
-            return known
-    gpus = sum(
-        whole(allocatable[name], f"status.allocatable.{name}")
-        for name in gpu_resources
-        if name in allocatable
-    )
-    cpu = floored(allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
-    result = Requests(gpus, cpu, floored(allocatable.get("memory", 0), 1, "status.allocatable.memory"))
-    # Only string literals are remembered (as in spec_requests: 1, 1.0 and True are equal keys)
-    if key is not None and all(type(v) is str or v is _ABSENT for v in key[1:]):
-        _keep(_ALLOCATABLE, key, result)
-    return result
-
-
-_ABSENT = object()  # a GPU resource the node does not list (not the same as a null value)
-# Requests by node_allocatable's key; bounded like _AMOUNTS.
-_ALLOCATABLE: dict[tuple[Any, ...], Requests] = {}
 
 
 def integer(value: Any, field: str) -> int:
@@ -326,83 +151,12 @@ def _parse_time(value: Any, field: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
-def priority_class_value(pc: JsonObj) -> int:
-    return integer(pc.get("value", 0), "value")
-
-
-def pod_priority(pod: JsonObj, classes: Mapping[str, JsonObj], global_default: JsonObj | None) -> int:
-    """spec.priority (set by admission), else its PriorityClass value, else the globalDefault, else 0."""
-    spec = pod.get("spec") or {}
-    if spec.get("priority") is not None:
-        return integer(spec["priority"], "spec.priority")
-    name = spec.get("priorityClassName")
-    if name and name in classes:
-        return priority_class_value(classes[name])
-    if global_default is not None:
-        return priority_class_value(global_default)
-    return 0
-
-
-def find_global_default(classes: Iterable[JsonObj]) -> JsonObj | None:
-    # Kubernetes allows only one; if a snapshot has several, the lowest value is the cautious choice.
-    defaults = [pc for pc in classes if pc.get("globalDefault") is True]
-    if not defaults:
-        return None
-    return min(defaults, key=lambda pc: pc.get("value", 0) if isinstance(pc.get("value"), int) else 0)
-
-
 def is_finished(pod: JsonObj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def is_terminating(pod: JsonObj) -> bool:
     return (pod.get("metadata") or {}).get("deletionTimestamp") is not None
-
-
-def node_name(pod: JsonObj) -> str:
-    return str((pod.get("spec") or {}).get("nodeName") or "")
-
-
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    """The first condition of this type in a pod's status."""
-    for condition in status.get("conditions") or []:
-        # (type() first: isinstance against Mapping is slow, and JSON gives dicts)
-        if (type(condition) is dict or isinstance(condition, Mapping)) and condition.get("type") == kind:
-            return condition
-    return None
-
-
-def scheduled_at(pod: JsonObj) -> datetime | None:
-    """When the pod was scheduled: PodScheduled=True lastTransitionTime; None when not (yet) scheduled."""
-    return scheduled_in(pod.get("status") or {})
-
-
-def scheduled_in(status: Mapping[str, Any]) -> datetime | None:
-    """scheduled_at of a pod's status (the index reads the status once per pod)."""
-    condition = _condition(status, "PodScheduled")
-    if condition is None or condition.get("status") != "True" or not condition.get("lastTransitionTime"):
-        return None
-    return parse_time(condition["lastTransitionTime"], "status.conditions[PodScheduled].lastTransitionTime")
-
-
-def is_unschedulable(pod: JsonObj) -> bool:
-    """Pending, not bound, and the scheduler said Unschedulable."""
-    if (pod.get("status") or {}).get("phase") != "Pending" or node_name(pod) or is_terminating(pod):
-        return False
-    condition = _condition(pod.get("status") or {}, "PodScheduled")
-    return (
-        condition is not None
-        and condition.get("status") == "False"
-        and condition.get("reason") == "Unschedulable"
-    )
-
-
-def created_at(obj: JsonObj) -> datetime:
-    value = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not value:
-        # Unknown age sorts last among equal priorities.
-        return datetime.max.replace(tzinfo=UTC)
-    return parse_time(value, "metadata.creationTimestamp")
 
 
 def annotations_of(obj: JsonObj) -> Mapping[str, Any]:

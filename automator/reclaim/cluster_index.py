@@ -16,34 +16,18 @@ from automator.objects.class_settings import ClassSettings, class_settings
 from automator.objects.model import (
     AnnotationWarning,
     ClusterState,
-    JsonObj,
     PlannerConfig,
     PodKey,
     PodUsage,
     UsageWindow,
 )
-from automator.objects.resources import (
-    FieldError,
-    Requests,
-    annotations_of,
-    created_at,
-    find_global_default,
-    is_finished,
-    is_terminating,
-    is_unschedulable,
-    node_allocatable,
-    node_name,
-    pod_priority,
-    pod_requests,
-    remembered_requests,
-    scheduled_in,
-    spec_requests,
-)
+from automator.objects.node import Node
+from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
+from automator.objects.priority_class import PriorityClass, find_global_default
+from automator.objects.resources import FieldError, Requests
 from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
 from steward_common.conventions import RECLAIM_ANNOTATION
 
-_FINISHED = ("Succeeded", "Failed")  # is_finished
-_new_key = tuple.__new__  # PodKey(namespace, name) without the Python-level __new__ (20,000 keys a pass)
 # PDBs covering a pod (read only: shared by the pods of a workload), why they protect it, its scope verdict
 _Standing = tuple[list[tuple[str, str]], str | None, tuple[str, str] | None]
 
@@ -53,7 +37,7 @@ class Candidate:
     """A pod that may be evicted, with what the search and the report need of it."""
 
     key: PodKey
-    obj: JsonObj
+    pod: Pod
     node: str
     req: Requests
     priority: int
@@ -62,15 +46,15 @@ class Candidate:
     assessment: Assessment
     pdbs: list[tuple[str, str]]
     usage: PodUsage | None
-    # the lowest preemptor priority it is a victim for: above its own priority and eligible_for (issue 14:
-    # one comparison where the search and the rankings sort every candidate for every preemptor priority)
+    # the lowest preemptor priority it is a victim for: above its own priority and eligible_for (one
+    # comparison where the search and the rankings sort every candidate for every preemptor priority)
     floor: int
 
 
 @dataclass(slots=True)
 class NodeState:
     name: str
-    obj: JsonObj
+    node: Node
     alloc: Requests
     error: str | None = None
     used_gpus: int = 0
@@ -96,64 +80,56 @@ class NodeState:
 @dataclass(slots=True)
 class Preemptor:
     key: PodKey
-    obj: JsonObj
+    pod: Pod
     priority: int
     created: datetime
     req: Requests | None
     error: str | None
 
 
-def classes_by_name(priority_classes: list[JsonObj]) -> dict[str, JsonObj]:
-    return {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
+def classes_by_name(priority_classes: list[PriorityClass]) -> dict[str, PriorityClass]:
+    return {pc.name: pc for pc in priority_classes}
 
 
-def is_reclaim_class(pc: JsonObj | None) -> bool:
+def is_reclaim_class(pc: PriorityClass | None) -> bool:
     """The opt-in value is exactly "true" (not "TRUE", not " true")."""
-    return pc is not None and annotations_of(pc).get(RECLAIM_ANNOTATION) == "true"
+    return pc is not None and pc.annotations.get(RECLAIM_ANNOTATION) == "true"
 
 
-def reclaim_annotation_warnings(priority_classes: list[JsonObj]) -> list[AnnotationWarning]:
+def reclaim_annotation_warnings(priority_classes: list[PriorityClass]) -> list[AnnotationWarning]:
     """A warning for every class whose opt-in annotation is neither "true" nor "false" (no opt-in)."""
     warnings: list[AnnotationWarning] = []
-    for pc in sorted(priority_classes, key=lambda pc: str((pc.get("metadata") or {}).get("name"))):
-        ann = annotations_of(pc)
+    for pc in sorted(priority_classes, key=lambda pc: pc.name):
+        ann = pc.annotations
         if RECLAIM_ANNOTATION in ann and ann[RECLAIM_ANNOTATION] not in ("true", "false"):
             value = ann[RECLAIM_ANNOTATION]
             message = (
                 f'{RECLAIM_ANNOTATION}: {value!r} is neither "true" nor "false": '
                 "the class does not opt in to reclaim"
             )
-            name = str((pc.get("metadata") or {}).get("name"))
-            warnings.append(AnnotationWarning(name, RECLAIM_ANNOTATION, str(value), message, ()))
+            warnings.append(AnnotationWarning(pc.name, RECLAIM_ANNOTATION, str(value), message, ()))
     return warnings
 
 
 class SettingsCache:
     """ClassSettings per PriorityClass name, parsed once."""
 
-    def __init__(self, classes: Mapping[str, JsonObj], config: PlannerConfig) -> None:
+    def __init__(self, classes: Mapping[str, PriorityClass], config: PlannerConfig) -> None:
         self.classes = classes
         self.config = config
         self.cache: dict[str | None, ClassSettings] = {}
-        self.by_raw: dict[Any, tuple[str | None, ClassSettings]] = {}  # named's answers (a lookup per pod)
 
-    def of(self, pod: JsonObj) -> tuple[str | None, ClassSettings]:
-        return self.named((pod.get("spec") or {}).get("priorityClassName"))
-
-    def named(self, raw: Any) -> tuple[str | None, ClassSettings]:
-        """The settings of a pod's spec.priorityClassName as given."""
-        known = self.by_raw.get(raw)
-        if known is None:
-            name = str(raw) if raw in self.classes else None  # no (known) class: the defaults
-            cached = self.cache.get(name)
-            if cached is None:
-                cached = self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
-            known = self.by_raw[raw] = (name, cached)
-        return known
+    def named(self, class_name: str | None) -> tuple[str | None, ClassSettings]:
+        """The settings of a pod's spec.priorityClassName: the defaults when no such class is listed."""
+        name = class_name if class_name in self.classes else None
+        cached = self.cache.get(name)
+        if cached is None:
+            cached = self.cache[name] = class_settings(self.classes[name] if name else None, self.config)
+        return name, cached
 
 
-def is_victim_candidate(pod: JsonObj) -> bool:
-    return bool(node_name(pod)) and not is_finished(pod) and not is_terminating(pod)
+def is_victim_candidate(pod: Pod) -> bool:
+    return bool(pod.node_name) and not pod.finished and not pod.terminating
 
 
 def usage_windows(cluster: ClusterState, config: PlannerConfig) -> dict[PodKey, UsageWindow]:
@@ -165,11 +141,11 @@ def usage_windows(cluster: ClusterState, config: PlannerConfig) -> dict[PodKey, 
         if not is_victim_candidate(pod):
             continue
         try:
-            gpus = pod_requests(pod, config.gpu_resources).gpus
+            gpus = pod.requests(config.gpu_resources).gpus
         except FieldError:
             continue  # protected anyway; no query needed
         if gpus > 0:
-            windows[PodKey.of(pod)] = settings.of(pod)[1].window
+            windows[pod.key] = settings.named(pod.class_name)[1].window
     return windows
 
 
@@ -193,13 +169,13 @@ class _Builder:
     usage: Mapping[PodKey, PodUsage]
     config: PlannerConfig
     now: datetime
-    classes: dict[str, JsonObj] = field(default_factory=dict)
-    global_default: JsonObj | None = None
+    classes: dict[str, PriorityClass] = field(default_factory=dict)
+    global_default: PriorityClass | None = None
     pdbs: PdbIndex = field(default_factory=PdbIndex)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     preemptors: list[Preemptor] = field(default_factory=list)
     class_pods: dict[str, list[PodKey]] = field(default_factory=dict)
-    # (namespace, labels) -> PDBs covering, PDB protection reason, scope verdict
+    # (namespace, label items) -> PDBs covering, PDB protection reason, scope verdict
     standing_cache: dict[tuple[str, tuple[Any, ...]], _Standing] = field(default_factory=dict)
     terminating: set[PodKey] = field(default_factory=set)
     candidates: int = 0
@@ -226,128 +202,96 @@ class _Builder:
         )
 
     def _nodes(self) -> None:
-        for obj in sorted(self.cluster.nodes, key=lambda n: str((n.get("metadata") or {}).get("name"))):
-            name = str((obj.get("metadata") or {}).get("name"))
+        for node in sorted(self.cluster.nodes, key=lambda n: n.name):
+            name = node.name
             try:
-                self.nodes[name] = NodeState(name, obj, node_allocatable(obj, self.config.gpu_resources))
+                self.nodes[name] = NodeState(name, node, node.offers(self.config.gpu_resources))
             except FieldError as exc:
-                self.nodes[name] = NodeState(name, obj, Requests(0, 0, 0), error=f"Node {name}: {exc}")
+                self.nodes[name] = NodeState(name, node, Requests(0, 0, 0), error=f"Node {name}: {exc}")
 
     def _pods(self, settings: SettingsCache) -> None:
-        """Every pod, each field read once: bound pods take their requests on their node and GPU holders
-        become candidates; unbound ones may be preemptors. Written for speed (40,000 pods a pass, issue 14):
-        is_terminating, is_finished, node_name and spec_requests' look-up of a one-container spec inlined."""
+        """Every pod: bound pods take their requests on their node and GPU holders become candidates;
+        unbound ones may be preemptors."""
         nodes, names, terminating = self.nodes, self.gpu_resources, self.terminating
-        known = remembered_requests()
-        for obj in self.cluster.pods:
-            meta = obj.get("metadata") or {}
-            dying = meta.get("deletionTimestamp") is not None
-            if dying:
-                terminating.add(PodKey.of(obj))
-            status = obj.get("status") or {}
-            if status.get("phase") in _FINISHED:
+        for pod in self.cluster.pods:
+            if pod.terminating:
+                terminating.add(pod.key)
+            if pod.finished:
                 continue
-            spec = obj.get("spec") or {}
-            bound = spec.get("nodeName")
-            if not bound:
-                self._unbound(obj, spec)
+            if not pod.node_name:
+                if (
+                    pod.unschedulable
+                    and pod.class_name
+                    and is_reclaim_class(self.classes.get(pod.class_name))
+                ):
+                    self._preemptor(pod)
                 continue
-            node = nodes.get(bound if type(bound) is str else str(bound))
+            node = nodes.get(pod.node_name)
             if node is None:
                 continue  # bound to a node we do not know: nothing to plan there
-            req = None
-            containers = spec.get("containers")
-            # _requests_key of a spec with one app container (spec_requests makes the same and fills the memo)
-            if type(containers) is list and len(containers) == 1 and "initContainers" not in spec:
-                resources = containers[0].get("resources") if type(containers[0]) is dict else None
-                if type(resources) is dict and "overhead" not in spec:
-                    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
-                    if type(limits) is dict and type(requests) is dict:
-                        try:
-                            req = known.get((names, tuple(limits.items()), tuple(requests.items())))
-                        except TypeError:  # an unhashable literal: spec_requests refuses it
-                            req = None
-            if req is None:
-                try:
-                    req = spec_requests(spec, names)
-                except FieldError as exc:
-                    # Unknown usage of the node: fail safe, plan nothing there.
-                    node.error = f"Pod {PodKey.of(obj)}: {exc}"
-                    continue
-            node.used_gpus += req.gpus
-            node.used_cpu += req.cpu_m
-            node.used_mem += req.memory
-            if req.gpus and not dying:
-                node.candidates.append(self._candidate(obj, (meta, spec, status), node.name, req, settings))
+            try:
+                req = pod.requests(names)
+            except FieldError as exc:
+                # Unknown usage of the node: fail safe, plan nothing there.
+                node.error = f"Pod {pod.key}: {exc}"
+                continue
+            node.take(req)
+            if req.gpus and not pod.terminating:
+                node.candidates.append(self._candidate(pod, node.name, req, settings))
 
-    def _unbound(self, obj: JsonObj, spec: JsonObj) -> None:
-        class_name = spec.get("priorityClassName")
-        if is_unschedulable(obj) and class_name and is_reclaim_class(self.classes.get(class_name)):
-            self._preemptor(PodKey.of(obj), obj)
-
-    def _candidate(
-        self,
-        obj: JsonObj,
-        parts: tuple[JsonObj, JsonObj, JsonObj],  # its metadata, spec and status
-        bound: str,
-        req: Requests,
-        settings: SettingsCache,
-    ) -> Candidate:
-        """A GPU holder assessed (20,000 a pass at fleet scale: _standing's cache look-up inlined)."""
-        meta, spec, status = parts
-        key = _new_key(PodKey, (str(meta.get("namespace") or "default"), str(meta.get("name") or "")))
-        class_name, pod_settings = settings.named(spec.get("priorityClassName"))
+    def _candidate(self, pod: Pod, bound: str, req: Requests, settings: SettingsCache) -> Candidate:
+        """A GPU holder assessed."""
+        key = pod.key
+        class_name, pod_settings = settings.named(pod.class_name)
         if pod_settings.malformed and class_name is not None:  # only _warnings reads them
             self.class_pods.setdefault(class_name, []).append(key)
         usage = self.usage.get(key)
         self.candidates += 1
         if usage is None or usage.gpu_activity is None:
             self.unknown += 1
+        standing = self._standing(pod)
         try:
-            labels = (key[0], tuple((meta.get("labels") or {}).items()))
-            standing = self.standing_cache.get(labels)
-        except TypeError:  # an unhashable label value: no cache
-            standing = self._standing(obj, None)
-        if standing is None:
-            standing = self._standing(obj, labels)
-        priority = spec.get("priority")
-        try:
-            if type(priority) is not int:  # not set by admission (or malformed): pod_priority decides
-                priority = pod_priority(obj, self.classes, self.global_default)
-            scheduled = scheduled_in(status)
+            priority = pod_priority(pod, self.classes, self.global_default)
+            if pod.scheduled_error is not None:
+                raise FieldError(*pod.scheduled_error.split(": ", 1))
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
-            return Candidate(key, obj, bound, req, 0, None, 0.0, blocked, standing[0], usage, NEVER)
+            return Candidate(key, pod, bound, req, 0, None, 0.0, blocked, standing[0], usage, NEVER)
+        scheduled = pod.scheduled
         since = (self.now - scheduled).total_seconds() if scheduled is not None else None
         assessment = assess(pod_settings, usage, since, self.config, standing[1], standing[2])
         age = max(0.0, since) if since is not None else 0.0
         floor = max(priority + 1, assessment.eligible_from)
         pdb_ids = standing[0]
-        return Candidate(key, obj, bound, req, priority, scheduled, age, assessment, pdb_ids, usage, floor)
+        return Candidate(key, pod, bound, req, priority, scheduled, age, assessment, pdb_ids, usage, floor)
 
-    def _standing(self, obj: JsonObj, key: tuple[str, tuple[Any, ...]] | None) -> _Standing:
-        """PdbIndex.covering and scope_verdict, once per namespace and labels (as the pod lists them: pods of
-        one workload share them); key None: not cached (an unhashable label value)."""
-        standing = (*self.pdbs.covering(obj), scope_verdict(obj, self.config))
-        if key is not None:
-            self.standing_cache[key] = standing
-        return standing
+    def _standing(self, pod: Pod) -> _Standing:
+        """PdbIndex.covering and scope_verdict, once per namespace and labels (pods of one workload share
+        them); not cached for a pod with an unhashable label value."""
+        try:
+            key = (pod.key.namespace, tuple(pod.labels.items()))
+            known = self.standing_cache.get(key)
+        except TypeError:
+            return (*self.pdbs.covering(pod), scope_verdict(pod, self.config))
+        if known is None:
+            known = self.standing_cache[key] = (*self.pdbs.covering(pod), scope_verdict(pod, self.config))
+        return known
 
-    def _preemptor(self, key: PodKey, obj: JsonObj) -> None:
+    def _preemptor(self, pod: Pod) -> None:
         error: str | None = None
         req: Requests | None = None
         priority = 0
-        created = created_at({})
+        created = NOT_CREATED
         try:
-            priority = pod_priority(obj, self.classes, self.global_default)
-            created = created_at(obj)
-            req = pod_requests(obj, self.config.gpu_resources)
+            priority = pod_priority(pod, self.classes, self.global_default)
+            created = created_at(pod)
+            req = pod.requests(self.config.gpu_resources)
         except FieldError as exc:
             error = f"malformed pod: {exc}"
         if req is not None and req.gpus == 0:
             return  # not a GPU pod: not ours to help
-        self.preemptors.append(Preemptor(key, obj, priority, created, req, error))
+        self.preemptors.append(Preemptor(pod.key, pod, priority, created, req, error))
 
     def _warnings(self, settings: SettingsCache) -> list[AnnotationWarning]:
         warnings: list[AnnotationWarning] = []

@@ -1,5 +1,5 @@
-"""Victim eligibility (issue 4 rules 0-8) and PodDisruptionBudgets. Pure. The PriorityClass annotations
-the rules read are class_settings.py."""
+"""Victim eligibility (rules 0-8 of docs/reclaim.md) and PodDisruptionBudgets. Pure. The PriorityClass
+annotations the rules read are class_settings.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from automator.objects.class_settings import ClassSettings
-from automator.objects.model import JsonObj, PlannerConfig, PodUsage
-from automator.objects.resources import labels_of
+from automator.objects.model import PlannerConfig, PodUsage
+from automator.objects.pdb import PodDisruptionBudget
+from automator.objects.pod import Pod
 from automator.reclaim.fit import requirement_matches
 from automator.reclaim.report import fmt_measure
 from steward_common.conventions import (
@@ -50,7 +51,7 @@ def selector_matches(selector: Mapping[str, Any] | None, pod_labels: Mapping[str
 class PdbIndex:
     """PDBs by namespace with the evictions each still allows in this pass."""
 
-    by_namespace: dict[str, list[JsonObj]] = field(default_factory=dict)
+    by_namespace: dict[str, list[PodDisruptionBudget]] = field(default_factory=dict)
     remaining: dict[tuple[str, str], int] = field(default_factory=dict)
     # per namespace, (name, selector) of its PDBs: read the first time a pod of the namespace is covered
     selectors: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
@@ -58,30 +59,22 @@ class PdbIndex:
     anchors: dict[str, _Anchors] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, pdbs: Iterable[JsonObj]) -> PdbIndex:
+    def build(cls, pdbs: Iterable[PodDisruptionBudget]) -> PdbIndex:
         index = cls()
         for pdb in pdbs:
-            meta = pdb.get("metadata") or {}
-            ns = str(meta.get("namespace") or "default")
-            index.by_namespace.setdefault(ns, []).append(pdb)
-            allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
-            # No status yet (controller has not observed it): the Eviction API would refuse; count as 0.
-            if not isinstance(allowed, int) or isinstance(allowed, bool):
-                allowed = 0
-            index.remaining[(ns, str(meta.get("name")))] = allowed
+            index.by_namespace.setdefault(pdb.namespace, []).append(pdb)
+            index.remaining[(pdb.namespace, pdb.name)] = pdb.allowed
         return index
 
-    def covering(self, pod: JsonObj) -> tuple[list[tuple[str, str]], str | None]:
+    def covering(self, pod: Pod) -> tuple[list[tuple[str, str]], str | None]:
         """PDB ids selecting the pod, and a protection reason if an eviction would be refused."""
-        meta = pod.get("metadata") or {}
-        ns = str(meta.get("namespace") or "default")
-        pod_labels = labels_of(pod)
+        ns = pod.key.namespace
+        pod_labels = pod.labels
         ids: list[tuple[str, str]] = []
         selectors = self.selectors.get(ns)
         if selectors is None:
             selectors = self.selectors[ns] = [
-                (str((pdb.get("metadata") or {}).get("name")), (pdb.get("spec") or {}).get("selector"))
-                for pdb in self.by_namespace.get(ns, ())
+                (pdb.name, pdb.selector) for pdb in self.by_namespace.get(ns, ())
             ]
             self.anchors[ns] = _anchors(selectors)
         for i in _maybe_selecting(self.anchors[ns], len(selectors), pod_labels):
@@ -296,9 +289,9 @@ def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int)
     return rule, _recent_reason(rule, settings, usage, recent_window)
 
 
-def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None:
+def scope_verdict(pod: Pod, config: PlannerConfig) -> tuple[str, str] | None:
     """Scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
-    ns = str((pod.get("metadata") or {}).get("namespace") or "default")
+    ns = pod.key.namespace
     if ns in config.exclude_namespaces:
         return (
             WORD_NAMESPACE_EXCLUDED,
@@ -309,7 +302,7 @@ def scope_verdict(pod: JsonObj, config: PlannerConfig) -> tuple[str, str] | None
             WORD_NAMESPACE_EXCLUDED,
             f"{WORD_NAMESPACE_EXCLUDED}: namespace {ns} is not in --victim-namespaces",
         )
-    if str(labels_of(pod).get(NEVER_RECLAIM_LABEL, "")).strip().lower() == "true":
+    if str(pod.labels.get(NEVER_RECLAIM_LABEL, "")).strip().lower() == "true":
         return WORD_OPTED_OUT, f'{WORD_OPTED_OUT}: labelled {NEVER_RECLAIM_LABEL}="true"'
     return None
 

@@ -6,26 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from automator.objects.model import JsonObj
-from automator.objects.resources import labels_of
+from automator.objects.node import Node
+from automator.objects.pod import Pod
 
 # Reasons a node is ruled out, used to summarise unresolved preemptors.
 CORDONED = "cordoned"
 NOT_READY = "not Ready"
 SELECTOR = "nodeSelector/affinity mismatch"
 TAINT = "untolerated taint"
-
-
-def node_ready(node: JsonObj) -> bool:
-    """Ready unless its Ready condition says otherwise.
-
-    A node with no Ready condition at all is taken as ready: the API server always reports one, so only a
-    hand-written snapshot lacks it; a real node that is not ready also carries the not-ready taint.
-    """
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if (type(condition) is dict or isinstance(condition, Mapping)) and condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return True
 
 
 def _int_label(value: Any) -> int | None:
@@ -74,26 +62,19 @@ def _term_matches(term: Mapping[str, Any], node_labels: Mapping[str, Any], name:
     return True
 
 
-def affinity_matches(pod: JsonObj, node: JsonObj) -> bool:
-    spec = pod.get("spec") or {}
-    return _selected(list((spec.get("nodeSelector") or {}).items()), _required(spec), node)
+def affinity_matches(pod: Pod, node: Node) -> bool:
+    return _selected(pod.node_selector, pod.required_affinity, node)
 
 
-def _required(spec: Mapping[str, Any]) -> Any:
-    return ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-
-
-def _selected(selector: list[tuple[Any, Any]], required: Any, node: JsonObj) -> bool:
+def _selected(selector: tuple[tuple[Any, Any], ...], required: Any, node: Node) -> bool:
     """affinity_matches with the pod's nodeSelector items and required node affinity read."""
-    node_labels = labels_of(node)
+    node_labels = node.labels
     for key, value in selector:
         if node_labels.get(key) != value:
             return False
     if required is None:
         return True
-    name = str((node.get("metadata") or {}).get("name"))
+    name = node.name
     # Terms are ORed, the expressions of a term ANDed.
     return any(_term_matches(term, node_labels, name) for term in required.get("nodeSelectorTerms") or [])
 
@@ -111,9 +92,8 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def untolerated_taint(pod: JsonObj, node: JsonObj) -> dict[str, Any] | None:
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    return _first_untolerated(tolerations, (node.get("spec") or {}).get("taints") or [])
+def untolerated_taint(pod: Pod, node: Node) -> dict[str, Any] | None:
+    return _first_untolerated(pod.tolerations or [], node.taints or [])
 
 
 def _first_untolerated(tolerations: Any, taints: Any) -> dict[str, Any] | None:
@@ -126,62 +106,26 @@ def _first_untolerated(tolerations: Any, taints: Any) -> dict[str, Any] | None:
     return None
 
 
-def static_misfit(pod: JsonObj, node: JsonObj) -> tuple[str, str] | None:
+def static_misfit(pod: Pod, node: Node) -> tuple[str, str] | None:
     """(category, detail) why the pod can never run on the node whatever is evicted, or None."""
-    return PodFit(pod).misfit(node)
-
-
-class PodFit:
-    """static_misfit of one pod on many nodes, the pod's side read the first time a node needs it (a
-    preemptor is checked against every node; reading it then fails where static_misfit would)."""
-
-    __slots__ = ("pod", "read", "required", "selector", "tolerations")
-
-    def __init__(self, pod: JsonObj) -> None:
-        self.pod = pod
-        self.read = False
-        self.selector: list[tuple[Any, Any]] = []
-        self.required: Any = None
-        self.tolerations: Any = None
-
-    def _read(self) -> None:
-        spec = self.pod.get("spec") or {}
-        self.selector = list((spec.get("nodeSelector") or {}).items())
-        self.required = _required(spec)
-        self.read = True
-
-    def misfit(self, node: JsonObj) -> tuple[str, str] | None:
-        spec = node.get("spec") or {}
-        if spec.get("unschedulable") is True:
-            return CORDONED, "node is cordoned (spec.unschedulable)"
-        # (a node with no conditions is ready: node_ready)
-        if (node.get("status") or {}).get("conditions") and not node_ready(node):
-            return NOT_READY, "node is not Ready"
-        if not self.read:
-            self._read()
-        # a pod with no nodeSelector and no required node affinity is selected by every node
-        if (self.selector or self.required is not None) and not _selected(self.selector, self.required, node):
-            return SELECTOR, "nodeSelector or required node affinity does not match"
-        taints = spec.get("taints")
-        if not taints:
-            return None
-        if self.tolerations is None:
-            self.tolerations = (self.pod.get("spec") or {}).get("tolerations") or []
-        taint = _first_untolerated(self.tolerations, taints)
-        if taint is not None:
-            value = f"={taint.get('value')}" if taint.get("value") else ""
-            return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
+    if node.unschedulable:
+        return CORDONED, "node is cordoned (spec.unschedulable)"
+    if node.not_ready:
+        return NOT_READY, "node is not Ready"
+    # a pod with no nodeSelector and no required node affinity is selected by every node
+    selector, required = pod.node_selector, pod.required_affinity
+    if (selector or required is not None) and not _selected(selector, required, node):
+        return SELECTOR, "nodeSelector or required node affinity does not match"
+    taints = node.taints
+    if not taints:
         return None
+    taint = _first_untolerated(pod.tolerations or [], taints)
+    if taint is not None:
+        value = f"={taint.get('value')}" if taint.get("value") else ""
+        return TAINT, f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
+    return None
 
 
-def scheduling_signature(pod: JsonObj) -> str:
+def scheduling_signature(pod: Pod) -> str:
     """Pods with equal signatures fit the same nodes statically (used to cache static_misfit per pass)."""
-    spec = pod.get("spec") or {}
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    return repr(
-        (
-            sorted((spec.get("nodeSelector") or {}).items()),
-            node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
-            spec.get("tolerations"),
-        )
-    )
+    return repr((sorted(pod.node_selector), pod.required_affinity, pod.tolerations))

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.objects.model import JsonObj, PlannerConfig, PodKey
+from automator.objects.model import PlannerConfig, PodKey
+from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, Requests, parse_time
 from automator.reclaim.cluster_index import NodeState
-from automator.reclaim.fit import PodFit
+from automator.reclaim.fit import static_misfit
 from automator.reclaim.victims import NodeResult
 from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
@@ -66,13 +67,12 @@ class StaticFit:
         return known
 
 
-def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
+def static_fit(nodes: Iterable[NodeState], pod: Pod) -> StaticFit:
     """The nodes (in the order given) the pod may use whatever is evicted (selectors, taints, readiness),
     and the others counted by reason."""
     fit = StaticFit([], Counter())
-    check = PodFit(pod).misfit
     for node in nodes:
-        misfit = check(node.obj) if node.error is None else ("unreadable", node.error)
+        misfit = static_misfit(pod, node.node) if node.error is None else ("unreadable", node.error)
         if misfit is None:
             fit.feasible.append(node)
             fit.names.add(node.name)
@@ -82,9 +82,9 @@ def static_fit(nodes: Iterable[NodeState], pod: JsonObj) -> StaticFit:
     return fit
 
 
-def nominated(obj: JsonObj) -> str | None:
+def nominated(pod: Pod) -> str | None:
     """The scheduler's own preemption is under way for the pod (status.nominatedNodeName): its reason."""
-    node = (obj.get("status") or {}).get("nominatedNodeName")
+    node = pod.nominated_node
     if not node:
         return None
     return (

@@ -1,8 +1,8 @@
 """The reclaim planner: which idle lower-priority pods to evict for which pending GPU pod. Pure: no I/O, no
 clock. Stages, one module each: cluster_index.py (what the pass plans over), victims.py (the best victim set
 on one node), this module (the plan loop: preemptors in order, nodes compared, decisions committed) and
-report.py (a plan as JSON, text, logs, Events and `explain`). Issue 4's rules are in eligibility.py and
-fit.py; docs/reclaim.md explains them.
+report.py (a plan as JSON, text, logs, Events and `explain`). The eligibility rules are in eligibility.py
+and fit.py; docs/reclaim.md explains them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from automator.objects.model import (
     Verdict,
     Victim,
 )
-from automator.objects.resources import Requests, annotations_of
+from automator.objects.resources import Requests
 from automator.reclaim import plan_reasons as reasons
 from automator.reclaim.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
@@ -79,7 +79,7 @@ class _Pass:
         self.plan.candidates = self.index.candidates
         self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
         cooling = {
-            pre.key: reasons.cooldown(annotations_of(pre.obj), self.now, self.config, self.index.terminating)
+            pre.key: reasons.cooldown(pre.pod.annotations, self.now, self.config, self.index.terminating)
             for pre in self.index.preemptors
         }
         self._reserve(cooling)
@@ -93,16 +93,16 @@ class _Pass:
         for pre in self.index.preemptors:
             if cooling[pre.key] is None or pre.req is None:
                 continue
-            node = self.index.nodes.get(str(annotations_of(pre.obj).get(RECLAIM_NODE_ANNOTATION, "")))
+            node = self.index.nodes.get(str(pre.pod.annotations.get(RECLAIM_NODE_ANNOTATION, "")))
             if node is not None:
                 node.take(pre.req)
                 node.version += 1
 
     def _static(self, pre: Preemptor) -> StaticFit:
-        signature = scheduling_signature(pre.obj)
+        signature = scheduling_signature(pre.pod)
         cached = self.static_cache.get(signature)
         if cached is None:
-            cached = self.static_cache[signature] = static_fit(self.index.nodes.values(), pre.obj)
+            cached = self.static_cache[signature] = static_fit(self.index.nodes.values(), pre.pod)
         return cached
 
     def _record(self, pre: Preemptor, result: NodeResult, force: bool = False) -> None:
@@ -172,12 +172,12 @@ class _Pass:
 
     def _standing(self, pre: Preemptor, cooldown: str | None) -> bool:
         """Whether the preemptor is searched for at all; if not, it is unresolved with the reason."""
-        reason, kind = reasons.nominated(pre.obj), UnresolvedReason.NOMINATED
+        reason, kind = reasons.nominated(pre.pod), UnresolvedReason.NOMINATED
         if reason is None and cooldown is not None:
             self.plan.skipped_cooldown.append(pre.key)
             reason, kind = cooldown, UnresolvedReason.COOLDOWN
         if reason is None:
-            reason, kind = reasons.gave_up(annotations_of(pre.obj), self.config), UnresolvedReason.GAVE_UP
+            reason, kind = reasons.gave_up(pre.pod.annotations, self.config), UnresolvedReason.GAVE_UP
             if reason is not None:
                 self.plan.gave_up.append(pre.key)
         if reason is None and (pre.error is not None or pre.req is None):

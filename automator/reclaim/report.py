@@ -13,7 +13,6 @@ from automator.objects.model import (
     AnnotationWarning,
     ClusterState,
     Decision,
-    JsonObj,
     Mode,
     Plan,
     PlannerConfig,
@@ -21,13 +20,14 @@ from automator.objects.model import (
     UsageWindow,
     Victim,
 )
-from automator.objects.resources import FieldError, is_finished, is_terminating, node_name, pod_requests
+from automator.objects.pod import Pod
+from automator.objects.resources import FieldError
 from steward_common.conventions import RECLAIM_ANNOTATION
 from steward_common.printable import printable, printable_lines
 
 # Number formats. Verdicts, `explain` and the CLI text print measures to three significant digits (0.01,
-# 0.42); log lines and Events print activity with three decimals (0.000), as the demo and issue 4 quote
-# them; JSON carries numbers rounded to four decimals. Each format is defined once, here.
+# 0.42); log lines and Events print activity with three decimals (0.000), as the demo and docs/reclaim.md
+# quote them; JSON carries numbers rounded to four decimals. Each format is defined once, here.
 
 
 def fmt_measure(value: float | None) -> str:
@@ -177,18 +177,16 @@ def _as_preemptor(plan: Plan, key: PodKey) -> list[str]:
 def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfig | None = None) -> str:
     """Why a pod is or is not a victim, or what happens to it as a preemptor. LookupError if unknown."""
     config = config or PlannerConfig()
-    obj = next((p for p in cluster.pods if PodKey.of(p) == key), None)
-    if obj is None:
+    pod = next((p for p in cluster.pods if p.key == key), None)
+    if pod is None:
         raise LookupError(f"Pod {key}: not found in the cluster snapshot")
-    spec = obj.get("spec") or {}
     try:
-        gpus: int | str = pod_requests(obj, config.gpu_resources).gpus
+        gpus: int | str = pod.requests(config.gpu_resources).gpus
     except FieldError as exc:
         gpus = f"unreadable ({exc})"
-    phase = (obj.get("status") or {}).get("phase", "unknown")
+    phase = pod.phase
     lines = [
-        f"Pod {key}: phase {phase}, node {node_name(obj) or '-'}, "
-        f"class {spec.get('priorityClassName') or '-'}, GPUs {gpus}"
+        f"Pod {key}: phase {phase}, node {pod.node_name or '-'}, class {pod.class_name or '-'}, GPUs {gpus}"
     ]
     lines += _as_preemptor(plan, key)
     for unresolved in plan.unresolved:
@@ -201,16 +199,16 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
         if key in warning.pods:
             lines.append(f"warning: PriorityClass {warning.priority_class}: {warning.message}")
     if len(lines) == 1:
-        lines.append(_not_considered(plan, obj, gpus))
+        lines.append(_not_considered(plan, pod, gpus))
     return printable_lines(lines)
 
 
-def _not_considered(plan: Plan, obj: JsonObj, gpus: int | str) -> str:
-    if is_finished(obj):
+def _not_considered(plan: Plan, pod: Pod, gpus: int | str) -> str:
+    if pod.finished:
         return "not a victim: the pod has finished"
-    if is_terminating(obj):
+    if pod.terminating:
         return "not a victim: the pod is terminating (its GPUs still count as used until it is gone)"
-    if not node_name(obj):
+    if not pod.node_name:
         return (
             "not a preemptor: a preemptor must be Pending with PodScheduled=False reason Unschedulable, "
             f'request GPUs, and have a PriorityClass annotated {RECLAIM_ANNOTATION}: "true"'

@@ -18,14 +18,12 @@ import yaml
 
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.node import node_record
+from automator.objects.pdb import pdb_record
+from automator.objects.pod import Pod, pod_record
+from automator.objects.priority_class import priority_class_record
 from automator.objects.records import record
-from automator.objects.resources import (
-    FieldError,
-    integer,
-    node_allocatable,
-    parse_time,
-    pod_requests,
-)
+from automator.objects.resources import FieldError, integer, parse_time
 from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
 from steward_common.untrusted import UnreadableError, json_document, yaml_documents
@@ -273,11 +271,12 @@ def _check(label: str, check: Any, *args: Any) -> None:
         raise InputError(f"{label}: {exc}") from exc
 
 
-def _check_pod(pod: JsonObj, label: str, gpu_resources: tuple[str, ...]) -> None:
+def _check_pod(pod: JsonObj, label: str, gpu_resources: tuple[str, ...]) -> Pod:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise InputError(f"{label}: spec: missing")
-    _check(label, pod_requests, pod, gpu_resources)
+    record = pod_record(pod)
+    _check(label, record.requests, gpu_resources)
     if spec.get("priority") is not None:
         _check(label, integer, spec["priority"], "spec.priority")
     meta = pod.get("metadata") or {}
@@ -292,6 +291,7 @@ def _check_pod(pod: JsonObj, label: str, gpu_resources: tuple[str, ...]) -> None
                 condition["lastTransitionTime"],
                 f"status.conditions[{i}].lastTransitionTime",
             )
+    return record
 
 
 def _check_pdb(pdb: JsonObj, label: str) -> None:
@@ -318,21 +318,15 @@ def _keep(obj: JsonObj) -> JsonObj:
 
 
 def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)) -> ClusterState:
-    state = ClusterState([], [], [], [])
-    lists = {
-        "Node": state.nodes,
-        "Pod": state.pods,
-        "PriorityClass": state.priority_classes,
-        "PodDisruptionBudget": state.pdbs,
-    }
+    lists: dict[str, list[Any]] = {kind: [] for kind in KINDS}
     seen: set[str] = set()
     with gc_paused():
         _read_cluster(path, gpu_resources, lists, seen)
-    return state
+        return ClusterState(lists["Node"], lists["Pod"], lists["PriorityClass"], lists["PodDisruptionBudget"])
 
 
 def _read_cluster(
-    path: Path, gpu_resources: tuple[str, ...], lists: dict[str, list[JsonObj]], seen: set[str]
+    path: Path, gpu_resources: tuple[str, ...], lists: dict[str, list[Any]], seen: set[str]
 ) -> None:
     for d, doc in enumerate(documents(path, _keep)):
         for raw, where in flatten(doc, f"{path} document {d}", consume=True):
@@ -345,15 +339,19 @@ def _read_cluster(
                 raise InputError(f"{label}: listed twice")
             seen.add(label)
             _check_shape(obj, str(kind), label)
+            kept: Any = obj
             if kind == "Pod":
-                _check_pod(obj, label, gpu_resources)
+                kept = _check_pod(obj, label, gpu_resources)
             elif kind == "Node":
-                _check(label, node_allocatable, obj, gpu_resources)
+                kept = node_record(obj)
+                _check(label, kept.offers, gpu_resources)
             elif kind == "PriorityClass":
-                _check(label, integer, obj.get("value", 0), "value")
+                kept = priority_class_record(obj)
+                _check(label, kept.priority)
             else:
                 _check_pdb(obj, label)
-            lists[str(kind)].append(obj)
+                kept = pdb_record(obj)
+            lists[str(kind)].append(kept)
 
 
 def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:

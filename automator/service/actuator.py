@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from automator.metrics import AutomatorMetrics, unresolved_by_reason
-from automator.objects.model import Mode, PassOutcome, Plan, PlannerConfig, PodKey
+from automator.objects.model import Mode, PassOutcome, Plan, PlannerConfig
 from automator.objects.resources import rfc3339
 from automator.ports import (
     EvictionOutcome,
@@ -191,7 +191,7 @@ def _run(
         return
     result.reason = skew_note
     if mode is Mode.ENFORCE:
-        writer = ClusterWriter(kube, {PodKey.of(p): p for p in cluster.pods}, metrics, limits.should_continue)
+        writer = ClusterWriter(kube, {p.key: p for p in cluster.pods}, metrics, limits.should_continue)
         enforcer = Enforcer(writer, cluster, usage, windows, config, now, state, limits.max_replans, budget)
         enforcer.warn(plan)
         result.plan = plan = enforcer.run(plan)  # the decisions acted on

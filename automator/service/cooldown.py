@@ -7,22 +7,16 @@ them yet.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from automator.objects.model import ClusterState, Decision, JsonObj, PodKey
-from automator.objects.resources import (
-    FieldError,
-    annotations_of,
-    is_finished,
-    is_terminating,
-    node_name,
-    pod_requests,
-    rfc3339,
-)
+import msgspec
+
+from automator.objects.model import ClusterState, Decision, PodKey
+from automator.objects.pod import Pod
+from automator.objects.resources import FieldError, rfc3339
 from steward_common.conventions import (
     EVICTIONS_ANNOTATION,
     LAST_RECLAIM_ANNOTATION,
@@ -110,24 +104,24 @@ def with_reclaim_memory(
     """The cluster with our remembered reclaim annotations written into preemptors that show older ones."""
     if not reclaimed:
         return cluster
-    pods: list[JsonObj] = []
+    pods: list[Pod] = []
     for pod in cluster.pods:
-        memory = reclaimed.get(PodKey.of(pod))
+        memory = reclaimed.get(pod.key)
         if memory is not None:
             when, written = memory
-            annotations = annotations_of(pod)
+            annotations = pod.annotations
             seen = _parse_time(str(annotations.get(LAST_RECLAIM_ANNOTATION, "")))
             if LAST_RECLAIM_ANNOTATION not in annotations or (seen is not None and seen < when):
-                pod = copy.deepcopy(pod)
-                pod.setdefault("metadata", {}).setdefault("annotations", {}).update(written)
+                pod = msgspec.structs.replace(pod, annotations={**annotations, **written})
         pods.append(pod)
     return replace(cluster, pods=pods)
 
 
-def reclaim_annotations(preemptor: JsonObj | None, d: Decision, now: datetime) -> dict[str, str]:
+def reclaim_annotations(preemptor: Pod | None, d: Decision, now: datetime) -> dict[str, str]:
     """The four annotations written on a preemptor once victims were evicted for it."""
+    annotations = preemptor.annotations if preemptor is not None else {}
     try:
-        previous = whole_number(str(annotations_of(preemptor or {}).get(RECLAIM_COUNT_ANNOTATION, "0")))
+        previous = whole_number(str(annotations.get(RECLAIM_COUNT_ANNOTATION, "0")))
     except ValueError:
         previous = 0
     return {
@@ -142,7 +136,7 @@ def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, 
     """Drop remembered reclaims once their cooldown passed and none of their victims still terminates."""
     if not state.reclaimed:
         return
-    terminating = {PodKey.of(p) for p in cluster.pods if is_terminating(p)}
+    terminating = {p.key for p in cluster.pods if p.terminating}
     for key, (when, written) in list(state.reclaimed.items()):
         victims = {v.strip() for v in written.get(RECLAIM_VICTIMS_ANNOTATION, "").split(",")}
         if now - when >= cooldown and not any(str(t) in victims for t in terminating):
@@ -155,13 +149,13 @@ def gpus_held_by_reclaim(cluster: ClusterState, gpu_resources: Iterable[str]) ->
     requests cannot be read counts 0 (never more than is certain)."""
     total = 0
     for pod in cluster.pods:
-        node = node_name(pod)
-        if not node or is_finished(pod) or is_terminating(pod):
+        node = pod.node_name
+        if not node or pod.finished or pod.terminating:
             continue
-        if str(annotations_of(pod).get(RECLAIM_NODE_ANNOTATION, "")) != node:
+        if str(pod.annotations.get(RECLAIM_NODE_ANNOTATION, "")) != node:
             continue
         try:
-            total += pod_requests(pod, gpu_resources).gpus
+            total += pod.requests(gpu_resources).gpus
         except FieldError:
             continue
     return total

@@ -8,16 +8,16 @@ The writes themselves are eviction.py's; the texts report.py's.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+import msgspec
+
 from automator.objects.model import (
     ClusterState,
     Decision,
-    JsonObj,
     Plan,
     PlannerConfig,
     PodKey,
@@ -26,6 +26,7 @@ from automator.objects.model import (
     UsageWindow,
     Victim,
 )
+from automator.objects.pod import Pod
 from automator.ports import EvictionOutcome, EvictionResult
 from automator.reclaim import planner, report
 from automator.service.cooldown import ActuatorState, reclaim_annotations
@@ -55,15 +56,13 @@ def simulate(cluster: ClusterState, gone: set[PodKey], placed: Mapping[PodKey, s
     A served preemptor is bound without a PodScheduled=True condition, so the planner neither serves it
     again nor offers it as a victim, and its GPUs stay taken on its node.
     """
-    pods: list[JsonObj] = []
+    pods: list[Pod] = []
     for pod in cluster.pods:
-        key = PodKey.of(pod)
+        key = pod.key
         if key in gone:
             continue
         if key in placed:
-            pod = copy.deepcopy(pod)
-            pod.setdefault("spec", {})["nodeName"] = placed[key]
-            pod.setdefault("status", {})["phase"] = "Running"
+            pod = msgspec.structs.replace(pod, node_name=placed[key], phase="Running")
         pods.append(pod)
     return replace(cluster, pods=pods)
 

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import JsonObj, PodKey, Unresolved
+from automator.objects.model import PodKey, Unresolved
+from automator.objects.pod import Pod
 from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
 from steward_common.conventions import (
     WORD_NOMINATED,
@@ -38,8 +39,8 @@ class Stop(Exception):
     """End the pass's actions now (leadership lost, API throttling, an outcome that cannot be known)."""
 
 
-def _uid(pod: JsonObj | None) -> object:
-    return ((pod or {}).get("metadata") or {}).get("uid")
+def _uid(pod: Pod | None) -> str | None:
+    return pod.uid if pod is not None else None
 
 
 @dataclass
@@ -47,13 +48,13 @@ class ClusterWriter:
     """The pass's writes through the KubeAdapter port, with the pods as the pass listed them."""
 
     kube: KubeAdapter
-    pods: Mapping[PodKey, JsonObj]
+    pods: Mapping[PodKey, Pod]
     metrics: AutomatorMetrics | None
     should_continue: Callable[[], bool]
     actions: list[Action] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.uids = {k: str(_uid(p) or "") or None for k, p in self.pods.items()}
+        self.uids = {k: p.uid for k, p in self.pods.items()}
 
     def leading(self, before: str) -> None:
         """No write once leadership is lost: checked before every eviction, patch and Event."""
@@ -104,12 +105,12 @@ class ClusterWriter:
             return Unresolved(key, f"{WORD_PREEMPTOR_CHANGED}: the preemptor is gone", changed)
         if _uid(now) != _uid(self.pods.get(key)):
             return Unresolved(key, f"{WORD_PREEMPTOR_CHANGED}: the preemptor was replaced (new uid)", changed)
-        if (now.get("spec") or {}).get("nodeName"):
-            node = now["spec"]["nodeName"]
+        if now.node_name:
+            node = now.node_name
             return Unresolved(
                 key, f"{WORD_PREEMPTOR_CHANGED}: the preemptor was scheduled to {node}", changed
             )
-        nominated = (now.get("status") or {}).get("nominatedNodeName")
+        nominated = now.nominated_node
         if nominated:
             why = f"{WORD_NOMINATED}: the scheduler nominated node {nominated}"
             return Unresolved(key, why, UnresolvedReason.NOMINATED)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey
+from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey
+from automator.objects.pod import Pod
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
 from automator.reclaim.snapshot import InputError, load_cluster
 from automator.service.actuator import ActuatorState, PassResult, run_pass
@@ -34,8 +35,8 @@ class SnapshotKube:
         except (InputError, OSError) as e:
             raise KubernetesUnavailable(f"snapshot {self.path}: {e}") from e
 
-    def get_pod(self, pod: PodKey) -> JsonObj | None:
-        return next((p for p in self.snapshot().pods if PodKey.of(p) == pod), None)
+    def get_pod(self, pod: PodKey) -> Pod | None:
+        return next((p for p in self.snapshot().pods if p.key == pod), None)
 
     def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to evict {pod}")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from typing import Any
 
-from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
-from automator.objects.resources import rfc3339
+import msgspec
+
+from automator.objects.model import ClusterState, PodKey, PodUsage
+from automator.objects.pod import Pod
 from automator.ports import (
     EvictionOutcome,
     EvictionResult,
@@ -71,8 +73,14 @@ class FakeKube:
     events: list[RecordedEvent] = field(default_factory=list)
     get_calls: list[PodKey] = field(default_factory=list)
 
-    def _pod(self, key: PodKey) -> JsonObj | None:
-        return next((p for p in self.cluster.pods if PodKey.of(p) == key), None)
+    def _pod(self, key: PodKey) -> Pod | None:
+        return next((p for p in self.cluster.pods if p.key == key), None)
+
+    def _change(self, key: PodKey, **fields: Any) -> None:
+        """The live pod changed (records are immutable: a changed copy takes its place)."""
+        pods = self.cluster.pods
+        i = next(i for i, p in enumerate(pods) if p.key == key)
+        pods[i] = msgspec.structs.replace(pods[i], **fields)
 
     def _write(self, kind: str) -> None:
         if self.before_write is not None:
@@ -86,16 +94,15 @@ class FakeKube:
             self.after_snapshot(self.cluster)
         return taken
 
-    def get_pod(self, pod: PodKey) -> JsonObj | None:
+    def get_pod(self, pod: PodKey) -> Pod | None:
         self.get_calls.append(pod)
         if self.fail_get is True or (isinstance(self.fail_get, set) and pod in self.fail_get):
             raise KubernetesUnavailable(f"get pod {pod}: fake failure")
-        obj = self._pod(pod)
-        return copy.deepcopy(obj) if obj is not None else None
+        return self._pod(pod)
 
-    def _terminate(self, pod: PodKey, obj: JsonObj) -> None:
+    def _terminate(self, pod: PodKey, obj: Pod) -> None:
         self.evicted.append(pod)
-        obj.setdefault("metadata", {})["deletionTimestamp"] = rfc3339(datetime.now(UTC))
+        self._change(pod, terminating=True)
 
     def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         self._write("evict")
@@ -115,7 +122,7 @@ class FakeKube:
         self.uids_sent.append(uid)
         script = self.eviction_script.get(pod) or []
         outcome = script.pop(0) if script else EvictionOutcome.OK
-        current_uid = (obj.get("metadata") or {}).get("uid") if obj is not None else None
+        current_uid = obj.uid if obj is not None else None
         if outcome is EvictionOutcome.OK and obj is not None and uid and current_uid and uid != current_uid:
             outcome = EvictionOutcome.CONFLICT  # the uid precondition: not the pod that was judged
         if outcome is EvictionOutcome.OK and obj is None:
@@ -135,7 +142,7 @@ class FakeKube:
         self.written[pod] = dict(annotations)
         obj = self._pod(pod)
         if obj is not None:
-            obj.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+            self._change(pod, annotations={**obj.annotations, **annotations})
 
     def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
         self._write("event")

@@ -153,17 +153,13 @@ def held_node(name: str, pod_name: str, gpus: int = 4) -> tuple[JsonObj, JsonObj
 
 
 def cluster(*objs: JsonObj) -> ClusterState:
-    state = ClusterState([], [], [], [])
+    kinds: dict[str, list[JsonObj]] = {"Node": [], "Pod": [], "PriorityClass": [], "PodDisruptionBudget": []}
     for obj in objs:
-        kind = obj["kind"]
-        {
-            "Node": state.nodes,
-            "Pod": state.pods,
-            "PriorityClass": state.priority_classes,
-            "PodDisruptionBudget": state.pdbs,
-        }[kind].append(obj)
-    if not any(pc["metadata"]["name"] == "reclaim" for pc in state.priority_classes):
-        state.priority_classes.append(reclaim_class())
+        kinds[obj["kind"]].append(obj)
+    if not any(pc["metadata"]["name"] == "reclaim" for pc in kinds["PriorityClass"]):
+        kinds["PriorityClass"].append(reclaim_class())
+    state = ClusterState(kinds["Node"], kinds["Pod"], kinds["PriorityClass"], kinds["PodDisruptionBudget"])
+    state.objects = [obj for objs in kinds.values() for obj in objs]  # type: ignore[attr-defined]
     return state
 
 

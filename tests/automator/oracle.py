@@ -69,7 +69,7 @@ def oracle_plan(
         req = pre.req
         best: tuple[SetKey, NodeState, tuple[Candidate, ...]] | None = None
         for node in index.nodes.values():
-            if node.error or static_misfit(pre.obj, node.obj) or node.alloc.gpus < req.gpus:
+            if node.error or static_misfit(pre.pod, node.node) or node.alloc.gpus < req.gpus:
                 continue
             eligible = [
                 c

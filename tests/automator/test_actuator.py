@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from automator.metrics import AutomatorMetrics
 from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
+from automator.objects.priority_class import priority_class_records
 from automator.ports import EvictionOutcome
 from automator.service.actuator import ActuatorState, run_pass
 from steward_common.conventions import (
@@ -119,7 +120,7 @@ def test_enforce_evicts_annotates_and_records_events(metrics: AutomatorMetrics) 
 def test_prometheus_down_gives_zero_evictions(metrics: AutomatorMetrics) -> None:
     # Even a victim that needs no usage check (minimum-preemptable-priority) is left alone: the pass stops.
     state = eight_gpu_node()
-    state.priority_classes = classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"})
+    state.priority_classes = priority_class_records(classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"}))
     kube = FakeKube(state)
     prom = FakePrometheus(idle_usage("a4", "b2", "c2"), down="connection refused")
     result = run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
@@ -135,7 +136,7 @@ def test_prometheus_down_gives_zero_evictions(metrics: AutomatorMetrics) -> None
 def test_same_cluster_with_prometheus_up_does_evict() -> None:
     # The other side of the test above: the same input acts when usage is known.
     state = eight_gpu_node()
-    state.priority_classes = classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"})
+    state.priority_classes = priority_class_records(classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"}))
     kube = FakeKube(state)
     run_pass(kube, FakePrometheus(idle_usage("a4", "b2", "c2")), CONFIG, Mode.ENFORCE, NOW)
     assert kube.evicted == [PodKey("ml", "a4")]
@@ -287,8 +288,8 @@ def test_written_annotation_starts_the_cooldown() -> None:
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW)  # fresh state each pass: only the annotation remembers
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW + timedelta(seconds=60))
     assert kube.evicted == [PodKey("ml", "x")]
-    pod = next(p for p in kube.cluster.pods if p["metadata"]["name"] == "pending")
-    assert pod["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] == k8s.ts(NOW)
+    pod = next(p for p in kube.cluster.pods if p.key.name == "pending")
+    assert pod.annotations[LAST_RECLAIM_ANNOTATION] == k8s.ts(NOW)
 
 
 def test_invalid_annotation_warns_once_on_the_class_pods_in_enforce_only() -> None:

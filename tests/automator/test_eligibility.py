@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from automator.objects.model import PlannerConfig, PodKey, PodUsage, Verdict
+from automator.objects.pdb import pdb_records
+from automator.objects.pod import pod_record
 from automator.reclaim import eligibility
 from automator.reclaim.eligibility import PdbIndex
 from automator.reclaim.planner import plan, usage_windows
@@ -307,7 +309,8 @@ def test_pdbs_filed_by_their_first_label_cover_the_pods_checking_every_pdb_cover
         }
         for i in range(rng.randrange(1, 9))
     ]
-    pods = [{"metadata": {"namespace": "ml", "labels": labels()}} for _ in range(20)]
+    pods = [pod_record({"metadata": {"namespace": "ml", "labels": labels()}}) for _ in range(20)]
+    pdbs = pdb_records(pdbs)
     filed = [PdbIndex.build(pdbs).covering(pod) for pod in pods]
     monkeypatch.setattr(eligibility, "_maybe_selecting", lambda anchors, count, pod_labels: range(count))
     assert filed == [PdbIndex.build(pdbs).covering(pod) for pod in pods]

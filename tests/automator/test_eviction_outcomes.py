@@ -22,7 +22,7 @@ EVICTION = r"/api/v1/namespaces/ml/pods/[^/]+/eviction"
 
 def _load(fake_kube: FakeApiServer) -> KubernetesAdapter:
     state = two_nodes_cluster()
-    for obj in (*state.nodes, *state.pods, *state.priority_classes, *state.pdbs):
+    for obj in state.objects:
         fake_kube.put(obj)
     return KubernetesAdapter(client.ApiClient(client.Configuration(host=fake_kube.url)), request_timeout=2)
 

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from automator.objects.model import JsonObj, PlannerConfig
+from automator.objects.node import node_record
+from automator.objects.pod import pod_record
 from automator.reclaim.fit import affinity_matches, static_misfit, untolerated_taint
 from automator.reclaim.planner import plan
 from tests.automator import k8s
@@ -63,7 +65,7 @@ def test_not_ready_node_is_ruled_out(ready: str | None, usable: bool) -> None:
 def test_taints(tolerations: list[dict[str, str]], taint: dict[str, str], tolerated: bool) -> None:
     pod = k8s.preemptor("p", tolerations=tolerations)
     node = k8s.node("a", taints=[taint])
-    assert (untolerated_taint(pod, node) is None) is tolerated
+    assert (untolerated_taint(pod_record(pod), node_record(node)) is None) is tolerated
     assert (chosen_node(pod, k8s.node("a", gpus=4, taints=[taint])) == "a") is tolerated
 
 
@@ -109,7 +111,7 @@ def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
 def test_required_node_affinity(terms: list[dict[str, Any]], matches: bool) -> None:
     pre = k8s.preemptor("p", affinity=_affinity(*terms))
     node = k8s.node("a", gpus=4, labels={"gpu": "h100", "mem": "80"})
-    assert affinity_matches(pre, node) is matches
+    assert affinity_matches(pod_record(pre), node_record(node)) is matches
     assert (chosen_node(pre, node) == "a") is matches
 
 
@@ -146,7 +148,8 @@ def test_cpu_shortfall_is_named_in_unresolved_reason() -> None:
 
 def test_static_misfit_order_and_details() -> None:
     pre = k8s.preemptor("p", nodeSelector={"gpu": "h100"})
-    assert static_misfit(pre, k8s.node("a", labels={"gpu": "h100"})) is None
-    assert static_misfit(pre, k8s.node("a"))[0] == "nodeSelector/affinity mismatch"  # type: ignore[index]
-    taint = static_misfit(k8s.preemptor("p"), k8s.node("a", taints=[NO_SCHEDULE]))
+    assert static_misfit(pod_record(pre), node_record(k8s.node("a", labels={"gpu": "h100"}))) is None
+    misfit = static_misfit(pod_record(pre), node_record(k8s.node("a")))
+    assert misfit is not None and misfit[0] == "nodeSelector/affinity mismatch"
+    taint = static_misfit(pod_record(k8s.preemptor("p")), node_record(k8s.node("a", taints=[NO_SCHEDULE])))
     assert taint is not None and "gpu=a100:NoSchedule" in taint[1]

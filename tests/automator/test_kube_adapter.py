@@ -81,15 +81,12 @@ def test_snapshot_lists_every_kind_as_camel_case_json(
 
     state = kube.snapshot()
 
-    assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
-    assert state.pods[0]["spec"]["nodeName"] == "node-1"  # camelCase, as kubectl -o json
-    assert state.pods[0]["spec"]["priorityClassName"] == "batch"
-    assert (state.pods[0]["kind"], state.pods[0]["apiVersion"]) == ("Pod", "v1")
-    assert state.nodes[0]["status"]["allocatable"] == {"nvidia.com/gpu": "8"}
-    assert state.priority_classes[0]["preemptionPolicy"] == "Never"
-    assert state.priority_classes[0]["apiVersion"] == "scheduling.k8s.io/v1"
-    assert state.pdbs[0]["status"]["disruptionsAllowed"] == 0
-    assert (state.pdbs[0]["kind"], state.pdbs[0]["apiVersion"]) == ("PodDisruptionBudget", "policy/v1")
+    assert [p.key.name for p in state.pods] == ["a", "b"]
+    assert state.pods[0].node_name == "node-1"  # decoded from camelCase, as kubectl -o json
+    assert state.pods[0].class_name == "batch"
+    assert state.nodes[0].allocatable == {"nvidia.com/gpu": "8"}
+    assert [pc.name for pc in state.priority_classes] == ["batch"]
+    assert [(p.namespace, p.name, p.allowed) for p in state.pdbs] == [("ml", "guard", 0)]
     pages = fake_kube.requests("GET", "/api/v1/pods")
     assert len(pages) == 2
     assert all(p.query["fieldSelector"] == [ACTIVE_PODS] and p.query["limit"] == ["1"] for p in pages)
@@ -253,8 +250,7 @@ def test_get_pod_reads_a_plain_record_or_none(fake_kube: FakeApiServer, kube: Ku
     full["spec"]["volumes"] = [{"name": "data"}]  # type: ignore[index]
     fake_kube.put(full)
     pod = kube.get_pod(PodKey("ml", "a"))
-    assert pod is not None and pod["metadata"]["uid"] == "u-a" and pod["spec"]["nodeName"] == "node-1"
-    assert "managedFields" not in pod["metadata"] and "volumes" not in pod["spec"]
+    assert pod is not None and pod.uid == "u-a" and pod.node_name == "node-1"
     assert kube.get_pod(PodKey("ml", "gone")) is None
 
 
@@ -272,8 +268,7 @@ def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
     for obj in (GPU_NODE, cpu, managed, POD_B, on_cpu):
         fake_kube.put(obj)
     state = kube.snapshot()
-    assert [p["metadata"]["name"] for p in state.pods] == ["a", "b"]
-    assert "managedFields" not in state.pods[0]["metadata"]
+    assert [p.key.name for p in state.pods] == ["a", "b"]
     (listed,) = fake_kube.requests("GET", "/api/v1/pods")
     assert listed.query == {"fieldSelector": [ACTIVE_PODS], "limit": ["500"]}  # pages of 500, active pods
 
@@ -427,3 +422,19 @@ def test_hanging_lease_renewal_never_leaves_two_leaders(fake_kube: FakeApiServer
 def test_leader_election_rejects_unsafe_timings() -> None:
     with pytest.raises(ValueError, match="lease_duration"):
         LeaderElector(api_for("http://127.0.0.1:1"), "l", "ns", "me", lease_duration=10, renew_deadline=10)
+
+
+def test_an_unchanged_pod_is_not_decoded_again_a_changed_one_is_and_a_deleted_one_is_forgotten(
+    fake_kube: FakeApiServer, kube: KubernetesAdapter
+) -> None:
+    for obj in (GPU_NODE, POD_A, {**POD_B, "metadata": {**POD_B["metadata"], "uid": "u-b"}}):
+        fake_kube.put(obj)
+    first = {p.key.name: p for p in kube.snapshot().pods}
+    again = {p.key.name: p for p in kube.snapshot().pods}
+    assert again["a"] is first["a"] and again["b"] is first["b"]  # the records of the previous pass
+    fake_kube.put({**POD_A, "spec": {**POD_A["spec"], "priority": 7}})  # a new resourceVersion
+    fake_kube.remove("pods", "ml", "b")
+    changed = {p.key.name: p for p in kube.snapshot().pods}
+    assert changed.keys() == {"a"} and changed["a"] is not first["a"] and changed["a"].spec_priority == 7
+    fake_kube.put({**POD_B, "metadata": {**POD_B["metadata"], "uid": "u-b"}})
+    assert {p.key.name: p for p in kube.snapshot().pods}["b"] is not first["b"]  # forgotten, decoded anew

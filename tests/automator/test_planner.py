@@ -258,12 +258,11 @@ def test_gpu_count_uses_init_containers_and_sidecars() -> None:
 
 
 def test_several_gpu_resource_names() -> None:
-    state = k8s.cluster(*k8s.held_node("n1", "v"), k8s.preemptor("p"))
-    state.nodes[0]["status"]["allocatable"]["example.com/gpu"] = "2"
-    state.pods[1]["spec"]["containers"][0]["resources"]["limits"] = {
-        "example.com/gpu": 2,
-        "nvidia.com/gpu": 4,
-    }
+    gpu_node, victim = k8s.held_node("n1", "v")
+    gpu_node["status"]["allocatable"]["example.com/gpu"] = "2"
+    preemptor = k8s.preemptor("p")
+    preemptor["spec"]["containers"][0]["resources"]["limits"] = {"example.com/gpu": 2, "nvidia.com/gpu": 4}
+    state = k8s.cluster(gpu_node, victim, preemptor)
     result = run(state, k8s.idle("v"), gpu_resources=("nvidia.com/gpu", "example.com/gpu"))
     assert result.decisions[0].gpus_requested == 6 and result.decisions[0].free_gpus_before == 2
 
@@ -301,3 +300,16 @@ def test_many_small_pods_stay_bounded_and_still_find_a_set() -> None:
     chosen = victims(result)["ml/p"]
     # The 8 most recently scheduled (least work lost) of equal-priority 1-GPU pods.
     assert chosen == [f"ml/s{i:02}" for i in range(8)]
+
+
+def test_a_priority_class_name_that_is_a_list_protects_the_pod_and_the_pass_goes_on() -> None:
+    listed = k8s.pod("v", gpus=4, node_name="n1", priority=None)
+    listed["spec"]["priorityClassName"] = ["batch"]
+    odd_preemptor = k8s.preemptor("q", gpus=4)
+    odd_preemptor["spec"]["priorityClassName"] = ["reclaim"]
+    state = k8s.cluster(k8s.node("n1", gpus=4), listed, k8s.preemptor("p", gpus=4), odd_preemptor)
+    result = run(state, k8s.idle("v"))
+    assert result.decisions == [] and [u.preemptor for u in result.unresolved] == [PodKey("ml", "p")]
+    (verdict,) = result.verdicts[PodKey("ml", "v")]
+    assert verdict.rule == "resources-malformed" and not verdict.eligible
+    assert "spec.priorityClassName: ['batch'] is not a string" in verdict.reason

@@ -27,7 +27,7 @@ PASSWORD = "hunter2"
 def _snapshot(tmp_path: Path) -> Path:
     state = cluster()
     path = tmp_path / "cluster.yaml"
-    items = state.nodes + state.pods + state.priority_classes
+    items = state.objects
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from automator.metrics import AutomatorMetrics, MetricSpec, declare, unresolved_by_reason
 from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
+from automator.objects.pod import pod_record
 from automator.ports import EvictionOutcome
 from automator.reclaim import planner
 from automator.service.actuator import run_pass
@@ -87,7 +89,7 @@ def test_a_pass_exports_the_gpus_held_by_reclaim(metrics: AutomatorMetrics) -> N
     cluster = eight_gpu_node()
     here = {conventions.RECLAIM_NODE_ANNOTATION: "node-a"}
     placed = k8s.pod("was-pre", gpus=2, node_name="node-a", annotations=here)
-    cluster.pods.append(placed)
+    cluster.pods.append(pod_record(placed))
     run_pass(FakeKube(cluster), FakePrometheus(idle_usage()), CONFIG, Mode.DRY_RUN, NOW, metrics=metrics)
     assert metrics.registry.get_sample_value("gpu_steward_automator_reclaimed_gpus_held") == 2
 
@@ -112,7 +114,9 @@ def test_every_reason_is_exposed_from_the_start(metrics: AutomatorMetrics) -> No
 def test_a_pass_sets_the_gauge_by_reason(metrics: AutomatorMetrics) -> None:
     # big needs 8 GPUs and the nodes have 4: no node can run it (pending, needing 4, is served).
     state = two_nodes()
-    state.pods.append(k8s.preemptor("big", 8, priority=None, priority_class="urgent", namespace="team"))
+    state.pods.append(
+        pod_record(k8s.preemptor("big", 8, priority=None, priority_class="urgent", namespace="team"))
+    )
     kube = FakeKube(state)
     run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.DRY_RUN, NOW, metrics=metrics)
     by_reason = unresolved(metrics)
@@ -170,7 +174,7 @@ def test_the_planner_gives_each_unresolved_preemptor_its_reason(expected: Unreso
     """The reason label is set where the planner writes the text, never read back from the text."""
     state, config = CASES[expected]
     if expected is UnresolvedReason.NOMINATED:
-        state.pods[-1]["status"]["nominatedNodeName"] = "node-0"
+        state.pods[-1] = msgspec.structs.replace(state.pods[-1], nominated_node="node-0")
     idle = k8s.idle("v") if expected is UnresolvedReason.EVICTION_BUDGET else k8s.busy("v")
     plan = planner.plan(state, idle, config, NOW)
     assert [(u.preemptor, u.kind) for u in plan.unresolved] == [(PRE, expected)], plan.unresolved

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
@@ -361,8 +362,9 @@ def test_statefulset_pod_recreated_under_the_same_name_is_not_evicted() -> None:
     state = two_nodes_cluster()
 
     def recreate_x(live: ClusterState) -> None:
-        x = next(p for p in live.pods if p["metadata"]["name"] == "x")
-        x["metadata"]["uid"] = "uid-recreated"  # same name, a new pod, not the one judged idle
+        i = next(i for i, p in enumerate(live.pods) if p.key.name == "x")
+        # same name, a new pod, not the one judged idle
+        live.pods[i] = msgspec.structs.replace(live.pods[i], uid="uid-recreated")
 
     kube = FakeKube(state, after_snapshot=recreate_x)
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
@@ -402,15 +404,16 @@ def test_preemptor_that_cannot_be_read_again_gets_nothing() -> None:
 @pytest.mark.parametrize("change", ["scheduled", "nominated", "replaced", "gone", None])
 def test_preemptor_is_read_again_before_its_victims_go(change: str | None) -> None:
     def mutate(live: ClusterState) -> None:
-        p = next(p for p in live.pods if p["metadata"]["name"] == "p")
+        i = next(i for i, p in enumerate(live.pods) if p.key.name == "p")
+        replace = msgspec.structs.replace
         if change == "scheduled":
-            p["spec"]["nodeName"] = "node-b"
+            live.pods[i] = replace(live.pods[i], node_name="node-b")
         elif change == "nominated":
-            p["status"]["nominatedNodeName"] = "node-a"
+            live.pods[i] = replace(live.pods[i], nominated_node="node-a")
         elif change == "replaced":
-            p["metadata"]["uid"] = "uid-new"
+            live.pods[i] = replace(live.pods[i], uid="uid-new")
         elif change == "gone":
-            live.pods.remove(p)
+            del live.pods[i]
 
     kube = FakeKube(two_nodes_cluster(), after_snapshot=mutate)
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)

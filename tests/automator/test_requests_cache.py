@@ -1,5 +1,5 @@
-"""pod_requests remembers the requests of a spec it has read (pods of one workload share them): the cached
-answer must be the one reading the spec again gives, and a malformed spec is never answered from it."""
+"""A Pod record's requests: the scheduler's formula over the amounts decoded once; a literal parsed before
+(a memo of amounts) answers as reading it again does, and a malformed spec is refused every time."""
 
 from __future__ import annotations
 
@@ -7,9 +7,19 @@ from typing import Any
 
 import pytest
 
-from automator.objects.resources import FieldError, Requests, node_allocatable, pod_requests
+from automator.objects.node import node_record
+from automator.objects.pod import pod_record
+from automator.objects.resources import FieldError, Requests
 
 GPU = ("nvidia.com/gpu",)
+
+
+def pod_requests(pod: dict[str, Any], names: tuple[str, ...]) -> Requests:
+    return pod_record(pod).requests(names)
+
+
+def node_allocatable(node: dict[str, Any], names: tuple[str, ...]) -> Requests:
+    return node_record(node).offers(names)
 
 
 def _pod(limits: dict[str, Any], requests: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -57,11 +67,11 @@ def _node(allocatable: Any) -> dict[str, Any]:
     return {"status": {"allocatable": allocatable}}
 
 
-def test_node_allocatable_is_remembered_only_for_what_reading_it_again_gives() -> None:
+def test_node_allocatable_is_what_reading_it_again_gives() -> None:
     usual = {"nvidia.com/gpu": "8", "cpu": "127900m", "memory": "1Ti", "pods": "110"}
     expected = Requests(8, 127_900, 2**40)
     assert node_allocatable(_node(dict(usual)), GPU) == expected
-    assert node_allocatable(_node(dict(usual)), GPU) == expected  # from the memo
+    assert node_allocatable(_node(dict(usual)), GPU) == expected
     assert node_allocatable(_node(dict(usual)), ("other/gpu",)) == Requests(0, 127_900, 2**40)
     assert node_allocatable(_node({**usual, "cpu": "1.5"}), GPU) == Requests(8, 1_500, 2**40)
     # an absent GPU resource is none; a null one is malformed, every time

@@ -254,7 +254,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
     """`run --cluster-snapshot`: the cluster from the file, usage from Prometheus over HTTP, dry-run."""
     state = cluster()
     snapshot = tmp_path / "cluster.yaml"
-    items = state.nodes + state.pods + state.priority_classes
+    items = state.objects
     snapshot.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
 
     def prometheus(request: Request) -> Response:

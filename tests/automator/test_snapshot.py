@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"
 
 def test_fixture_list_is_split_by_kind() -> None:
     state = load_cluster(FIXTURES / "cluster.yaml")
-    assert [n["metadata"]["name"] for n in state.nodes] == ["gpu-a", "gpu-b"]
+    assert [n.name for n in state.nodes] == ["gpu-a", "gpu-b"]
     assert len(state.pods) == 7 and len(state.priority_classes) == 3 and len(state.pdbs) == 1
 
 
@@ -35,7 +35,7 @@ def test_multi_document_yaml_nested_lists_and_other_kinds(tmp_path: Path) -> Non
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     state = load_cluster(path)
-    assert [PodKey.of(p) for p in state.pods] == [PodKey("ml", "a"), PodKey("ml", "b")]
+    assert [p.key for p in state.pods] == [PodKey("ml", "a"), PodKey("ml", "b")]
     assert len(state.nodes) == 1 and state.priority_classes == [] and state.pdbs == []
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from automator.objects.class_settings import class_settings
 from automator.objects.model import Decision, PlannerConfig, PodKey
+from automator.objects.pod import pod_record
+from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, parse_time
 from automator.service.cooldown import reclaim_annotations
 from steward_common import settingspec as spec
@@ -38,7 +40,7 @@ def test_a_long_number_is_refused_without_echoing_it() -> None:
 @pytest.mark.parametrize("text", ["1_0", "\u0663", "9" * 5000])
 def test_an_annotation_takes_ascii_digits_only(text: str) -> None:
     pc = {"metadata": {"name": "low", "annotations": {ANN_TOLERATION_SECONDS: text}}, "value": 1}
-    settings = class_settings(pc, PlannerConfig())
+    settings = class_settings(priority_class_record(pc), PlannerConfig())
     (warning,) = settings.malformed
     assert warning.annotation == ANN_TOLERATION_SECONDS and len(warning.message) < 300
 
@@ -49,7 +51,7 @@ def test_a_hostile_reclaim_count_starts_again(count: str) -> None:
         "metadata": {"name": "p", "namespace": "ml", "annotations": {RECLAIM_COUNT_ANNOTATION: count}}
     }
     decision = Decision(PodKey("ml", "p"), 1000, 1, "gpu-a", (), 1, 0)
-    written = reclaim_annotations(preemptor, decision, datetime(2025, 6, 1, tzinfo=UTC))
+    written = reclaim_annotations(pod_record(preemptor), decision, datetime(2025, 6, 1, tzinfo=UTC))
     assert written[RECLAIM_COUNT_ANNOTATION] == "1"
 
 

@@ -427,7 +427,7 @@ def main() -> str:
         "still counts once the snapshot is built. Before = every item kept as parsed, none filtered (the "
         "adapter before issue 7, measured at 10,000 pods: it grows linearly); after = pending pods and "
         "pods on GPU nodes only, each a plain record of the fields the planner reads, decoded from each page "
-        "by msgspec (automator/objects/records.py `decode_pods`).\n\n"
+        "by msgspec (automator/objects/pod.py `pod_page_decoder`).\n\n"
         "| running pods | on GPU nodes | retained before | retained after | pods kept | per pod kept |\n"
         "|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
         f"Goal: under 400 MiB at 50,000 pods: {'met' if worst < 400 else 'NOT met'} ({worst:,.0f} MiB when "

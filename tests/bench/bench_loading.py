@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from automator.objects.model import JsonObj
-from tests.bench.bench_planner import NOW, generate
+from tests.bench.bench_planner import NOW, generate_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES, PREEMPTORS = 1250, 100
@@ -158,8 +158,8 @@ def _full(obj: JsonObj, i: int) -> JsonObj:
 
 
 def write_dump(directory: Path, full: bool) -> dict[str, tuple[Path, Path]]:
-    state, usage = generate(NODES, PREEMPTORS)
-    objs = [*state.priority_classes, *state.nodes, *state.pdbs, *state.pods]
+    (nodes, pods_, classes, pdbs), usage = generate_objects(NODES, PREEMPTORS)
+    objs = [*classes, *nodes, *pdbs, *pods_]
     dress = _full if full else _lean
     items = [dress(json.loads(json.dumps(o)), i) for i, o in enumerate(objs)]
     dump = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}

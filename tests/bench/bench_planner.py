@@ -78,8 +78,18 @@ def _pod(name: str, ns: str, gpus: int, node: str | None, cls: str, prio: int, r
 
 def generate(nodes: int, preemptors: int, seed: int = 4) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
     """nodes x 8 GPUs, 8 pods per node (GPU pods filling the node, CPU-only pods for the rest)."""
+    objects, usage = generate_objects(nodes, preemptors, seed)
+    return ClusterState(*objects), usage
+
+
+Objects = tuple[list[JsonObj], list[JsonObj], list[JsonObj], list[JsonObj]]  # nodes, pods, classes, PDBs
+
+
+def generate_objects(nodes: int, preemptors: int, seed: int = 4) -> tuple[Objects, dict[PodKey, PodUsage]]:
+    """generate's cluster as the objects it is made of."""
     rng = random.Random(seed)
-    state = ClusterState([], [], [], [])
+    state = ClusterState([], [], [], [])  # its lists filled below
+    pods: list[JsonObj] = []
     state.priority_classes = [
         _pc("reclaim-high", 2000, {RECLAIM_ANNOTATION: "true"}),
         _pc("reclaim", 1000, {RECLAIM_ANNOTATION: "true"}),
@@ -106,7 +116,7 @@ def generate(nodes: int, preemptors: int, seed: int = 4) -> tuple[ClusterState, 
             gpus = sizes[i] if i < len(sizes) else 0
             cls, prio = rng.choice(classes)
             pod = _pod(f"{name}-p{i}", f"team-{n % 20}", gpus, name, cls, prio, rng)
-            state.pods.append(pod)
+            pods.append(pod)
             roll = rng.random()
             if gpus and roll < 0.9:  # 10 % of pods have no usage data: unknown, protected
                 activity = rng.uniform(0, 0.05) if roll < 0.5 else rng.uniform(0.2, 1.0)
@@ -129,8 +139,8 @@ def generate(nodes: int, preemptors: int, seed: int = 4) -> tuple[ClusterState, 
         pod = _pod(f"pending-{i}", f"team-{i % 20}", rng.choice((1, 2, 4, 8)), None, cls, prio, rng)
         if i % 2:
             pod["spec"]["nodeSelector"] = {"gpu": MODELS[i % len(MODELS)]}
-        state.pods.append(pod)
-    return state, usage
+        pods.append(pod)
+    return (state.nodes, pods, state.priority_classes, state.pdbs), usage
 
 
 def _distinct_windows(state: ClusterState) -> int:

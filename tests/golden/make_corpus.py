@@ -81,10 +81,10 @@ def _stored(text: str) -> Any:
 
 
 def _bench_files(directory: Path, nodes: int, preemptors: int, seed: int) -> tuple[Path, Path]:
-    from tests.bench.bench_planner import generate
+    from tests.bench.bench_planner import generate_objects
 
-    state, usage = generate(nodes, preemptors, seed)
-    items = [*state.priority_classes, *state.nodes, *state.pdbs, *state.pods]
+    (node_objs, pod_objs, classes, pdbs), usage = generate_objects(nodes, preemptors, seed)
+    items = [*classes, *node_objs, *pdbs, *pod_objs]
     cluster = directory / "cluster.json"
     cluster.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     pods = [

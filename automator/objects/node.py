@@ -1,0 +1,88 @@
+"""The Node record: what the planner reads of a Node (name, labels, cordon, readiness, taints, allocatable),
+decoded once (`node_record`). Pure. A malformed allocatable amount is carried as its FieldError: the node
+is then unplannable, as today."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from automator.objects.resources import FieldError, Requests, floored, whole
+
+
+class Node(msgspec.Struct, frozen=True):
+    name: str
+    labels: Mapping[str, Any] = {}
+    unschedulable: bool = False  # spec.unschedulable (cordoned)
+    # A Ready condition that is not True. A node with no conditions at all is taken as ready: the API
+    # server always reports one, so only a hand-written snapshot lacks it; a real node that is not ready
+    # also carries the not-ready taint.
+    not_ready: bool = False
+    taints: Any = None  # spec.taints as given
+    # status.allocatable as given (GPU resources are read by the planner's resource names), and its cpu
+    # (millicores) and memory (bytes) rounded down; a FieldError in place of what failed
+    allocatable: Mapping[str, Any] = {}
+    cpu_m: int | FieldError = 0
+    memory: int | FieldError = 0
+
+    def offers(self, gpu_resources: Iterable[str]) -> Requests:
+        """What the node offers (whole GPUs of these resources, cpu, memory); FieldError when malformed."""
+        gpus = sum(
+            whole(self.allocatable[name], f"status.allocatable.{name}")
+            for name in gpu_resources
+            if name in self.allocatable
+        )
+        return Requests(gpus, _amount(self.cpu_m), _amount(self.memory))
+
+
+def _amount(value: int | FieldError) -> int:
+    if isinstance(value, FieldError):
+        raise FieldError(value.field, value.message)  # a new one: the record's is raised every pass
+    return value
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _floored(allocatable: Mapping[str, Any], name: str, scale: int) -> int | FieldError:
+    try:
+        return floored(allocatable.get(name, 0), scale, f"status.allocatable.{name}")
+    except FieldError as exc:
+        return exc
+
+
+def _not_ready(conditions: Any) -> bool:
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return condition.get("status") != "True"
+    return False
+
+
+def node_record(obj: Mapping[str, Any]) -> Node:
+    """The record of one Node object (as the API and kubectl give it)."""
+    meta, spec, status = (_map(obj.get(key)) for key in ("metadata", "spec", "status"))
+    allocatable = status.get("allocatable") or {}
+    fields: dict[str, Any] = {}
+    if isinstance(allocatable, dict):
+        fields["cpu_m"] = _floored(allocatable, "cpu", 1000)
+        fields["memory"] = _floored(allocatable, "memory", 1)
+    else:
+        allocatable = {}
+        fields["cpu_m"] = FieldError("status.allocatable", "expected a map")
+    return Node(
+        str(meta.get("name")),
+        labels=_map(meta.get("labels")),
+        unschedulable=spec.get("unschedulable") is True,
+        not_ready=_not_ready(status.get("conditions")),
+        taints=spec.get("taints"),
+        allocatable=allocatable,
+        **fields,
+    )
+
+
+def node_records(nodes: Iterable[Node | Mapping[str, Any]]) -> list[Node]:
+    """Records of nodes given as records or as objects."""
+    return [n if isinstance(n, Node) else node_record(n) for n in nodes]

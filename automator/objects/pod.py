@@ -1,0 +1,368 @@
+"""The Pod record: the fields of a Pod the automator reads and the facts derived from them, decoded once
+(`pod_record`) from the object as the API or kubectl gives it. Pure.
+
+A malformed field does not stop the decoding: the fact it feeds carries its FieldError text instead, and
+the planner answers with today's fail-safe (node unplannable, pod protected, preemptor unresolved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from automator.objects.cache import RecordCache
+from automator.objects.model import PodKey
+from automator.objects.priority_class import PriorityClass
+from automator.objects.resources import (
+    FieldError,
+    Requests,
+    integer,
+    parse_time,
+    scaled,
+    whole,
+)
+
+NOT_CREATED = datetime.max.replace(tzinfo=UTC)  # created_at of a pod without the field: sorts last
+
+# A container's amounts: (limits, requests, cpu millicores, memory bytes, sidecar); cpu and memory parsed
+# at decoding, extended resources when a resource name asks (the GPU resources are the planner's setting,
+# not the object's). A FieldError in place of an amount: the one that failed.
+_Amounts = tuple[Mapping[str, Any], Mapping[str, Any], int | FieldError, int | FieldError, bool]
+
+
+class Pod(msgspec.Struct, frozen=True):
+    """An immutable Pod record; `replace` (msgspec.structs.replace) makes a changed copy."""
+
+    key: PodKey
+    uid: str | None = None
+    resource_version: str | None = None
+    labels: Mapping[str, Any] = {}
+    annotations: Mapping[str, Any] = {}
+    owners: tuple[tuple[str, str], ...] = ()  # (kind, name) of each ownerReference
+    start_time: Any = None  # status.startTime, else metadata.creationTimestamp, as given
+    node_name: str = ""
+    phase: Any = "unknown"  # status.phase as given ("unknown" when absent)
+    terminating: bool = False  # metadata.deletionTimestamp set
+    class_name: str | None = None  # spec.priorityClassName
+    spec_priority: int | None = None  # spec.priority (set by admission)
+    nominated_node: Any = None  # status.nominatedNodeName
+    # PodScheduled=False with reason Unschedulable (the scheduler tried and failed)
+    scheduler_refused: bool = False
+    scheduled: datetime | None = None  # PodScheduled=True lastTransitionTime
+    created: datetime = NOT_CREATED
+    # What the scheduler's node selection reads, as given: nodeSelector items, required node affinity,
+    # tolerations.
+    node_selector: tuple[tuple[Any, Any], ...] = ()
+    required_affinity: Any = None
+    tolerations: Any = None
+    containers: tuple[_Amounts, ...] = ()
+    init_containers: tuple[_Amounts, ...] = ()
+    overhead: tuple[int | FieldError, int | FieldError] = (0, 0)
+    # FieldError texts: of the requests (the node's usage is then unknown), of spec.priority or
+    # spec.priorityClassName, of the scheduling time, of the creation time
+    requests_error: str | None = None
+    priority_error: str | None = None
+    scheduled_error: str | None = None
+    created_error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def unschedulable(self) -> bool:
+        """Pending, not bound, not terminating, and the scheduler said Unschedulable."""
+        return (
+            self.phase == "Pending" and not self.node_name and not self.terminating and self.scheduler_refused
+        )
+
+    def requests(self, gpu_resources: Iterable[str]) -> Requests:
+        """Effective requests as the scheduler computes them; FieldError when a field read is malformed.
+
+        max(sum over app containers + restartable (sidecar) init containers, the peak during init), where an
+        init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
+        """
+        if self.requests_error is not None:
+            raise FieldError(*self.requests_error.split(": ", 1))
+        names = tuple(gpu_resources)
+        gpus = cpu = memory = 0
+        for i, amounts in enumerate(self.containers):
+            g, c, m = _sum(amounts, names, "spec.containers", i)
+            gpus, cpu, memory = gpus + g, cpu + c, memory + m
+        if self.init_containers:
+            sidecars = [0, 0, 0]
+            peak = [0, 0, 0]
+            for i, amounts in enumerate(self.init_containers):
+                each = _sum(amounts, names, "spec.initContainers", i)
+                for j, amount in enumerate(each):
+                    peak[j] = max(peak[j], sidecars[j] + amount)
+                if amounts[4]:
+                    for j, amount in enumerate(each):
+                        sidecars[j] += amount
+            gpus = max(gpus + sidecars[0], peak[0])
+            cpu = max(cpu + sidecars[1], peak[1])
+            memory = max(memory + sidecars[2], peak[2])
+        return Requests(gpus, cpu + _amount(self.overhead[0]), memory + _amount(self.overhead[1]))
+
+
+def _amount(value: int | FieldError) -> int:
+    if isinstance(value, FieldError):
+        raise FieldError(value.field, value.message)  # a new one: the record's is raised every pass
+    return value
+
+
+def _sum(amounts: _Amounts, names: tuple[str, ...], field: str, i: int) -> tuple[int, int, int]:
+    limits, requests, cpu, memory, _ = amounts
+    gpus = 0
+    for name in names:
+        # Extended resources are set as limits; a request alone is invalid in Kubernetes but harmless here.
+        if name in limits:
+            gpus += whole(limits[name], f"{field}[{i}].resources.limits.{name}")
+        elif name in requests:
+            gpus += whole(requests[name], f"{field}[{i}].resources.requests.{name}")
+    return gpus, _amount(cpu), _amount(memory)
+
+
+_EMPTY: Mapping[str, Any] = {}  # shared: records are never changed in place
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    """A map as decoded from JSON or YAML (always a dict), or none."""
+    return value if isinstance(value, dict) else _EMPTY
+
+
+def _container(container: Any, field: str, i: int) -> _Amounts:
+    if not isinstance(container, dict):
+        raise FieldError(f"{field}[{i}]", "expected a map")
+    resources = container.get("resources") or _EMPTY
+    if not isinstance(resources, dict):
+        raise FieldError(f"{field}[{i}].resources", "expected a map")
+    limits = resources.get("limits") or _EMPTY
+    requests = resources.get("requests") or _EMPTY
+    if not isinstance(limits, dict) or not isinstance(requests, dict):
+        raise FieldError(f"{field}[{i}].resources", "limits and requests must be maps")
+    # A cpu or memory request: Kubernetes defaults a missing one to the limit (0 without either).
+    return (
+        limits,
+        requests,
+        _parsed(requests, limits, "cpu", 1000, f"{field}[{i}].resources"),
+        _parsed(requests, limits, "memory", 1, f"{field}[{i}].resources"),
+        container.get("restartPolicy") == "Always",
+    )
+
+
+def _parsed(
+    requests: Mapping[str, Any], limits: Mapping[str, Any], name: str, scale: int, field: str
+) -> int | FieldError:
+    source, where = (requests, "requests") if name in requests else (limits, "limits")
+    if name not in source:
+        return 0
+    try:
+        return scaled(source[name], scale, f"{field}.{where}.{name}")
+    except FieldError as exc:
+        return exc
+
+
+def _containers(spec: Mapping[str, Any], key: str) -> tuple[_Amounts, ...]:
+    containers = spec.get(key) or []
+    if not isinstance(containers, list):
+        raise FieldError(f"spec.{key}", "expected a list")
+    return tuple(_container(c, f"spec.{key}", i) for i, c in enumerate(containers))
+
+
+def _overhead(spec: Mapping[str, Any]) -> tuple[int | FieldError, int | FieldError]:
+    overhead = spec.get("overhead")
+    if not overhead:
+        return (0, 0)
+    if not isinstance(overhead, dict):
+        raise FieldError("spec.overhead", "expected a map")
+    out: list[int | FieldError] = []
+    for name, scale in (("cpu", 1000), ("memory", 1)):
+        try:
+            out.append(scaled(overhead[name], scale, f"spec.overhead.{name}") if name in overhead else 0)
+        except FieldError as exc:
+            out.append(exc)
+    return out[0], out[1]
+
+
+def _scheduled(status: Mapping[str, Any]) -> tuple[Any, bool]:
+    """(the PodScheduled condition's time when it is True, whether it says Unschedulable)."""
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
+            if condition.get("status") == "True":
+                return condition.get("lastTransitionTime") or None, False
+            return None, condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+    return None, False
+
+
+def pod_record(obj: Mapping[str, Any]) -> Pod:
+    """The record of one Pod object (camelCase keys, as the API and kubectl give it)."""
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    status = _map(obj.get("status"))
+    key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+    fields: dict[str, Any] = {}
+    try:
+        if obj.get("spec") and not isinstance(obj["spec"], dict):
+            raise FieldError("spec", "expected a map")
+        fields["containers"] = _containers(spec, "containers")
+        fields["init_containers"] = _containers(spec, "initContainers")
+        fields["overhead"] = _overhead(spec)
+    except FieldError as exc:
+        fields["requests_error"] = str(exc)
+    class_name = spec.get("priorityClassName")
+    try:
+        if spec.get("priority") is not None:
+            fields["spec_priority"] = integer(spec["priority"], "spec.priority")
+        if class_name is not None and not isinstance(class_name, str):
+            raise FieldError("spec.priorityClassName", f"{class_name!r} is not a string")
+    except FieldError as exc:
+        fields["priority_error"] = str(exc)
+    when, refused = _scheduled(status)
+    if when is not None:
+        try:
+            fields["scheduled"] = parse_time(when, "status.conditions[PodScheduled].lastTransitionTime")
+        except FieldError as exc:
+            fields["scheduled_error"] = str(exc)
+    if meta.get("creationTimestamp"):
+        try:
+            fields["created"] = parse_time(meta["creationTimestamp"], "metadata.creationTimestamp")
+        except FieldError as exc:
+            fields["created_error"] = str(exc)
+    node_affinity = _map(_map(spec.get("affinity")).get("nodeAffinity"))
+    return Pod(
+        key,
+        uid=_text(meta.get("uid")),
+        resource_version=_text(meta.get("resourceVersion")),
+        labels=_map(meta.get("labels")),
+        annotations=_map(meta.get("annotations")),
+        owners=_owners(meta.get("ownerReferences")),
+        start_time=status.get("startTime") or meta.get("creationTimestamp"),
+        node_name=str(spec.get("nodeName") or ""),
+        phase=status.get("phase", "unknown"),
+        terminating=meta.get("deletionTimestamp") is not None,
+        class_name=class_name if isinstance(class_name, str) and class_name else None,
+        nominated_node=status.get("nominatedNodeName"),
+        scheduler_refused=refused,
+        node_selector=tuple(_map(spec.get("nodeSelector")).items()),
+        required_affinity=node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        tolerations=spec.get("tolerations"),
+        **fields,
+    )
+
+
+def _owners(references: Any) -> tuple[tuple[str, str], ...]:
+    if not references or not isinstance(references, list):
+        return ()
+    return tuple(
+        (str(ref.get("kind") or ""), str(ref.get("name") or ""))
+        for ref in references
+        if isinstance(ref, dict)
+    )
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def pod_records(pods: Iterable[Pod | Mapping[str, Any]]) -> list[Pod]:
+    """Records of pods given as records or as objects."""
+    return [p if isinstance(p, Pod) else pod_record(p) for p in pods]
+
+
+def pod_priority(pod: Pod, classes: Mapping[str, PriorityClass], global_default: PriorityClass | None) -> int:
+    """spec.priority (set by admission), else its PriorityClass value, else the globalDefault, else 0."""
+    if pod.priority_error is not None:
+        raise FieldError(*pod.priority_error.split(": ", 1))
+    if pod.spec_priority is not None:
+        return pod.spec_priority
+    if pod.class_name and pod.class_name in classes:
+        return classes[pod.class_name].priority()
+    if global_default is not None:
+        return global_default.priority()
+    return 0
+
+
+def created_at(pod: Pod) -> datetime:
+    """When the pod was created; unknown age sorts last among equal priorities."""
+    if pod.created_error is not None:
+        raise FieldError(*pod.created_error.split(": ", 1))
+    return pod.created
+
+
+class _Version(msgspec.Struct):
+    uid: Any = None
+    resourceVersion: Any = None
+
+
+class _Versioned(msgspec.Struct):
+    """What a list item is first read for: its version (every other field skipped by the C parser)."""
+
+    metadata: _Version | None = None
+
+
+class _ListMeta(msgspec.Struct):
+    continue_: Any = msgspec.field(default=None, name="continue")
+
+
+class _Page(msgspec.Struct):
+    """A list answer with its items left as bytes until a pod version is found not kept."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: _ListMeta | None = None
+
+
+_PAGE = msgspec.json.Decoder(_Page)
+_VERSIONED = msgspec.json.Decoder(_Versioned)
+
+
+def _version(item: msgspec.Raw) -> tuple[str, str] | None:
+    try:
+        meta = _VERSIONED.decode(item).metadata
+    except msgspec.MsgspecError:  # a malformed item: decoded in full, which names what is wrong
+        return None
+    if meta is None or type(meta.uid) is not str or type(meta.resourceVersion) is not str:
+        return None
+    return (meta.uid, meta.resourceVersion) if meta.uid and meta.resourceVersion else None
+
+
+def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Pod], str | None]]:
+    """A decoder of pod list pages (the API's JSON bytes) into records and the continue token.
+
+    An unchanged pass is mostly reading pods the previous pass decoded: each item is first read for its
+    uid and resourceVersion only, and only a version the cache does not hold is decoded into a record."""
+
+    def decode(data: bytes) -> tuple[list[Pod], str | None]:
+        try:
+            page = _PAGE.decode(data)
+        except msgspec.MsgspecError as exc:
+            raise ValueError(f"a list answer is not a JSON object with a list of items: {exc}") from None
+        records = []
+        for item in page.items or ():
+            key = _version(item)
+            kept = cache.get(key)
+            if key is not None and kept is not None:
+                cache.keep(key, kept)
+            else:
+                kept = decode_one_pod(item)
+                cache.put(key, kept)
+            records.append(kept)
+        token = page.metadata.continue_ if page.metadata is not None else None
+        return records, (str(token) if token else None)
+
+    return decode
+
+
+def decode_one_pod(data: bytes | msgspec.Raw) -> Pod:
+    """The record of one Pod (JSON bytes, as a get answers); ValueError when it is not a JSON object."""
+    try:
+        obj = msgspec.json.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("the answer is not an object")
+    return pod_record(obj)

@@ -1,0 +1,56 @@
+"""The PriorityClass record: its name, value, globalDefault and annotations (the plugin's settings and the
+reclaim opt-in), decoded once (`priority_class_record`). Pure. A malformed value is carried as its
+FieldError text: a pod that takes its priority from the class is then protected, as a malformed pod is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from automator.objects.resources import FieldError, integer
+
+
+class PriorityClass(msgspec.Struct, frozen=True):
+    name: str
+    value: int = 0
+    global_default: bool = False
+    annotations: Mapping[str, Any] = {}
+    value_error: str | None = None  # FieldError text of a value that is not an integer
+
+    def priority(self) -> int:
+        """The value a pod of this class takes; FieldError when it is malformed."""
+        if self.value_error is not None:
+            raise FieldError(*self.value_error.split(": ", 1))
+        return self.value
+
+
+def priority_class_record(obj: Mapping[str, Any]) -> PriorityClass:
+    """The record of one PriorityClass object (as the API and kubectl give it)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    annotations = meta.get("annotations")
+    raw = obj.get("value", 0)
+    try:
+        value, error = integer(raw, "value"), None
+    except FieldError as exc:
+        value, error = 0, str(exc)
+    return PriorityClass(
+        str(meta.get("name")),
+        value,
+        obj.get("globalDefault") is True,
+        annotations if isinstance(annotations, dict) else {},
+        error,
+    )
+
+
+def priority_class_records(classes: Iterable[PriorityClass | Mapping[str, Any]]) -> list[PriorityClass]:
+    """Records of classes given as records or as objects."""
+    return [pc if isinstance(pc, PriorityClass) else priority_class_record(pc) for pc in classes]
+
+
+def find_global_default(classes: Iterable[PriorityClass]) -> PriorityClass | None:
+    # Kubernetes allows only one; if a snapshot has several, the lowest value is the cautious choice.
+    defaults = [pc for pc in classes if pc.global_default]
+    return min(defaults, key=lambda pc: pc.value) if defaults else None
