@@ -39,9 +39,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
+from typing import NamedTuple
 
 from automator.objects.model import ClusterState, JsonObj, PodKey
-from automator.objects.records import record
+from automator.objects.node import node_records
+from automator.objects.pdb import pdb_records
+from automator.objects.pod import pod_records
+from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.objects.resources import rfc3339
 from steward_common.conventions import NAMESPACE_LABEL, NEVER_RECLAIM_LABEL, POD_LABEL
 
@@ -291,16 +295,38 @@ class PodHistory:
         return bool(self.node) and self.phase not in _FINISHED
 
 
+class Objects(NamedTuple):
+    """One step's Kubernetes-shaped objects, as `kubectl get -o json` would list them."""
+
+    nodes: list[JsonObj]
+    pods: list[JsonObj]
+    pdbs: list[JsonObj]
+
+
 def cluster_at(
     frame: Frame | IndexedFrame,
-    priority_classes: Sequence[JsonObj],
+    priority_classes: Sequence[PriorityClass | JsonObj],
     gpu_resources: Sequence[str],
     overlay: Overlay,
     evidence: Evidence,
 ) -> ClusterState:
     """The cluster a live pass would have listed at this step, with the simulation's changes (victims gone,
-    preemptors placed, reclaim annotations written), through the readers' record boundary."""
-    classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in priority_classes}
+    preemptors placed, reclaim annotations written), decoded by the one decoder of each kind, as every
+    reader's objects are."""
+    classes = priority_class_records(priority_classes)
+    nodes, pods, pdbs = objects_at(frame, classes, gpu_resources, overlay, evidence)
+    return ClusterState(node_records(nodes), pod_records(pods), classes, pdb_records(pdbs))
+
+
+def objects_at(
+    frame: Frame | IndexedFrame,
+    priority_classes: Sequence[PriorityClass | JsonObj],
+    gpu_resources: Sequence[str],
+    overlay: Overlay,
+    evidence: Evidence,
+) -> Objects:
+    """The objects a live pass would have listed at this step, with the simulation's changes."""
+    classes = {pc.name: pc for pc in priority_class_records(priority_classes)}
     names = {sanitized(r): r for r in gpu_resources} | {"cpu": "cpu", "memory": "memory"}
     step = indexed(frame)
     index = {
@@ -324,19 +350,14 @@ def cluster_at(
         pods.append(_pod(labels, uid, index, classes, names, overlay, evidence))
     nodes = _nodes(step.frame, names)
     pdbs = _pdbs(step.frame, overlay)
-    return ClusterState(
-        [record(n) for n in nodes],
-        [record(p) for p in pods],
-        [record(c) for c in priority_classes],
-        [record(p) for p in pdbs],
-    )
+    return Objects(nodes, pods, pdbs)
 
 
 def _pod(
     labels: Mapping[str, str],
     uid: str,
     index: Mapping[str, Mapping[tuple[str, str], _Entries]],
-    classes: Mapping[str, JsonObj],
+    classes: Mapping[str, PriorityClass],
     names: Mapping[str, str],
     overlay: Overlay,
     evidence: Evidence,
@@ -368,10 +389,8 @@ def _pod(
     if class_name:
         spec["priorityClassName"] = class_name
         pc = classes.get(class_name)
-        if pc is not None:  # as admission sets them from the class
-            spec["priority"] = pc.get("value", 0)
-            if pc.get("preemptionPolicy") is not None:
-                spec["preemptionPolicy"] = pc["preemptionPolicy"]
+        if pc is not None and pc.value_error is None:  # as admission sets it from the class
+            spec["priority"] = pc.value
     scheduled_time = _first(index[POD_SCHEDULED_TIME], key)
     if scheduled_time is None:
         scheduled_time = _first(index[POD_START], key)

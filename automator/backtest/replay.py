@@ -29,8 +29,10 @@ from typing import Any
 
 from automator.backtest.cluster import Evidence, Frame, IndexedFrame, Overlay, cluster_at, has_data, indexed
 from automator.objects.class_settings import class_settings
-from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
-from automator.objects.resources import FieldError, pod_requests
+from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.pod import Pod
+from automator.objects.priority_class import PriorityClass
+from automator.objects.resources import FieldError
 from automator.ports import PrometheusUnavailable
 from automator.reclaim import planner
 from automator.service.cooldown import ActuatorState, reclaim_annotations
@@ -89,19 +91,19 @@ def gpu_hours(gpus: int, at: float, ended: float) -> float:
 
 def idle_gpus(cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig) -> int:
     """GPUs of bound pods whose known activity is at or below their class's threshold (unknown: not idle)."""
-    classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in cluster.priority_classes}
+    classes = {pc.name: pc for pc in cluster.priority_classes}
     thresholds: dict[str, float] = {}
     total = 0
     for pod in cluster.pods:
-        known = usage.get(PodKey.of(pod))
+        known = usage.get(pod.key)
         if known is None or known.gpu_activity is None:
             continue
-        name = str((pod.get("spec") or {}).get("priorityClassName"))
+        name = str(pod.class_name)
         if name not in thresholds:
             thresholds[name] = class_settings(classes.get(name), config).gpu_threshold
         if known.gpu_activity <= thresholds[name]:
             try:
-                total += pod_requests(pod, config.gpu_resources).gpus
+                total += pod.requests(config.gpu_resources).gpus
             except FieldError:
                 continue
     return total
@@ -110,7 +112,7 @@ def idle_gpus(cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: P
 @dataclass
 class Replay:
     policy: Policy
-    priority_classes: Sequence[JsonObj]
+    priority_classes: Sequence[PriorityClass]
     evidence: Evidence
     step_seconds: int
     lookahead_seconds: int
@@ -199,8 +201,8 @@ class Replay:
     def _commit(
         self, t: int, now: datetime, cluster: ClusterState, decisions: Sequence[Any]
     ) -> list[Eviction]:
-        pods = {PodKey.of(p): p for p in cluster.pods}
-        classes = {str((pc.get("metadata") or {}).get("name")): pc for pc in self.priority_classes}
+        pods = {p.key: p for p in cluster.pods}
+        classes = {pc.name: pc for pc in self.priority_classes}
         new: list[Eviction] = []
         for d in decisions:
             preemptor = pods[d.preemptor]
@@ -210,7 +212,7 @@ class Replay:
             self.waits.append(Wait(float(t), d.preemptor, uid, float(t)))
             for v in d.victims:
                 victim = pods[v.pod]
-                pc = classes.get(str((victim.get("spec") or {}).get("priorityClassName")))
+                pc = classes.get(str(victim.class_name))
                 threshold = class_settings(pc, self.policy.config).gpu_threshold
                 e = Eviction(
                     float(t), v.pod, _uid_of(victim), v.gpus, d.node, d.preemptor, threshold, last_running=t
@@ -249,8 +251,8 @@ class Replay:
                 w.saved = max(0.0, end - w.at)
 
 
-def _uid_of(pod: JsonObj) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or PodKey.of(pod))
+def _uid_of(pod: Pod) -> str:
+    return pod.uid or str(pod.key)
 
 
 def _stamp(t: float) -> str:

@@ -19,6 +19,7 @@ from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, IndexedFrame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import report_json, report_text, timelines
 from automator.objects.model import JsonObj, PodKey, PodUsage, UsageWindow
+from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.ports import PrometheusUnavailable
 from automator.prom import PrometheusAdapter
 from automator.reclaim.snapshot import InputError, load_cluster
@@ -45,7 +46,7 @@ def run_backtest(
     step: int,
     lookahead: int,
     policies: Sequence[Policy],
-    priority_classes: Sequence[JsonObj],
+    priority_classes: Sequence[PriorityClass | JsonObj],
     progress: Callable[[int, int], None] | None = None,
     strict_placement: bool = False,
 ) -> BacktestResult:
@@ -53,6 +54,7 @@ def run_backtest(
     kube-state-metrics history cannot be read (a step's usage failing only makes it a step without data)."""
     grid = history.Grid(start, end, step)
     before = prom.queries_total
+    priority_classes = priority_class_records(priority_classes)
     warnings = _class_warnings(priority_classes)
     evidence = history.evidence(prom, grid)
     evidence.strict = strict_placement
@@ -104,12 +106,10 @@ def run_backtest(
     return BacktestResult(report, timelines(replays), prom.queries_total - before, grid.count)
 
 
-def _class_warnings(classes: Sequence[JsonObj]) -> list[str]:
+def _class_warnings(classes: Sequence[PriorityClass]) -> list[str]:
     if not classes:
         return ["no PriorityClasses (--priority-classes FILE): no class opts in, so nothing is evicted"]
-    if not any(
-        (c.get("metadata") or {}).get("annotations", {}).get(RECLAIM_ANNOTATION) == "true" for c in classes
-    ):
+    if not any(c.annotations.get(RECLAIM_ANNOTATION) == "true" for c in classes):
         return [f'no PriorityClass opts in ({RECLAIM_ANNOTATION}: "true"): no pod is a preemptor']
     return []
 
@@ -129,7 +129,7 @@ def _progress(stream: TextIO) -> Callable[[int, int], None]:
 def run(options: Options) -> int:
     """The command: exit 0 done, 1 Prometheus unreadable, 2 bad input (the message names it)."""
     try:
-        classes: list[JsonObj] = []
+        classes: list[PriorityClass] = []
         if options.priority_classes:
             gpu = options.policies[0].config.gpu_resources
             classes = load_cluster(Path(options.priority_classes), gpu).priority_classes

@@ -1,4 +1,4 @@
-"""cluster_at: kube-state-metrics samples -> the Kubernetes objects a live pass lists, and the approximations
+"""objects_at, cluster_at: kube-state-metrics samples -> the objects a live pass lists, and the approximations
 (each one can only make the backtest evict less), checked through the planner itself."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from automator.backtest import cluster as c
 from automator.backtest.cluster import Evidence, Overlay, cluster_at, has_data, pods_in_history
 from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage
-from automator.objects.resources import is_unschedulable, pod_requests, scheduled_at
+from automator.objects.pod import pod_record
 from automator.reclaim import planner
 from steward_common.conventions import DEFAULT_GPU_RESOURCE, NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from tests.automator.backtest.frames import FrameBuilder
@@ -55,17 +55,17 @@ def _pods(state: object) -> dict[PodKey, JsonObj]:
 
 
 def test_pods_as_kubectl_shows_them() -> None:
-    state = cluster_at(_basic().frame(), CLASSES, GPUS, Overlay(), _evidence(("uid-p", "gpu-1")))
+    state = c.objects_at(_basic().frame(), CLASSES, GPUS, Overlay(), _evidence(("uid-p", "gpu-1")))
     pods = _pods(state)
     idle, pending = pods[PodKey("ml", "idle")], pods[PodKey("hi", "p")]
     assert idle["metadata"]["uid"] == "uid-idle"
     assert idle["spec"]["nodeName"] == "gpu-1" and idle["status"]["phase"] == "Running"
     assert idle["spec"]["priority"] == 100 and idle["spec"]["priorityClassName"] == "low"
-    assert pod_requests(idle, GPUS).gpus == 8 and pod_requests(idle, GPUS).cpu_m == 1000
+    assert pod_record(idle).requests(GPUS).gpus == 8 and pod_record(idle).requests(GPUS).cpu_m == 1000
     # scheduled at kube_pod_start_time when kube_pod_status_scheduled_time is absent
-    assert scheduled_at(idle) == datetime.fromtimestamp(T0 + 30, tz=UTC)
-    assert is_unschedulable(pending)
-    assert pending["spec"]["priority"] == 1000 and pending["spec"]["preemptionPolicy"] == "Never"
+    assert pod_record(idle).scheduled == datetime.fromtimestamp(T0 + 30, tz=UTC)
+    assert pod_record(pending).unschedulable
+    assert pending["spec"]["priority"] == 1000  # as admission sets it from the class
     assert pending["metadata"]["creationTimestamp"] == "2026-05-28T21:26:40Z"
     [node] = state.nodes
     assert node["status"]["allocatable"][DEFAULT_GPU_RESOURCE] == "8"
@@ -145,7 +145,7 @@ def test_the_opt_out_label_is_read_from_kube_pod_labels() -> None:
         c.POD_LABELS, 1, namespace="ml", pod="idle", uid="uid-idle", **{c.OPT_OUT_LABEL: "true"}
     )
     assert c.OPT_OUT_LABEL == "label_gpu_steward_io_never_reclaim"
-    state = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
+    state = c.objects_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
     assert _pods(state)[PodKey("ml", "idle")]["metadata"]["labels"] == {NEVER_RECLAIM_LABEL: "true"}
     assert _victims(frame.frame()) == []
 
@@ -156,14 +156,14 @@ def test_the_overlay_removes_victims_places_preemptors_and_writes_annotations() 
         placed={"uid-p": ("gpu-1", T0 + 4000)},
         annotations={PodKey("hi", "p"): {"gpu-steward.io/reclaim-count": "1"}},
     )
-    pods = _pods(cluster_at(_basic().frame(), CLASSES, GPUS, overlay, Evidence()))
+    pods = _pods(c.objects_at(_basic().frame(), CLASSES, GPUS, overlay, Evidence()))
     assert set(pods) == {PodKey("hi", "p")}
     placed = pods[PodKey("hi", "p")]
     assert placed["spec"]["nodeName"] == "gpu-1" and placed["status"]["phase"] == "Running"
-    assert scheduled_at(placed) == datetime.fromtimestamp(T0 + 4000, tz=UTC)
+    assert pod_record(placed).scheduled == datetime.fromtimestamp(T0 + 4000, tz=UTC)
     assert placed["metadata"]["annotations"] == {"gpu-steward.io/reclaim-count": "1"}
     finished = FrameBuilder().node("gpu-1").pod("hi", "p", 8, node="gpu-2", cls="high", phase="Succeeded")
-    [done] = cluster_at(finished.frame(), CLASSES, GPUS, overlay, Evidence()).pods
+    [done] = c.objects_at(finished.frame(), CLASSES, GPUS, overlay, Evidence()).pods
     assert done["status"]["phase"] == "Succeeded"  # it ran elsewhere in history and ended: no longer placed
 
 
@@ -174,7 +174,7 @@ def test_a_pod_shown_twice_is_the_bound_one() -> None:
         .add(c.POD_INFO, 1, namespace="hi", pod="p", uid="uid-p", node="gpu-1", priority_class="high")
         .frame()
     )
-    state = cluster_at(frame, CLASSES, GPUS, Overlay(), Evidence())
+    state = c.objects_at(frame, CLASSES, GPUS, Overlay(), Evidence())
     [p] = [pod for pod in state.pods if PodKey.of(pod) == PodKey("hi", "p")]
     assert p["spec"]["nodeName"] == "gpu-1"
     assert pods_in_history(frame)["uid-p"].node == "gpu-1"  # bound: it holds its GPUs (outcomes read it)
@@ -202,7 +202,7 @@ def test_quantities_as_kubernetes_writes_them() -> None:
             unit="byte",
         )
     )
-    [pod] = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence()).pods
+    [pod] = c.objects_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence()).pods
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "0.25", "memory": "8589934592"}
     assert c.sanitized("nvidia.com/gpu") == "nvidia_com_gpu"
 
@@ -212,17 +212,17 @@ def test_unreadable_samples_fail_safe() -> None:
     frame = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=nan, started=inf)
     frame.pod("hi", "p", 8, cls="high", created=T0 + 3600)
     frame.add(c.POD_DELETION, nan, namespace="ml", pod="other", uid="uid-other")
-    state = cluster_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
+    state = c.objects_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
     idle = _pods(state)[PodKey("ml", "idle")]
     assert "creationTimestamp" not in idle["metadata"]
-    assert scheduled_at(idle) is None  # an unreadable start time: not yet scheduled (protected)
+    assert pod_record(idle).scheduled is None  # an unreadable start time: not yet scheduled (protected)
     assert pods_in_history(frame.frame())["uid-idle"].start_time is None
     assert _victims(frame.frame()) == []
     deleting = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=T0)
     deleting.add(c.POD_DELETION, nan, namespace="ml", pod="idle", uid="uid-idle")
     deleting.pod("hi", "p", 8, cls="high", created=T0 + 3600)
     assert (
-        _pods(cluster_at(deleting.frame(), CLASSES, GPUS, Overlay(), Evidence()))[PodKey("ml", "idle")][
+        _pods(c.objects_at(deleting.frame(), CLASSES, GPUS, Overlay(), Evidence()))[PodKey("ml", "idle")][
             "metadata"
         ]["deletionTimestamp"]
         == "1970-01-01T00:00:00Z"

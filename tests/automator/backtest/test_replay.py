@@ -11,6 +11,7 @@ from automator.backtest.cluster import Evidence, Frame
 from automator.backtest.replay import Policy, Replay, busy_again_after, gpu_hours
 from automator.backtest.report import policy_json, report_json, report_text
 from automator.objects.model import PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.priority_class import priority_class_records
 from automator.ports import PrometheusUnavailable
 from steward_common.conventions import RECLAIM_COUNT_ANNOTATION
 from tests.automator.backtest.frames import FrameBuilder
@@ -49,7 +50,7 @@ def _quiet(pods: Iterable[PodKey], at: float, seconds: int) -> Mapping[PodKey, S
 def _replay(**policy: int | None) -> Replay:
     hourly = policy.pop("hourly", None)
     config = PlannerConfig(**policy)  # type: ignore[arg-type]
-    return Replay(Policy("p", config, {}, hourly), CLASSES, _evidence(), STEP, 1800)
+    return Replay(Policy("p", config, {}, hourly), priority_class_records(CLASSES), _evidence(), STEP, 1800)
 
 
 def test_outcomes_of_one_eviction_read_forward_in_history() -> None:
