@@ -97,7 +97,7 @@ STORIES = {
 VICTIM, BUSY, PREEMPTOR = ("research", "batch-idle"), ("ml-team", "train-busy"), ("ml-team", "train-urgent")
 NEVER_EVICTED = (BUSY, ("inference", "api-a"))
 WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
-# Automator windows the story must fit in, passed when the automator has the flag (issue 7 adds the
+# Automator windows the story must fit in, passed when the automator has the flag (the
 # recent-activity window, 300 s by default: longer than the whole demo).
 OPTIONAL_WINDOWS = {"--recent-window": 120}
 FLAT_EVALUATIONS = 2  # the waste total unchanged over this many more rule evaluations counts as stopped

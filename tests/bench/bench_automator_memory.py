@@ -417,7 +417,7 @@ def main() -> str:
     json_records = retained_mib(lambda: read_before(ten_thousand))[0]
     sample = len(json.dumps(realistic_pod(1, "gpu-00000")))
     return (
-        "## Automator memory and pass time (`KubernetesAdapter.snapshot`, issue 7)\n\n"
+        "## Automator memory and pass time (`KubernetesAdapter.snapshot`)\n\n"
         "Command: `.venv/bin/python -m tests.bench.run_all bench_automator_memory` "
         "(also run by `make bench`); times are CPU time (`time.process_time`), best of 3, on a 2-core "
         "machine shared with other jobs.\n\n"
@@ -425,7 +425,7 @@ def main() -> str:
         f"env, volumes, container statuses: {sample:,} bytes of JSON each), in pages of 500, through the "
         "real adapter code (an in-process stand-in answers the list calls). Retained = what tracemalloc "
         "still counts once the snapshot is built. Before = every item kept as parsed, none filtered (the "
-        "adapter before issue 7, measured at 10,000 pods: it grows linearly); after = pending pods and "
+        "adapter before it filtered and cut pods to records, measured at 10,000 pods: it grows linearly); after = pending pods and "
         "pods on GPU nodes only, each a plain record of the fields the planner reads, decoded from each page "
         "by msgspec (automator/objects/pod.py `pod_page_decoder`).\n\n"
         "| running pods | on GPU nodes | retained before | retained after | pods kept | per pod kept |\n"

@@ -260,7 +260,7 @@ def _goals(small: dict[str, Any], large: dict[str, Any]) -> list[str]:
         return f"{seconds:.2f} s, " + ("met" if seconds < 1 else "NOT met")
 
     return [
-        "Goal (issue 10): under 1 s for the large cluster, and linear growth. Read on CPU time (the wall time"
+        "Goal: under 1 s for the large cluster, and linear growth. Read on CPU time (the wall time"
         " on the shared machine is mostly waiting for a core): the check "
         f"{met(large['check_cpu'])}; load + check without the record cache {met(large['pass_cpu'])}; the "
         f"service's pass {met(large['unchanged_cpu'])} when no object changed, "

@@ -475,7 +475,7 @@ def main() -> str:
         "`python -m exporter --source mock --compat dcgm` (1024 containers) against",
         f"{LOAD_SCRAPERS} keep-alive scrapers (asyncio, gzip, in the benchmark process)",
         f"for {load_seconds():g} s",
-        "(`make bench` runs 20 s; `GPU_STEWARD_BENCH_LOAD_SECONDS=60` runs the issue's 60 s). Both share",
+        "(`make bench` runs 20 s; `GPU_STEWARD_BENCH_LOAD_SECONDS=60` runs 60 s). Both share",
         "the machine's cores.",
         "",
         "| scrapes | scrapes/s | errors | p50 | p99 | max |",

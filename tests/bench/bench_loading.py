@@ -1,4 +1,4 @@
-"""Loading benchmark (issue 14): `gpu-automator plan` end to end on a 10,000-pod `kubectl get -o json|yaml`
+"""Loading benchmark: `gpu-automator plan` end to end on a 10,000-pod `kubectl get -o json|yaml`
 dump with managedFields, in a fresh process each run: wall time and peak memory (the child's maxrss).
 
 `main()` returns a markdown section for docs/benchmarks.md (tests/bench/run_all.py).
@@ -63,7 +63,7 @@ def _managed(obj: JsonObj) -> list[dict[str, Any]]:
 
 def _lean(obj: JsonObj, i: int) -> JsonObj:
     """The issue's dump: the objects with a uid and the managedFields of the manager that set their
-    labels and containers (about 9 MB of YAML for the 1,250-node cluster, as measured in issue 14)."""
+    labels and containers (about 9 MB of YAML for the 1,250-node cluster)."""
     meta = obj["metadata"]
     meta["uid"] = f"{i:08x}-1111-2222-3333-444455556666"
     fields: dict[str, Any] = {"f:metadata": {"f:labels": {f"f:{k}": {} for k in meta.get("labels") or {}}}}
@@ -255,7 +255,7 @@ def main() -> str:
         full = _measure(Path(tmp), True, {"json": 2, "yaml": 1})
     rows = "\n".join(
         f"| {name} | {fmt.upper()} | {mb:.0f} MB | {s:.2f} s | {cpu:.2f} s | {mib:.0f} MiB |"
-        for name, results in (("issue 14's dump", lean), ("full pods", full))
+        for name, results in (("lean dump", lean), ("full pods", full))
         for fmt, (mb, s, mib, cpu) in results.items()
     )
     # Judged on CPU time: on the shared development machine wall time is mostly waiting for a core.
@@ -269,8 +269,8 @@ def main() -> str:
         "`.venv/bin/python -m tests.bench.run_all bench_loading`.\n\n"
         f"The planner benchmark's {NODES:,}-node cluster (10,000 running pods, {PREEMPTORS} preemptors, "
         "PriorityClasses, PDBs) written as one `kubectl get -o json|yaml` List (JSON indented as kubectl "
-        "does), with a usage file in the same format. *Issue 14's dump*: every object with a uid and "
-        "managedFields, the size issue 14 measured (about 9 MB of YAML). *Full pods*: what the API adds to a "
+        "does), with a usage file in the same format. *Lean dump*: every object with a uid and "
+        "managedFields, about 9 MB of YAML. *Full pods*: what the API adds to a "
         "real pod as well (managedFields of two managers, owner, env, volumes, container statuses). Each run "
         "is `gpu-automator plan --output json` in a fresh process: wall time (best of 3 runs, 2 for YAML, "
         "1-2 for the full pods), its CPU time (user + system) and peak resident memory (the process's "
@@ -279,7 +279,7 @@ def main() -> str:
         "| dump | format | file | end to end | CPU | peak memory |\n|---|---|---:|---:|---:|---:|\n"
         + rows
         + "\n\n"
-        f"Goals (issue 14's dump, on CPU time: wall time on the shared machine is mostly waiting for a "
+        f"Goals (lean dump, on CPU time: wall time on the shared machine is mostly waiting for a "
         f"core): JSON under {GOAL_JSON_S:.0f} s with peak memory under {GOAL_JSON_MIB} MiB: "
         f"{json_s:.2f} s, {json_mib:.0f} MiB, {verdict_json}; YAML under {GOAL_YAML_S:.0f} s: "
         f"{yaml_s:.2f} s, {verdict_yaml}. "
