@@ -62,7 +62,7 @@ def _managed(obj: JsonObj) -> list[dict[str, Any]]:
 
 
 def _lean(obj: JsonObj, i: int) -> JsonObj:
-    """The issue's dump: the objects with a uid and the managedFields of the manager that set their
+    """The lean dump: the objects with a uid and the managedFields of the manager that set their
     labels and containers (about 9 MB of YAML for the 1,250-node cluster)."""
     meta = obj["metadata"]
     meta["uid"] = f"{i:08x}-1111-2222-3333-444455556666"
