@@ -26,8 +26,8 @@ from automator.backtest.cli import policies
 from automator.backtest.cluster import KSM_QUERIES
 from automator.backtest.run import run_backtest
 from automator.prom import PrometheusAdapter
-from steward_common.conventions import RECLAIM_ANNOTATION
 from tests.automator.backtest.backfill import END, Pod, build
+from tests.automator.backtest.test_reconstruction import CLASSES as CLASS_ITEMS
 from tools.promserver import Prometheus, start_backfilled_prometheus
 
 H, M = 3600, 60
@@ -56,25 +56,7 @@ PODS = [
     Pod("ml", "gappy", 8, "low", 0, "gpu-2", 0, ended=3 * H, activity=[(0, 3 * H, 0.0)]),
     Pod("hi", "p3", 8, "high", 2 * H + 30 * M, "gpu-2", 3 * H + 5 * M, activity=[(3 * H + 5 * M, END, 0.9)]),
 ]
-CLASSES = {
-    "apiVersion": "v1",
-    "kind": "List",
-    "items": [
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "low"},
-            "value": 100,
-        },
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "high", "annotations": {RECLAIM_ANNOTATION: "true"}},
-            "value": 1000,
-            "preemptionPolicy": "Never",
-        },
-    ],
-}
+CLASSES = {"apiVersion": "v1", "kind": "List", "items": CLASS_ITEMS}
 
 
 @pytest.fixture(scope="module")
