@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -286,16 +287,24 @@ def test_docs_state_the_checks_numbers_and_that_no_gpu_run_is_recorded() -> None
 
 def test_make_gpu_check_installs_nothing() -> None:
     """The venv's Python where there is one, else python3: never the venv's set-up (offline GPU machines)."""
+    # Run from `make test` this make is a sub-make: MAKEFLAGS and MAKELEVEL would make it print directories.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     with_venv = subprocess.run(
-        ["make", "-n", "gpu-check"], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert with_venv.stdout.splitlines() == [".venv/bin/python tools/gpu_check.py"]
-    without = subprocess.run(
-        ["make", "-n", "gpu-check", "VENV=/nonexistent/venv"],
+        ["make", "-s", "--no-print-directory", "-n", "gpu-check"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=60,
+        env=env,
+    )
+    assert with_venv.stdout.splitlines() == [".venv/bin/python tools/gpu_check.py"]
+    without = subprocess.run(
+        ["make", "-s", "--no-print-directory", "-n", "gpu-check", "VENV=/nonexistent/venv"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env=env,
     )
     assert without.returncode == 0 and without.stdout.splitlines() == ["python3 tools/gpu_check.py"]
 
