@@ -35,6 +35,7 @@ from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import FieldError
 from automator.ports import PrometheusUnavailable
 from automator.reclaim import planner
+from automator.reclaim.cluster_index import SettingsCache, classes_by_name
 from automator.service.cooldown import ActuatorState, reclaim_annotations
 
 # (windows, evaluation time, recent window seconds) -> usage, as PrometheusAdapter.usage answers
@@ -91,17 +92,13 @@ def gpu_hours(gpus: int, at: float, ended: float) -> float:
 
 def idle_gpus(cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig) -> int:
     """GPUs of bound pods whose known activity is at or below their class's threshold (unknown: not idle)."""
-    classes = {pc.name: pc for pc in cluster.priority_classes}
-    thresholds: dict[str, float] = {}
+    settings = SettingsCache(classes_by_name(cluster.priority_classes), config)
     total = 0
     for pod in cluster.pods:
         known = usage.get(pod.key)
         if known is None or known.gpu_activity is None:
             continue
-        name = str(pod.class_name)
-        if name not in thresholds:
-            thresholds[name] = class_settings(classes.get(name), config).gpu_threshold
-        if known.gpu_activity <= thresholds[name]:
+        if known.gpu_activity <= settings.named(pod.class_name)[1].gpu_threshold:
             try:
                 total += pod.requests(config.gpu_resources).gpus
             except FieldError:
@@ -202,7 +199,7 @@ class Replay:
         self, t: int, now: datetime, cluster: ClusterState, decisions: Sequence[Any]
     ) -> list[Eviction]:
         pods = {p.key: p for p in cluster.pods}
-        classes = {pc.name: pc for pc in self.priority_classes}
+        classes = classes_by_name(list(self.priority_classes))
         new: list[Eviction] = []
         for d in decisions:
             preemptor = pods[d.preemptor]

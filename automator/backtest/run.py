@@ -22,6 +22,7 @@ from automator.objects.model import JsonObj, PodKey, PodUsage, UsageWindow
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.ports import PrometheusUnavailable
 from automator.prom import PrometheusAdapter
+from automator.reclaim.cluster_index import is_reclaim_class
 from automator.reclaim.snapshot import InputError, load_cluster
 from steward_common.conventions import NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from steward_common.printable import printable
@@ -109,7 +110,7 @@ def run_backtest(
 def _class_warnings(classes: Sequence[PriorityClass]) -> list[str]:
     if not classes:
         return ["no PriorityClasses (--priority-classes FILE): no class opts in, so nothing is evicted"]
-    if not any(c.annotations.get(RECLAIM_ANNOTATION) == "true" for c in classes):
+    if not any(is_reclaim_class(c) for c in classes):
         return [f'no PriorityClass opts in ({RECLAIM_ANNOTATION}: "true"): no pod is a preemptor']
     return []
 
