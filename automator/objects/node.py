@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from automator.objects.resources import FieldError, Requests, floored, whole
+from automator.objects.shapes import Shapes
 
 
 class Node(msgspec.Struct, frozen=True):
@@ -26,6 +27,7 @@ class Node(msgspec.Struct, frozen=True):
     allocatable: Mapping[str, Any] = {}
     cpu_m: int | FieldError = 0
     memory: int | FieldError = 0
+    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
 
     def offers(self, gpu_resources: Iterable[str]) -> Requests:
         """What the node offers (whole GPUs of these resources, cpu, memory); FieldError when malformed."""
@@ -54,16 +56,23 @@ def _floored(allocatable: Mapping[str, Any], name: str, scale: int) -> int | Fie
         return exc
 
 
-def _not_ready(conditions: Any) -> bool:
-    for condition in conditions if isinstance(conditions, list) else ():
-        if isinstance(condition, dict) and condition.get("type") == "Ready":
+def _not_ready(conditions: list[Mapping[str, Any]]) -> bool:
+    for condition in conditions:
+        if condition.get("type") == "Ready":
             return condition.get("status") != "True"
     return False
 
 
 def node_record(obj: Mapping[str, Any]) -> Node:
     """The record of one Node object (as the API and kubectl give it)."""
-    meta, spec, status = (_map(obj.get(key)) for key in ("metadata", "spec", "status"))
+    shapes = Shapes()
+    meta = _map(obj.get("metadata"))
+    _, labels, _ = shapes.metadata(meta)
+    spec = shapes.map(obj.get("spec"), "spec")
+    shapes.maps(spec.get("taints"), "spec.taints")
+    status = shapes.map(obj.get("status"), "status")
+    shapes.map(status.get("allocatable"), "status.allocatable")
+    conditions = shapes.maps(status.get("conditions"), "status.conditions")
     allocatable = status.get("allocatable") or {}
     fields: dict[str, Any] = {}
     if isinstance(allocatable, dict):
@@ -74,11 +83,12 @@ def node_record(obj: Mapping[str, Any]) -> Node:
         fields["cpu_m"] = FieldError("status.allocatable", "expected a map")
     return Node(
         str(meta.get("name")),
-        labels=_map(meta.get("labels")),
+        labels=labels,
         unschedulable=spec.get("unschedulable") is True,
-        not_ready=_not_ready(status.get("conditions")),
+        not_ready=_not_ready(conditions),
         taints=spec.get("taints"),
         allocatable=allocatable,
+        shape_error=shapes.first,
         **fields,
     )
 

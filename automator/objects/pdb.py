@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 
+from automator.objects.shapes import Shapes
+
 
 class PodDisruptionBudget(msgspec.Struct, frozen=True):
     namespace: str
@@ -16,22 +18,29 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
     # status.disruptionsAllowed; 0 without a status yet (the controller has not observed it: the Eviction
     # API would refuse) or when it is not an integer
     allowed: int = 0
+    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
 
 
 def pdb_record(obj: Mapping[str, Any]) -> PodDisruptionBudget:
     """The record of one PodDisruptionBudget object (as the API and kubectl give it)."""
-    meta, spec, status = (_map(obj.get(key)) for key in ("metadata", "spec", "status"))
-    allowed = status.get("disruptionsAllowed")
+    shapes = Shapes()
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    namespace, _, _ = shapes.metadata(meta)
+    spec = shapes.map(obj.get("spec"), "spec")
+    selector = shapes.map(spec.get("selector"), "spec.selector")
+    shapes.map(selector.get("matchLabels"), "spec.selector.matchLabels")
+    where = "spec.selector.matchExpressions"
+    for i, expression in enumerate(shapes.maps(selector.get("matchExpressions"), where)):
+        shapes.items(expression.get("values"), f"{where}[{i}].values")
+    allowed = shapes.map(obj.get("status"), "status").get("disruptionsAllowed")
     return PodDisruptionBudget(
-        str(meta.get("namespace") or "default"),
+        str(namespace or "default"),
         str(meta.get("name")),
         spec.get("selector"),
         allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0,
+        shapes.first,
     )
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def pdb_records(pdbs: Iterable[PodDisruptionBudget | Mapping[str, Any]]) -> list[PodDisruptionBudget]:

@@ -24,6 +24,7 @@ from automator.objects.resources import (
     scaled,
     whole,
 )
+from automator.objects.shapes import Shapes
 
 NOT_CREATED = datetime.max.replace(tzinfo=UTC)  # created_at of a pod without the field: sorts last
 
@@ -67,6 +68,7 @@ class Pod(msgspec.Struct, frozen=True):
     priority_error: str | None = None
     scheduled_error: str | None = None
     created_error: str | None = None
+    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
 
     @property
     def finished(self) -> bool:
@@ -134,16 +136,20 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else _EMPTY
 
 
-def _container(container: Any, field: str, i: int) -> _Amounts:
+def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
+    where = f"{field}[{i}]"
+    shapes.map(container, where)
     if not isinstance(container, dict):
-        raise FieldError(f"{field}[{i}]", "expected a map")
-    resources = container.get("resources") or _EMPTY
-    if not isinstance(resources, dict):
-        raise FieldError(f"{field}[{i}].resources", "expected a map")
-    limits = resources.get("limits") or _EMPTY
-    requests = resources.get("requests") or _EMPTY
-    if not isinstance(limits, dict) or not isinstance(requests, dict):
-        raise FieldError(f"{field}[{i}].resources", "limits and requests must be maps")
+        raise FieldError(where, "expected a map")
+    resources = shapes.map(container.get("resources"), f"{where}.resources")
+    limits = shapes.map(resources.get("limits"), f"{where}.resources.limits")
+    requests = shapes.map(resources.get("requests"), f"{where}.resources.requests")
+    if not isinstance(container.get("resources") or _EMPTY, dict):
+        raise FieldError(f"{where}.resources", "expected a map")
+    if not isinstance(resources.get("limits") or _EMPTY, dict) or not isinstance(
+        resources.get("requests") or _EMPTY, dict
+    ):
+        raise FieldError(f"{where}.resources", "limits and requests must be maps")
     # A cpu or memory request: Kubernetes defaults a missing one to the limit (0 without either).
     return (
         limits,
@@ -166,15 +172,17 @@ def _parsed(
         return exc
 
 
-def _containers(spec: Mapping[str, Any], key: str) -> tuple[_Amounts, ...]:
+def _containers(spec: Mapping[str, Any], key: str, shapes: Shapes) -> tuple[_Amounts, ...]:
     containers = spec.get(key) or []
+    shapes.items(containers, f"spec.{key}")
     if not isinstance(containers, list):
         raise FieldError(f"spec.{key}", "expected a list")
-    return tuple(_container(c, f"spec.{key}", i) for i, c in enumerate(containers))
+    return tuple(_container(c, f"spec.{key}", i, shapes) for i, c in enumerate(containers))
 
 
-def _overhead(spec: Mapping[str, Any]) -> tuple[int | FieldError, int | FieldError]:
+def _overhead(spec: Mapping[str, Any], shapes: Shapes) -> tuple[int | FieldError, int | FieldError]:
     overhead = spec.get("overhead")
+    shapes.map(overhead, "spec.overhead")
     if not overhead:
         return (0, 0)
     if not isinstance(overhead, dict):
@@ -188,11 +196,10 @@ def _overhead(spec: Mapping[str, Any]) -> tuple[int | FieldError, int | FieldErr
     return out[0], out[1]
 
 
-def _scheduled(status: Mapping[str, Any]) -> tuple[Any, bool]:
+def _scheduled(conditions: list[Mapping[str, Any]]) -> tuple[Any, bool]:
     """(the PodScheduled condition's time when it is True, whether it says Unschedulable)."""
-    conditions = status.get("conditions")
-    for condition in conditions if isinstance(conditions, list) else ():
-        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
+    for condition in conditions:
+        if condition.get("type") == "PodScheduled":
             if condition.get("status") == "True":
                 return condition.get("lastTransitionTime") or None, False
             return None, condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
@@ -201,20 +208,22 @@ def _scheduled(status: Mapping[str, Any]) -> tuple[Any, bool]:
 
 def pod_record(obj: Mapping[str, Any]) -> Pod:
     """The record of one Pod object (camelCase keys, as the API and kubectl give it)."""
+    shapes = Shapes()
     meta = _map(obj.get("metadata"))
-    spec = _map(obj.get("spec"))
-    status = _map(obj.get("status"))
-    key = PodKey(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+    namespace, labels, annotations = shapes.metadata(meta)
+    key = PodKey(str(namespace or "default"), str(meta.get("name") or ""))
+    spec = shapes.map(obj.get("spec"), "spec")
+    shapes.text(spec.get("nodeName"), "spec.nodeName")
+    class_name = shapes.text(spec.get("priorityClassName"), "spec.priorityClassName")
     fields: dict[str, Any] = {}
     try:
         if obj.get("spec") and not isinstance(obj["spec"], dict):
             raise FieldError("spec", "expected a map")
-        fields["containers"] = _containers(spec, "containers")
-        fields["init_containers"] = _containers(spec, "initContainers")
-        fields["overhead"] = _overhead(spec)
+        fields["containers"] = _containers(spec, "containers", shapes)
+        fields["init_containers"] = _containers(spec, "initContainers", shapes)
+        fields["overhead"] = _overhead(spec, shapes)
     except FieldError as exc:
         fields["requests_error"] = str(exc)
-    class_name = spec.get("priorityClassName")
     try:
         if spec.get("priority") is not None:
             fields["spec_priority"] = integer(spec["priority"], "spec.priority")
@@ -222,7 +231,16 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
             raise FieldError("spec.priorityClassName", f"{class_name!r} is not a string")
     except FieldError as exc:
         fields["priority_error"] = str(exc)
-    when, refused = _scheduled(status)
+    node_selector = shapes.map(spec.get("nodeSelector"), "spec.nodeSelector")
+    shapes.maps(spec.get("tolerations"), "spec.tolerations")
+    affinity = shapes.map(spec.get("affinity"), "spec.affinity")
+    node_affinity = shapes.map(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is not None:
+        _required_shapes(required, shapes)
+    status = shapes.map(obj.get("status"), "status")
+    shapes.text(status.get("phase"), "status.phase")
+    when, refused = _scheduled(shapes.maps(status.get("conditions"), "status.conditions"))
     if when is not None:
         try:
             fields["scheduled"] = parse_time(when, "status.conditions[PodScheduled].lastTransitionTime")
@@ -233,13 +251,12 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
             fields["created"] = parse_time(meta["creationTimestamp"], "metadata.creationTimestamp")
         except FieldError as exc:
             fields["created_error"] = str(exc)
-    node_affinity = _map(_map(spec.get("affinity")).get("nodeAffinity"))
     return Pod(
         key,
         uid=_text(meta.get("uid")),
         resource_version=_text(meta.get("resourceVersion")),
-        labels=_map(meta.get("labels")),
-        annotations=_map(meta.get("annotations")),
+        labels=labels,
+        annotations=annotations,
         owners=_owners(meta.get("ownerReferences")),
         start_time=status.get("startTime") or meta.get("creationTimestamp"),
         node_name=str(spec.get("nodeName") or ""),
@@ -248,11 +265,23 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         class_name=class_name if isinstance(class_name, str) and class_name else None,
         nominated_node=status.get("nominatedNodeName"),
         scheduler_refused=refused,
-        node_selector=tuple(_map(spec.get("nodeSelector")).items()),
-        required_affinity=node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+        node_selector=tuple(node_selector.items()),
+        required_affinity=required,
         tolerations=spec.get("tolerations"),
+        shape_error=shapes.first,
         **fields,
     )
+
+
+def _required_shapes(required: Any, shapes: Shapes) -> None:
+    """The shapes of the required node affinity's terms, which the scheduler's matching reads."""
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = shapes.map(required, path).get("nodeSelectorTerms")
+    for i, term in enumerate(shapes.maps(terms, f"{path}.nodeSelectorTerms")):
+        for part in ("matchExpressions", "matchFields"):
+            where = f"{path}.nodeSelectorTerms[{i}].{part}"
+            for j, expression in enumerate(shapes.maps(term.get(part), where)):
+                shapes.items(expression.get("values"), f"{where}[{j}].values")
 
 
 def _owners(references: Any) -> tuple[tuple[str, str], ...]:

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from automator.objects.resources import FieldError, integer
+from automator.objects.shapes import Shapes
 
 
 class PriorityClass(msgspec.Struct, frozen=True):
@@ -18,6 +19,7 @@ class PriorityClass(msgspec.Struct, frozen=True):
     global_default: bool = False
     annotations: Mapping[str, Any] = {}
     value_error: str | None = None  # FieldError text of a value that is not an integer
+    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
 
     def priority(self) -> int:
         """The value a pod of this class takes; FieldError when it is malformed."""
@@ -30,7 +32,8 @@ def priority_class_record(obj: Mapping[str, Any]) -> PriorityClass:
     """The record of one PriorityClass object (as the API and kubectl give it)."""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
-    annotations = meta.get("annotations")
+    shapes = Shapes()
+    _, _, annotations = shapes.metadata(meta)
     raw = obj.get("value", 0)
     try:
         value, error = integer(raw, "value"), None
@@ -40,8 +43,9 @@ def priority_class_record(obj: Mapping[str, Any]) -> PriorityClass:
         str(meta.get("name")),
         value,
         obj.get("globalDefault") is True,
-        annotations if isinstance(annotations, dict) else {},
+        annotations,
         error,
+        shapes.first,
     )
 
 

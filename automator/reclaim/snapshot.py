@@ -6,14 +6,12 @@ malformed field is an InputError naming the object and the field.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from automator.objects.gc_pause import gc_paused
@@ -26,7 +24,7 @@ from automator.objects.records import record
 from automator.objects.resources import FieldError, integer, parse_time
 from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
-from steward_common.untrusted import UnreadableError, json_document, yaml_documents
+from steward_common.untrusted import UnreadableError, yaml_documents
 
 KINDS = ("Node", "Pod", "PriorityClass", "PodDisruptionBudget")
 
@@ -53,22 +51,59 @@ class _PruningLoader(_YAML_BASE):  # type: ignore[misc]
         return result
 
 
-def _drop_keys(obj: dict[str, Any]) -> dict[str, Any]:
-    for key in DROPPED_KEYS.intersection(obj):
-        del obj[key]
+def _lean(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without DROPPED_KEYS (in its metadata and annotations, where kubectl writes them)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
     return obj
 
 
-def _keeping(keep: Callable[[JsonObj], JsonObj]) -> Callable[[dict[str, Any]], Any]:
-    def hook(obj: dict[str, Any]) -> Any:  # called for every JSON object: kept lean
-        if "managedFields" in obj:
-            del obj["managedFields"]
-            return obj  # metadata, not an object of a kind
-        if "metadata" in obj:
-            return keep(_drop_keys(obj))
-        return obj
+class _Listed(msgspec.Struct):
+    """A JSON document read for its kind and its items, each item left as its bytes: an item is decoded,
+    cut down by `keep` and released before the next one, so a large dump is never held decoded whole."""
 
-    return hook
+    kind: Any = None
+    items: list[msgspec.Raw] | None = None
+
+
+_LISTED = msgspec.json.Decoder(_Listed)
+_JSON = msgspec.json.Decoder()
+
+
+def _json(data: bytes, keep: Callable[[JsonObj], JsonObj]) -> Any:
+    """The JSON document (msgspec.DecodeError when it is not JSON), its objects passed through keep."""
+    try:
+        try:
+            listed: _Listed | None = _LISTED.decode(data)
+        except msgspec.ValidationError:  # not an object with a list of items: read whole, as it is
+            listed = None
+        if listed is None or listed.items is None or not str(listed.kind).endswith("List"):
+            return _kept(_JSON.decode(data), keep)
+        items = listed.items
+        return {"kind": listed.kind, "items": [_one(_JSON.decode(raw), keep) for raw in items]}
+    except RecursionError:
+        raise UnreadableError("nested too deeply") from None
+    except msgspec.ValidationError as exc:  # a number JSON can write but no reader can hold
+        raise UnreadableError(str(exc)) from None
+
+
+def _one(obj: Any, keep: Callable[[JsonObj], JsonObj]) -> Any:
+    return keep(_lean(obj)) if isinstance(obj, dict) and "metadata" in obj else obj
+
+
+def _kept(doc: Any, keep: Callable[[JsonObj], JsonObj]) -> Any:
+    """A document with keep applied to it, or to each of its items when it is a List."""
+    if not isinstance(doc, dict):
+        return doc
+    items = doc.get("items")
+    if isinstance(items, list) and str(doc.get("kind")).endswith("List"):
+        doc["items"] = [_one(item, keep) for item in items]
+        return doc
+    return _one(doc, keep)
 
 
 def is_json(text: str | bytes) -> bool:
@@ -96,10 +131,11 @@ def documents(path: Path, keep: Callable[[JsonObj], JsonObj] | None = None) -> I
 
 
 def _documents(path: Path, data: bytes, keep: Callable[[JsonObj], JsonObj] | None) -> Iterator[Any]:
+    keep = keep or _unchanged
     if is_json(data):
         try:
-            doc = json_document(data, object_hook=_drop_keys if keep is None else _keeping(keep))
-        except json.JSONDecodeError:
+            doc = _json(data, keep)
+        except msgspec.DecodeError:
             pass  # not JSON after all (a YAML flow mapping, say): the YAML parser reports it
         else:
             del data
@@ -111,9 +147,14 @@ def _documents(path: Path, data: bytes, keep: Callable[[JsonObj], JsonObj] | Non
         raise InputError(f"{path}: not valid YAML/JSON: not UTF-8: {exc}") from exc
     del data
     try:
-        yield from yaml_documents(text, _PruningLoader)
+        for doc in yaml_documents(text, _PruningLoader):
+            yield _kept(doc, keep)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML/JSON: {exc}") from exc
+
+
+def _unchanged(obj: JsonObj) -> JsonObj:
+    return obj
 
 
 def flatten(doc: Any, where: str, consume: bool = False) -> Iterator[tuple[JsonObj, str]]:
@@ -145,123 +186,11 @@ def _name(obj: JsonObj, kind: str, where: str, namespaced: bool) -> str:
     return f"{kind} {meta['name']}"
 
 
-# Shapes of the fields the planner reads, checked before any value: a list where a map belongs must be an
-# InputError naming the field, not a crash. "x[]" walks the items of list x; absent or null fields pass.
-_MAP, _LIST, _STR = (Mapping, "a map"), (list, "a list"), (str, "a string")
-_META = [("metadata.namespace", _STR), ("metadata.labels", _MAP), ("metadata.annotations", _MAP)]
-_SELECTOR_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-_CONTAINER = [
-    ("", _MAP),
-    (".resources", _MAP),
-    (".resources.limits", _MAP),
-    (".resources.requests", _MAP),
-]
-_SHAPES: dict[str, list[tuple[str, tuple[Any, str]]]] = {
-    "Pod": [
-        *_META,
-        ("spec", _MAP),
-        ("spec.nodeName", _STR),
-        ("spec.priorityClassName", _STR),
-        ("spec.containers", _LIST),
-        *[("spec.containers[]" + path, shape) for path, shape in _CONTAINER],
-        ("spec.initContainers", _LIST),
-        *[("spec.initContainers[]" + path, shape) for path, shape in _CONTAINER],
-        ("spec.overhead", _MAP),
-        ("spec.nodeSelector", _MAP),
-        ("spec.tolerations", _LIST),
-        ("spec.tolerations[]", _MAP),
-        ("spec.affinity", _MAP),
-        ("spec.affinity.nodeAffinity", _MAP),
-        (_SELECTOR_TERMS, _MAP),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms", _LIST),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[]", _MAP),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchExpressions", _LIST),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchExpressions[]", _MAP),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchExpressions[].values", _LIST),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchFields", _LIST),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchFields[]", _MAP),
-        (_SELECTOR_TERMS + ".nodeSelectorTerms[].matchFields[].values", _LIST),
-        ("status", _MAP),
-        ("status.phase", _STR),
-        ("status.conditions", _LIST),
-        ("status.conditions[]", _MAP),
-    ],
-    "Node": [
-        *_META,
-        ("spec", _MAP),
-        ("spec.taints", _LIST),
-        ("spec.taints[]", _MAP),
-        ("status", _MAP),
-        ("status.allocatable", _MAP),
-        ("status.conditions", _LIST),
-        ("status.conditions[]", _MAP),
-    ],
-    "PriorityClass": list(_META),
-    "PodDisruptionBudget": [
-        *_META,
-        ("spec", _MAP),
-        ("spec.selector", _MAP),
-        ("spec.selector.matchLabels", _MAP),
-        ("spec.selector.matchExpressions", _LIST),
-        ("spec.selector.matchExpressions[]", _MAP),
-        ("spec.selector.matchExpressions[].values", _LIST),
-        ("status", _MAP),
-    ],
-}
-
-
-@dataclass
-class _Step:
-    """One step of the shape paths: the field name, whether each list item is meant, its expected shape,
-    and the steps below it. The paths are walked together, each field once."""
-
-    name: str
-    each: bool
-    shape: tuple[Any, str] | None = None
-    below: dict[str, _Step] = dataclass_field(default_factory=dict)
-
-
-def _compile(paths: list[tuple[str, tuple[Any, str]]]) -> dict[str, _Step]:
-    root: dict[str, _Step] = {}
-    for dotted, shape in paths:
-        level = root
-        steps = dotted.split(".")
-        for i, raw in enumerate(steps):
-            if raw not in level:
-                level[raw] = _Step(raw.removesuffix("[]"), raw.endswith("[]"))
-            if i == len(steps) - 1:
-                level[raw].shape = shape
-            level = level[raw].below
-    return root
-
-
-_COMPILED = {kind: _compile(paths) for kind, paths in _SHAPES.items()}
-
-
-def _walk(value: Mapping[str, Any], steps: dict[str, _Step], where: tuple[str, ...], label: str) -> None:
-    for step in steps.values():
-        inner = value.get(step.name)
-        if inner is None:
-            continue
-        path = (*where, step.name)
-        if step.each:
-            if not isinstance(inner, list):
-                continue  # the list's own shape is checked by its own step
-            for i, item in enumerate(inner):
-                _visit(item, step, (*path[:-1], f"{step.name}[{i}]"), label)
-        else:
-            _visit(inner, step, path, label)
-
-
-def _visit(value: Any, step: _Step, path: tuple[str, ...], label: str) -> None:
-    if step.shape is not None and not isinstance(value, step.shape[0]):
-        raise InputError(f"{label}: {'.'.join(path)}: expected {step.shape[1]}, got {type(value).__name__}")
-    if step.below and isinstance(value, Mapping):
-        _walk(value, step.below, path, label)
-
-
-def _check_shape(obj: JsonObj, kind: str, label: str) -> None:
-    _walk(obj, _COMPILED[kind], (), label)
+def _shaped(label: str, record: Any) -> Any:
+    """The record, unless its decoder met a field of a wrong shape."""
+    if record.shape_error is not None:
+        raise InputError(f"{label}: {record.shape_error}")
+    return record
 
 
 def _check(label: str, check: Any, *args: Any) -> None:
@@ -272,10 +201,10 @@ def _check(label: str, check: Any, *args: Any) -> None:
 
 
 def _check_pod(pod: JsonObj, label: str, gpu_resources: tuple[str, ...]) -> Pod:
+    record: Pod = _shaped(label, pod_record(pod))
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise InputError(f"{label}: spec: missing")
-    record = pod_record(pod)
     _check(label, record.requests, gpu_resources)
     if spec.get("priority") is not None:
         _check(label, integer, spec["priority"], "spec.priority")
@@ -333,24 +262,23 @@ def _read_cluster(
             kind = raw.get("kind")
             if kind not in KINDS:
                 continue  # other kinds (Services, Deployments...) play no part
-            obj = record(raw)  # only what the planner reads is kept
+            obj = raw  # already cut down to what the decoders read (_keep)
             label = _name(obj, str(kind), where, kind in ("Pod", "PodDisruptionBudget"))
             if label in seen:
                 raise InputError(f"{label}: listed twice")
             seen.add(label)
-            _check_shape(obj, str(kind), label)
-            kept: Any = obj
+            kept: Any
             if kind == "Pod":
                 kept = _check_pod(obj, label, gpu_resources)
             elif kind == "Node":
-                kept = node_record(obj)
+                kept = _shaped(label, node_record(obj))
                 _check(label, kept.offers, gpu_resources)
             elif kind == "PriorityClass":
-                kept = priority_class_record(obj)
+                kept = _shaped(label, priority_class_record(obj))
                 _check(label, kept.priority)
             else:
+                kept = _shaped(label, pdb_record(obj))
                 _check_pdb(obj, label)
-                kept = pdb_record(obj)
             lists[str(kind)].append(kept)
 
 
