@@ -1,5 +1,5 @@
 """Which running pods make a workload (pure): a Deployment's pods through their ReplicaSets, a
-StatefulSet's directly, or a label selector's, from plain API objects of one namespace."""
+StatefulSet's directly, or a label selector's, from the records of one namespace's objects."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from automator.keda.request import Workload, matches
 from automator.keda.values import PodRef
-from automator.objects.model import JsonObj
-from automator.objects.pod import Pod, pod_records
+from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, parse_time
+from automator.objects.workload import WorkloadObject
 
 
 class UnknownWorkload(LookupError):
@@ -30,8 +30,8 @@ class Namespace:
 
     def __init__(
         self,
-        pods: Iterable[Pod | JsonObj],
-        replicasets: Iterable[JsonObj],
+        pods: Iterable[Pod],
+        replicasets: Iterable[WorkloadObject],
         deployments: frozenset[str],
         statefulsets: frozenset[str],
     ) -> None:
@@ -39,14 +39,14 @@ class Namespace:
         self.statefulsets = frozenset(statefulsets)
         sets_of: dict[str, set[str]] = {}
         for rs in replicasets:
-            for kind, name in _owners(rs):
+            for kind, name in rs.owners:
                 if kind == "Deployment":
-                    sets_of.setdefault(str((rs.get("metadata") or {}).get("name")), set()).add(name)
+                    sets_of.setdefault(rs.name, set()).add(name)
         # Running pods only, sorted by name: by owner (a Deployment through its ReplicaSets), and all.
         self._by_owner: dict[tuple[str, str], list[PodRef]] = {}
         self._running: list[tuple[PodRef, Mapping[str, str]]] = []
         self._memo: dict[str, list[PodRef]] = {}
-        running = [p for p in pod_records(pods) if p.phase == "Running" and not p.terminating]
+        running = [p for p in pods if p.phase == "Running" and not p.terminating]
         for pod in sorted(running, key=lambda p: p.key.name):
             ref = _ref(pod)
             labels = {str(k): str(v) for k, v in pod.labels.items()}
@@ -70,12 +70,6 @@ class Namespace:
                 self._memo.pop(next(iter(self._memo)))
             self._memo[key] = found
         return found
-
-
-def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict):
-            yield str(ref.get("kind") or ""), str(ref.get("name") or "")
 
 
 def _started(pod: Pod) -> float | None:

@@ -27,6 +27,7 @@ from automator.kube.client import (
     api_call,
     list_all,
     objects_of,
+    records_of,
     retry_after,
     status_message,
 )
@@ -35,9 +36,10 @@ from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
 from automator.objects.node import Node, node_record
 from automator.objects.pdb import pdb_record
-from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
+from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder, pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError
+from automator.objects.workload import WorkloadObject, workload_record
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
 
@@ -125,28 +127,19 @@ class KubernetesAdapter:
             )
         )
 
-    def pods_in(self, namespace: str, label_selector: str | None = None) -> list[JsonObj]:
-        """The pods of one namespace (those matching `label_selector` when given), whole."""
-        selector = {"label_selector": label_selector} if label_selector else {}
-        return list(
-            list_all(
-                f"pods in {namespace}",
-                self.core.list_namespaced_pod,
-                objects_of("Pod", "v1"),
-                self.timeout,
-                namespace=namespace,
-                **selector,
-            )
-        )
+    def pods_in(self, namespace: str) -> list[Pod]:
+        """The records of one namespace's pods."""
+        call, decode = self.core.list_namespaced_pod, records_of(pod_record)
+        return list(list_all(f"pods in {namespace}", call, decode, self.timeout, namespace=namespace))
 
-    def apps_objects(self, namespace: str, kind: AppsKind) -> list[JsonObj]:
-        """One namespace's ReplicaSets, Deployments or StatefulSets (apps/v1), whole."""
+    def apps_objects(self, namespace: str, kind: AppsKind) -> list[WorkloadObject]:
+        """The records of one namespace's ReplicaSets, Deployments or StatefulSets (apps/v1)."""
         call, plural = {
             "ReplicaSet": (self.apps.list_namespaced_replica_set, "replicasets"),
             "Deployment": (self.apps.list_namespaced_deployment, "deployments"),
             "StatefulSet": (self.apps.list_namespaced_stateful_set, "statefulsets"),
         }[kind]
-        decode = objects_of(kind, "apps/v1")
+        decode = records_of(workload_record)
         return list(list_all(f"{plural} in {namespace}", call, decode, self.timeout, namespace=namespace))
 
     def _gpu_node(self, node: Node) -> bool:

@@ -72,21 +72,31 @@ def api_call(what: str, *also: type[Exception]) -> Iterator[None]:
         raise KubernetesUnavailable(f"{what}: {e}") from e
 
 
+def records_of(record: Callable[[JsonObj], _T]) -> Callable[[bytes], tuple[list[_T], str | None]]:
+    """Decode a page straight into records, `record(item)` of each item; ValueError for an item that is not
+    an object."""
+
+    def decode(data: bytes) -> tuple[list[_T], str | None]:
+        body = json.loads(data)
+        items = body.get("items") or []
+        if not all(isinstance(item, dict) for item in items):
+            raise ValueError("a list item is not an object")
+        return [record(item) for item in items], (body.get("metadata") or {}).get("continue") or None
+
+    return decode
+
+
 def objects_of(kind: str, api_version: str) -> PageDecoder:
     """Decode a page into whole objects, managedFields dropped, kind and apiVersion set as `kubectl get -o
     json` shows them (list items carry none)."""
 
-    def decode(data: bytes) -> tuple[list[JsonObj], str | None]:
-        body = json.loads(data)
-        items = []
-        for item in body.get("items") or []:
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", api_version)
-            (item.get("metadata") or {}).pop("managedFields", None)
-            items.append(item)
-        return items, (body.get("metadata") or {}).get("continue") or None
+    def whole(item: JsonObj) -> JsonObj:
+        item.setdefault("kind", kind)
+        item.setdefault("apiVersion", api_version)
+        (item.get("metadata") or {}).pop("managedFields", None)
+        return item
 
-    return decode
+    return records_of(whole)
 
 
 def list_all(
