@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from automator.keda.request import Workload, matches
+from automator.keda.request import Workload
 from automator.keda.values import PodRef
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, parse_time
 from automator.objects.workload import WorkloadObject
+from automator.reclaim.eligibility import selector_matches
 
 
 class UnknownWorkload(LookupError):
@@ -24,7 +25,7 @@ MAX_SELECTOR_MEMO = 256
 class Namespace:
     """A namespace's running pods (small records: ref, labels, owners), and the names of its Deployments and
     StatefulSets, indexed once per refresh by owner, so that answering for one workload reads its pods only.
-    The API objects it is built from are not kept: a namespace of thousands of pods costs its records only."""
+    The records it is built from are not kept: a namespace costs its refs and labels only."""
 
     __slots__ = ("_by_owner", "_memo", "_running", "deployments", "statefulsets")
 
@@ -64,7 +65,7 @@ class Namespace:
         """The running pods the selector matches; `key` (its canonical text) memoizes the answer."""
         if key is not None and key in self._memo:
             return self._memo[key]
-        found = [ref for ref, labels in self._running if matches(selector, labels)]
+        found = [ref for ref, labels in self._running if selector_matches(selector, labels)]
         if key is not None:
             if len(self._memo) >= MAX_SELECTOR_MEMO:
                 self._memo.pop(next(iter(self._memo)))

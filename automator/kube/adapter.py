@@ -117,15 +117,8 @@ class KubernetesAdapter:
 
     def active_pods(self) -> list[JsonObj]:
         """Every pod not finished (Succeeded, Failed), whole (managedFields dropped)."""
-        return list(
-            list_all(
-                "pods",
-                self.core.list_pod_for_all_namespaces,
-                objects_of("Pod", "v1"),
-                self.timeout,
-                field_selector=ACTIVE_PODS,
-            )
-        )
+        call, decode = self.core.list_pod_for_all_namespaces, objects_of("Pod", "v1")
+        return list(list_all("pods", call, decode, self.timeout, field_selector=ACTIVE_PODS))
 
     def pods_in(self, namespace: str) -> list[Pod]:
         """The records of one namespace's pods."""
@@ -134,13 +127,13 @@ class KubernetesAdapter:
 
     def apps_objects(self, namespace: str, kind: AppsKind) -> list[WorkloadObject]:
         """The records of one namespace's ReplicaSets, Deployments or StatefulSets (apps/v1)."""
-        call, plural = {
-            "ReplicaSet": (self.apps.list_namespaced_replica_set, "replicasets"),
-            "Deployment": (self.apps.list_namespaced_deployment, "deployments"),
-            "StatefulSet": (self.apps.list_namespaced_stateful_set, "statefulsets"),
+        call = {
+            "ReplicaSet": self.apps.list_namespaced_replica_set,
+            "Deployment": self.apps.list_namespaced_deployment,
+            "StatefulSet": self.apps.list_namespaced_stateful_set,
         }[kind]
-        decode = records_of(workload_record)
-        return list(list_all(f"{plural} in {namespace}", call, decode, self.timeout, namespace=namespace))
+        what, decode = f"{kind.lower()}s in {namespace}", records_of(workload_record)
+        return list(list_all(what, call, decode, self.timeout, namespace=namespace))
 
     def _gpu_node(self, node: Node) -> bool:
         try:
@@ -151,7 +144,7 @@ class KubernetesAdapter:
     def snapshot(self) -> ClusterState:
         """What the planner reads: Nodes, pending pods and pods on GPU nodes (records), classes, PDBs."""
         with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
-            nodes = [node_record(n) for n in self.nodes()]
+            nodes = list(list_all("nodes", self.core.list_node, records_of(node_record), self.timeout))
             gpu_nodes = {n.name for n in nodes if self._gpu_node(n)}
             self.pod_records.start()
             listed = list_all(
@@ -164,23 +157,13 @@ class KubernetesAdapter:
             # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
             pods = [p for p in listed if not p.node_name or p.node_name in gpu_nodes]
             self.pod_records.finish()
-            classes = list_all(
-                "priorityclasses",
-                self.scheduling.list_priority_class,
-                objects_of("PriorityClass", "scheduling.k8s.io/v1"),
-                self.timeout,
-            )
-            pdbs = list_all(
-                "poddisruptionbudgets",
-                self.policy.list_pod_disruption_budget_for_all_namespaces,
-                objects_of("PodDisruptionBudget", "policy/v1"),
-                self.timeout,
-            )
+            classes = self.scheduling.list_priority_class, records_of(priority_class_record)
+            pdbs = self.policy.list_pod_disruption_budget_for_all_namespaces, records_of(pdb_record)
             return ClusterState(
                 nodes=nodes,
                 pods=pods,
-                priority_classes=[priority_class_record(c) for c in classes],
-                pdbs=[pdb_record(p) for p in pdbs],
+                priority_classes=list(list_all("priorityclasses", *classes, self.timeout)),
+                pdbs=list(list_all("poddisruptionbudgets", *pdbs, self.timeout)),
             )
 
     def get_pod(self, pod: PodKey) -> Pod | None:
