@@ -1,12 +1,13 @@
 """The reclaim automator's Kubernetes adapter: cluster reads for the planner, and its writes.
 
-Reads hand the planner plain records of the fields it uses, in the shape the API's JSON gives them
-(camelCase dicts, `_preload_content=False`), the same shape `kubectl get -o json` and the snapshot file have;
-pods only when pending or on a node with GPUs, in pages, each page decoded by msgspec straight into records
-(objects/records.py). Writes: policy/v1 Evictions with a uid precondition (so PodDisruptionBudgets and
-graceful termination are honoured, and a pod recreated under the same name is never evicted), a JSON merge
-patch of the automator's own annotations, and core/v1 Events (what `kubectl describe pod` shows). Every
-call has a timeout. The KEDA cache and the DRA check read through the public list methods.
+Reads hand the planner and the KEDA cache records (automator/objects/), each page of the API's JSON
+(`_preload_content=False`, the shape `kubectl get -o json` and the snapshot file have) decoded straight
+into them; the planner's pods only when pending or on a node with GPUs, kept across passes by version.
+The DRA check reads whole objects (managedFields dropped). Writes: policy/v1 Evictions with a uid
+precondition (so PodDisruptionBudgets and graceful termination are honoured, and a pod recreated under the
+same name is never evicted), a JSON merge patch of the automator's own annotations, and core/v1 Events
+(what `kubectl describe pod` shows). Every call has a timeout. The KEDA cache and the DRA check read
+through the public list methods.
 """
 
 from __future__ import annotations
