@@ -10,11 +10,6 @@ from kubernetes import client
 
 from automator.keda.workloads import Namespace
 from automator.kube import KubernetesAdapter
-from automator.objects.model import JsonObj
-
-
-def _names(objects: list[JsonObj]) -> frozenset[str]:
-    return frozenset(str((o.get("metadata") or {}).get("name")) for o in objects)
 
 
 class NamespaceLister:
@@ -27,6 +22,6 @@ class NamespaceLister:
         return Namespace(
             pods=kube.pods_in(name),
             replicasets=kube.apps_objects(name, "ReplicaSet"),
-            deployments=_names(kube.apps_objects(name, "Deployment")),
-            statefulsets=_names(kube.apps_objects(name, "StatefulSet")),
+            deployments=frozenset(o.name for o in kube.apps_objects(name, "Deployment")),
+            statefulsets=frozenset(o.name for o in kube.apps_objects(name, "StatefulSet")),
         )

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from automator.keda.signals import AGGREGATIONS, ALIASES, METRIC_TYPES, PROFILES, SIGNALS, Signal, signal
-from automator.reclaim.eligibility import selector_matches
 from steward_common.series import RULE_INTERVAL_SECONDS
 
 # The metrics-api contract: where KEDA asks, and the GJSON path of the number (the trigger's valueLocation).
@@ -148,10 +147,6 @@ def selector_text(selector: Mapping[str, Any]) -> str:
         values = ",".join(sorted(e.get("values") or []))
         parts.append(f"{e['key']} {e['operator']} ({values})")
     return "; ".join(sorted(parts))
-
-
-def matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    return selector_matches(selector, labels)
 
 
 # --- the question --------------------------------------------------------------------------------

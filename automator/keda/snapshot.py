@@ -7,6 +7,8 @@ from pathlib import Path
 
 from automator.keda.workloads import Namespace
 from automator.objects.model import JsonObj, PodKey
+from automator.objects.pod import pod_record
+from automator.objects.workload import workload_record
 from automator.ports import KubernetesUnavailable
 from automator.reclaim.snapshot import InputError, documents, flatten
 
@@ -26,8 +28,8 @@ class SnapshotNamespaces:
         except InputError as e:
             raise KubernetesUnavailable(str(e)) from e
         return Namespace(
-            pods=by_kind["Pod"],
-            replicasets=by_kind["ReplicaSet"],
-            deployments=frozenset(PodKey.of(o).name for o in by_kind["Deployment"]),
-            statefulsets=frozenset(PodKey.of(o).name for o in by_kind["StatefulSet"]),
+            pods=map(pod_record, by_kind["Pod"]),
+            replicasets=map(workload_record, by_kind["ReplicaSet"]),
+            deployments=frozenset(workload_record(o).name for o in by_kind["Deployment"]),
+            statefulsets=frozenset(workload_record(o).name for o in by_kind["StatefulSet"]),
         )

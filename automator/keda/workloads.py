@@ -1,16 +1,17 @@
 """Which running pods make a workload (pure): a Deployment's pods through their ReplicaSets, a
-StatefulSet's directly, or a label selector's, from plain API objects of one namespace."""
+StatefulSet's directly, or a label selector's, from the records of one namespace's objects."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from automator.keda.request import Workload, matches
+from automator.keda.request import Workload
 from automator.keda.values import PodRef
-from automator.objects.model import JsonObj
-from automator.objects.pod import Pod, pod_records
+from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, parse_time
+from automator.objects.workload import WorkloadObject
+from automator.reclaim.eligibility import selector_matches
 
 
 class UnknownWorkload(LookupError):
@@ -24,14 +25,14 @@ MAX_SELECTOR_MEMO = 256
 class Namespace:
     """A namespace's running pods (small records: ref, labels, owners), and the names of its Deployments and
     StatefulSets, indexed once per refresh by owner, so that answering for one workload reads its pods only.
-    The API objects it is built from are not kept: a namespace of thousands of pods costs its records only."""
+    The records it is built from are not kept: a namespace costs its refs and labels only."""
 
     __slots__ = ("_by_owner", "_memo", "_running", "deployments", "statefulsets")
 
     def __init__(
         self,
-        pods: Iterable[Pod | JsonObj],
-        replicasets: Iterable[JsonObj],
+        pods: Iterable[Pod],
+        replicasets: Iterable[WorkloadObject],
         deployments: frozenset[str],
         statefulsets: frozenset[str],
     ) -> None:
@@ -39,14 +40,14 @@ class Namespace:
         self.statefulsets = frozenset(statefulsets)
         sets_of: dict[str, set[str]] = {}
         for rs in replicasets:
-            for kind, name in _owners(rs):
+            for kind, name in rs.owners:
                 if kind == "Deployment":
-                    sets_of.setdefault(str((rs.get("metadata") or {}).get("name")), set()).add(name)
+                    sets_of.setdefault(rs.name, set()).add(name)
         # Running pods only, sorted by name: by owner (a Deployment through its ReplicaSets), and all.
         self._by_owner: dict[tuple[str, str], list[PodRef]] = {}
         self._running: list[tuple[PodRef, Mapping[str, str]]] = []
         self._memo: dict[str, list[PodRef]] = {}
-        running = [p for p in pod_records(pods) if p.phase == "Running" and not p.terminating]
+        running = [p for p in pods if p.phase == "Running" and not p.terminating]
         for pod in sorted(running, key=lambda p: p.key.name):
             ref = _ref(pod)
             labels = {str(k): str(v) for k, v in pod.labels.items()}
@@ -64,18 +65,12 @@ class Namespace:
         """The running pods the selector matches; `key` (its canonical text) memoizes the answer."""
         if key is not None and key in self._memo:
             return self._memo[key]
-        found = [ref for ref, labels in self._running if matches(selector, labels)]
+        found = [ref for ref, labels in self._running if selector_matches(selector, labels)]
         if key is not None:
             if len(self._memo) >= MAX_SELECTOR_MEMO:
                 self._memo.pop(next(iter(self._memo)))
             self._memo[key] = found
         return found
-
-
-def _owners(obj: JsonObj) -> Iterable[tuple[str, str]]:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict):
-            yield str(ref.get("kind") or ""), str(ref.get("name") or "")
 
 
 def _started(pod: Pod) -> float | None:

@@ -1,12 +1,13 @@
 """The reclaim automator's Kubernetes adapter: cluster reads for the planner, and its writes.
 
-Reads hand the planner plain records of the fields it uses, in the shape the API's JSON gives them
-(camelCase dicts, `_preload_content=False`), the same shape `kubectl get -o json` and the snapshot file have;
-pods only when pending or on a node with GPUs, in pages, each page decoded by msgspec straight into records
-(objects/records.py). Writes: policy/v1 Evictions with a uid precondition (so PodDisruptionBudgets and
-graceful termination are honoured, and a pod recreated under the same name is never evicted), a JSON merge
-patch of the automator's own annotations, and core/v1 Events (what `kubectl describe pod` shows). Every
-call has a timeout. The KEDA cache and the DRA check read through the public list methods.
+Reads hand the planner and the KEDA cache records (automator/objects/), each page of the API's JSON
+(`_preload_content=False`, the shape `kubectl get -o json` and the snapshot file have) decoded straight
+into them; the planner's pods only when pending or on a node with GPUs, kept across passes by version.
+The DRA check reads whole objects (managedFields dropped). Writes: policy/v1 Evictions with a uid
+precondition (so PodDisruptionBudgets and graceful termination are honoured, and a pod recreated under the
+same name is never evicted), a JSON merge patch of the automator's own annotations, and core/v1 Events
+(what `kubectl describe pod` shows). Every call has a timeout. The KEDA cache and the DRA check read
+through the public list methods.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from automator.kube.client import (
     api_call,
     list_all,
     objects_of,
+    records_of,
     retry_after,
     status_message,
 )
@@ -35,9 +37,10 @@ from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
 from automator.objects.node import Node, node_record
 from automator.objects.pdb import pdb_record
-from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder
+from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder, pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError
+from automator.objects.workload import WorkloadObject, workload_record
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
 
@@ -115,39 +118,23 @@ class KubernetesAdapter:
 
     def active_pods(self) -> list[JsonObj]:
         """Every pod not finished (Succeeded, Failed), whole (managedFields dropped)."""
-        return list(
-            list_all(
-                "pods",
-                self.core.list_pod_for_all_namespaces,
-                objects_of("Pod", "v1"),
-                self.timeout,
-                field_selector=ACTIVE_PODS,
-            )
-        )
+        call, decode = self.core.list_pod_for_all_namespaces, objects_of("Pod", "v1")
+        return list(list_all("pods", call, decode, self.timeout, field_selector=ACTIVE_PODS))
 
-    def pods_in(self, namespace: str, label_selector: str | None = None) -> list[JsonObj]:
-        """The pods of one namespace (those matching `label_selector` when given), whole."""
-        selector = {"label_selector": label_selector} if label_selector else {}
-        return list(
-            list_all(
-                f"pods in {namespace}",
-                self.core.list_namespaced_pod,
-                objects_of("Pod", "v1"),
-                self.timeout,
-                namespace=namespace,
-                **selector,
-            )
-        )
+    def pods_in(self, namespace: str) -> list[Pod]:
+        """The records of one namespace's pods."""
+        call, decode = self.core.list_namespaced_pod, records_of(pod_record)
+        return list(list_all(f"pods in {namespace}", call, decode, self.timeout, namespace=namespace))
 
-    def apps_objects(self, namespace: str, kind: AppsKind) -> list[JsonObj]:
-        """One namespace's ReplicaSets, Deployments or StatefulSets (apps/v1), whole."""
-        call, plural = {
-            "ReplicaSet": (self.apps.list_namespaced_replica_set, "replicasets"),
-            "Deployment": (self.apps.list_namespaced_deployment, "deployments"),
-            "StatefulSet": (self.apps.list_namespaced_stateful_set, "statefulsets"),
+    def apps_objects(self, namespace: str, kind: AppsKind) -> list[WorkloadObject]:
+        """The records of one namespace's ReplicaSets, Deployments or StatefulSets (apps/v1)."""
+        call = {
+            "ReplicaSet": self.apps.list_namespaced_replica_set,
+            "Deployment": self.apps.list_namespaced_deployment,
+            "StatefulSet": self.apps.list_namespaced_stateful_set,
         }[kind]
-        decode = objects_of(kind, "apps/v1")
-        return list(list_all(f"{plural} in {namespace}", call, decode, self.timeout, namespace=namespace))
+        what, decode = f"{kind.lower()}s in {namespace}", records_of(workload_record)
+        return list(list_all(what, call, decode, self.timeout, namespace=namespace))
 
     def _gpu_node(self, node: Node) -> bool:
         try:
@@ -158,7 +145,7 @@ class KubernetesAdapter:
     def snapshot(self) -> ClusterState:
         """What the planner reads: Nodes, pending pods and pods on GPU nodes (records), classes, PDBs."""
         with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
-            nodes = [node_record(n) for n in self.nodes()]
+            nodes = list(list_all("nodes", self.core.list_node, records_of(node_record), self.timeout))
             gpu_nodes = {n.name for n in nodes if self._gpu_node(n)}
             self.pod_records.start()
             listed = list_all(
@@ -171,23 +158,13 @@ class KubernetesAdapter:
             # Pending pods (preemptors) and pods on GPU nodes (victims, or using that node's cpu/memory).
             pods = [p for p in listed if not p.node_name or p.node_name in gpu_nodes]
             self.pod_records.finish()
-            classes = list_all(
-                "priorityclasses",
-                self.scheduling.list_priority_class,
-                objects_of("PriorityClass", "scheduling.k8s.io/v1"),
-                self.timeout,
-            )
-            pdbs = list_all(
-                "poddisruptionbudgets",
-                self.policy.list_pod_disruption_budget_for_all_namespaces,
-                objects_of("PodDisruptionBudget", "policy/v1"),
-                self.timeout,
-            )
+            classes = self.scheduling.list_priority_class, records_of(priority_class_record)
+            pdbs = self.policy.list_pod_disruption_budget_for_all_namespaces, records_of(pdb_record)
             return ClusterState(
                 nodes=nodes,
                 pods=pods,
-                priority_classes=[priority_class_record(c) for c in classes],
-                pdbs=[pdb_record(p) for p in pdbs],
+                priority_classes=list(list_all("priorityclasses", *classes, self.timeout)),
+                pdbs=list(list_all("poddisruptionbudgets", *pdbs, self.timeout)),
             )
 
     def get_pod(self, pod: PodKey) -> Pod | None:

@@ -27,7 +27,7 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, O
 
 # One page's items (records or objects) and its continue token (None on the last page), from its JSON bytes.
 _T = TypeVar("_T")
-PageDecoder = Callable[[bytes], tuple[list[JsonObj], str | None]]
+PageDecoder = Callable[[bytes], tuple[list[_T], str | None]]
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -72,29 +72,35 @@ def api_call(what: str, *also: type[Exception]) -> Iterator[None]:
         raise KubernetesUnavailable(f"{what}: {e}") from e
 
 
-def objects_of(kind: str, api_version: str) -> PageDecoder:
-    """Decode a page into whole objects, managedFields dropped, kind and apiVersion set as `kubectl get -o
-    json` shows them (list items carry none)."""
+def records_of(record: Callable[[JsonObj], _T]) -> PageDecoder[_T]:
+    """Decode a page straight into records, `record(item)` of each item; ValueError for an item that is not
+    an object."""
 
-    def decode(data: bytes) -> tuple[list[JsonObj], str | None]:
+    def decode(data: bytes) -> tuple[list[_T], str | None]:
         body = json.loads(data)
-        items = []
-        for item in body.get("items") or []:
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", api_version)
-            (item.get("metadata") or {}).pop("managedFields", None)
-            items.append(item)
-        return items, (body.get("metadata") or {}).get("continue") or None
+        items = body.get("items") or []
+        if not all(isinstance(item, dict) for item in items):
+            raise ValueError("a list item is not an object")
+        return [record(item) for item in items], (body.get("metadata") or {}).get("continue") or None
 
     return decode
 
 
+def objects_of(kind: str, api_version: str) -> PageDecoder[JsonObj]:
+    """Decode a page into whole objects, managedFields dropped, kind and apiVersion set as `kubectl get -o
+    json` shows them (list items carry none)."""
+
+    def whole(item: JsonObj) -> JsonObj:
+        item.setdefault("kind", kind)
+        item.setdefault("apiVersion", api_version)
+        (item.get("metadata") or {}).pop("managedFields", None)
+        return item
+
+    return records_of(whole)
+
+
 def list_all(
-    what: str,
-    call: Callable[..., Any],
-    decode: Callable[[bytes], tuple[list[_T], str | None]],
-    timeout: float,
-    **kwargs: Any,
+    what: str, call: Callable[..., Any], decode: PageDecoder[_T], timeout: float, **kwargs: Any
 ) -> Iterator[_T]:
     """The items of every page of a list call (`call` is a client method such as CoreV1Api.list_node),
     each page decoded by `decode`; KubernetesUnavailable("list <what>: ...") on any failure."""
@@ -102,11 +108,7 @@ def list_all(
     while True:
         with api_call(f"list {what}", ValueError):  # ValueError: a body that is not JSON
             resp = call(
-                limit=PAGE_SIZE,
-                _continue=token,
-                _preload_content=False,
-                _request_timeout=timeout,
-                **kwargs,
+                limit=PAGE_SIZE, _continue=token, _preload_content=False, _request_timeout=timeout, **kwargs
             )
             items, token = decode(resp.data)
         yield from items

@@ -8,6 +8,8 @@ from typing import Any
 
 from automator.keda.signals import STAT_LABEL, STAT_TIMESTAMP
 from automator.keda.workloads import Namespace
+from automator.objects.pod import pod_record
+from automator.objects.workload import workload_record
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
 
 NOW = 1_800_000_000.0
@@ -93,7 +95,8 @@ class FakeKube:
         self.lists += 1
         if self.down:
             raise KubernetesUnavailable("list pods: 500 Internal Server Error")
-        return Namespace(self.pods, self.replicasets, self.deployments, self.statefulsets)
+        pods, replicasets = map(pod_record, self.pods), map(workload_record, self.replicasets)
+        return Namespace(pods, replicasets, self.deployments, self.statefulsets)
 
 
 def cluster() -> FakeKube:

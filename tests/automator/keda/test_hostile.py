@@ -33,6 +33,8 @@ from automator.keda.scaler import ExternalScaler, serve
 from automator.keda.tls import serve_tls
 from automator.keda.wiring import EXTENSION, KedaRuntime
 from automator.keda.workloads import Namespace
+from automator.objects.pod import pod_record
+from automator.objects.workload import workload_record
 from automator.service.main import build
 from automator.service.web import create_app, http_server
 from tests.automator.keda.certs import Certs, make_certs
@@ -310,7 +312,8 @@ def test_a_namespace_keeps_small_records_not_the_pod_objects() -> None:
     for p in pods:
         p["spec"] = {"containers": [{"name": "c", "env": [{"name": "X", "value": "y" * 10_000}]}]}
     refs = [weakref.ref(p) for p in pods]
-    ns = Namespace(pods, base.replicasets, frozenset({"api"}), frozenset())
+    records = map(workload_record, base.replicasets)
+    ns = Namespace(map(pod_record, pods), records, frozenset({"api"}), frozenset())
     del pods, p
     gc.collect()
     assert all(r() is None for r in refs)  # nothing of the objects is kept but what the answer needs
