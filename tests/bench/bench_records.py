@@ -214,7 +214,7 @@ def section(m: Measured) -> str:
         "The Kubernetes objects are decoded once into frozen records (automator/objects/), and the adapter "
         "keeps pod records across the service's passes by uid and resourceVersion. Both ratios below are "
         f"measured side by side in one process, {ROUNDS} rounds alternating the two sides, each figure the "
-        "best of the rounds in CPU time (the machine is shared; wall time is mostly waiting for a core). "
+        "best of the rounds in CPU time (the machine is shared with other jobs). "
         f"Load average {m.load_before:.1f} before and {m.load_after:.1f} after.\n\n"
         f"### The service's pass with no object changed, against its first ({NODES:,} nodes x 8 GPUs)\n\n"
         f"The planner benchmark's cluster ({NODES:,} nodes, {PREEMPTORS} preemptors; "
