@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from automator.objects.model import JsonObj
+from automator.objects.model import JsonObj, PodKey, PodUsage
 from tests.bench.bench_planner import NOW, generate_objects
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,11 +157,21 @@ def _full(obj: JsonObj, i: int) -> JsonObj:
     return obj
 
 
-def write_dump(directory: Path, full: bool) -> dict[str, tuple[Path, Path]]:
-    (nodes, pods_, classes, pdbs), usage = generate_objects(NODES, PREEMPTORS)
-    objs = [*classes, *nodes, *pdbs, *pods_]
+def dump_items(
+    full: bool, nodes: int = NODES, preemptors: int = PREEMPTORS
+) -> tuple[list[JsonObj], dict[PodKey, PodUsage]]:
+    """The planner benchmark's cluster as the objects of a dump (classes, nodes, PDBs, pods; lean or full
+    pods), and its usage."""
+    (nodes_, pods_, classes, pdbs), usage = generate_objects(nodes, preemptors)
+    objs = [*classes, *nodes_, *pdbs, *pods_]
     dress = _full if full else _lean
-    items = [dress(json.loads(json.dumps(o)), i) for i, o in enumerate(objs)]
+    return [dress(json.loads(json.dumps(o)), i) for i, o in enumerate(objs)], usage
+
+
+def write_dump(
+    directory: Path, full: bool, formats: tuple[str, ...] = ("json", "yaml")
+) -> dict[str, tuple[Path, Path]]:
+    items, usage = dump_items(full)
     dump = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
     pods = [
         {
@@ -174,7 +184,7 @@ def write_dump(directory: Path, full: bool) -> dict[str, tuple[Path, Path]]:
         for k, u in usage.items()
     ]
     files = {}
-    for fmt in ("json", "yaml"):
+    for fmt in formats:
         kind = "full" if full else "lean"
         cluster, usage_file = directory / f"pods-{kind}.{fmt}", directory / f"usage.{fmt}"
         if fmt == "json":

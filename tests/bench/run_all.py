@@ -25,6 +25,7 @@ BENCHES = [
     "tests.bench.bench_loading",
     "tests.bench.bench_automator_memory",
     "tests.bench.bench_dra",
+    "tests.bench.bench_records",
     "tests.bench.bench_keda",
     "tests.bench.bench_rules",
     "tests.bench.bench_backtest",
