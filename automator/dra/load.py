@@ -5,28 +5,28 @@ finding naming the object and the field, and only that field is left out: the re
 checked, and nothing is skipped silently. Only input that is not a set of objects at all (unreadable file,
 not YAML, wrong top-level shape) is an error (`DraInputError`), which the CLI turns into exit status 2.
 
-By kind: load_slices.py (ResourceSlices, DeviceClasses), load_claims.py, load_pods.py (Pods, Nodes); the
-field helpers they share are in fields.py. Here: the dispatch by kind, the files, the usage entries.
+By kind: load_slices.py (ResourceSlices, DeviceClasses), load_claims.py; the field helpers they share are
+in fields.py. Pods and Nodes are read by their records' decoders (automator/objects/): here, what the checks
+take of those records, the dispatch by kind, the files, the usage entries.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from automator.dra.fields import MAX_AMOUNT, MAX_INT, is_name, new
+from automator.dra.fields import MAX_AMOUNT, MAX_INT, Unparsable, is_name, new, quantity, unparsable_finding
 from automator.dra.load_claims import ClaimLoader
-from automator.dra.load_pods import load_node, read_pod
-from automator.dra.load_slices import SliceLoader, parse_slice
-from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Records
+from automator.dra.load_slices import DEVICE_PLUGIN_GPU, SliceLoader, parse_slice
+from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Node, Pod, Records
 from automator.objects.cache import RecordCache, version_key
 from automator.objects.gc_pause import gc_paused
-from automator.reclaim.snapshot import InputError, documents, flatten, is_json
+from automator.objects.node import node_record
+from automator.objects.pod import pod_record
+from automator.reclaim.snapshot import InputError, documents, flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
@@ -71,11 +71,11 @@ class _Loader:
             if kind == "ResourceClaim":
                 made: Any = self._claims.claim(obj, namespace, name)
             else:
-                made = read_pod(obj, namespace, name, findings)
+                made = _pod(obj, namespace, name, findings)
         elif kind == "ResourceSlice":
             key, made = name, parse_slice(obj, f"ResourceSlice {name}")
         elif kind == "Node":
-            key, made = name, load_node(obj, f"Node {name}", name, findings)
+            key, made = name, _node(obj, name, findings)
         else:
             self._slices.add_device_class(obj, name)
             return
@@ -125,6 +125,45 @@ class _Loader:
         return self.records
 
 
+def _pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Finding]) -> Pod:
+    """The pod's claim references; the first field that does not parse is one `unparsable` finding."""
+    record = pod_record(obj)
+    error = record.claims_error
+    # the claim fields are read after the node name: a pod whose spec or node name is malformed is on no node
+    node = None if error and error.startswith(("spec:", "spec.nodeName:")) else record.node_name or None
+    key = f"{namespace}/{name}"
+    if error is not None:
+        findings.append(Finding(UNPARSABLE, node, None, None, key, f"Pod {key}: {error}"))
+    uid = obj["metadata"].get("uid")
+    return Pod(
+        namespace,
+        name,
+        uid if isinstance(uid, str) else None,
+        node,
+        record.claim_names,
+        record.container_claims,
+    )
+
+
+def _node(obj: Mapping[str, Any], name: str, findings: list[Finding]) -> Node:
+    """The node's allocatable device-plugin GPU resources above zero; each amount that does not parse, and an
+    allocatable that is not a map, is one `unparsable` finding."""
+    record, label = node_record(obj), f"Node {name}"
+    if record.allocatable_error is not None:
+        findings.append(Finding(UNPARSABLE, name, None, None, None, f"{label}: {record.allocatable_error}"))
+    gpus: dict[str, Decimal] = {}
+    for resource, raw in record.allocatable.items():
+        if DEVICE_PLUGIN_GPU.fullmatch(str(resource)):
+            try:
+                amount = quantity(raw, f"status.allocatable.{resource}")
+            except Unparsable as exc:
+                findings.append(unparsable_finding(exc, label, node=name))
+                continue
+            if amount > 0:
+                gpus[str(resource)] = amount
+    return Node(name, gpus)
+
+
 def load_objects(objects: Iterable[tuple[Mapping[str, Any], str]]) -> Records:
     """Records from (object, where it came from) pairs; other kinds are ignored."""
     loader = _Loader()
@@ -151,39 +190,10 @@ def load_api_objects(
 # --- files ---------------------------------------------------------------------------------------------
 
 
-def _json_bytes(path: Path) -> bytes | None:
-    """The file's bytes when it is JSON by content, as the general reader tells it; else None."""
-    try:
-        with path.open("rb") as file:
-            head = file.read(4096)
-            return head + file.read() if is_json(head) else None
-    except OSError:
-        return None  # the general reader says why
-
-
-def read_documents(path: Path) -> Iterator[Any]:
-    """The documents of a file, parsed once: JSON (told by content) by msgspec into plain maps and lists,
-    in C; YAML, and JSON that msgspec refuses (NaN, a number past its range, nesting past its depth, not
-    JSON after all), by the general reader (automator/reclaim/snapshot.py), which also says why a file is
-    not a document at all."""
-    data = _json_bytes(path)
-    if data is not None:
-        try:
-            doc = msgspec.json.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            pass
-        else:
-            del data  # not needed once parsed
-            yield doc
-            return
-        del data
-    yield from documents(path)
-
-
 def read_objects(path: Path) -> list[tuple[Mapping[str, Any], str]]:
     """(object, where) pairs of a `List` (`kubectl get ... -o yaml|json`) or multi-document YAML."""
     objects: list[tuple[Mapping[str, Any], str]] = []
-    for d, doc in enumerate(read_documents(path)):
+    for d, doc in enumerate(documents(path)):
         objects.extend(flatten(doc, f"{path} document {d}", consume=True))
     return objects
 
@@ -253,7 +263,7 @@ def _usage_entries(entries: list[Any], where: str) -> list[ContainerUsage]:
 
 def load_usage_file(path: Path) -> list[ContainerUsage]:
     """The usage file: JSON (told by content, as a script writing Prometheus' answer would) or YAML."""
-    docs = [d for d in read_documents(path) if d is not None]
+    docs = [d for d in documents(path) if d is not None]
     if len(docs) != 1:
         raise DraInputError(f"{path}: expected one YAML mapping with a `containers` list")
     return parse_usage(docs[0], str(path))

@@ -6,10 +6,13 @@ The loader (automator/dra/load.py) turns Kubernetes objects into these records; 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 from typing import Final, NamedTuple
+
+from automator.objects.pod import ClaimRef
 
 # Finding kinds (the report's contract, docs/dra.md) and their severities, in one place. critical: a
 # promise is broken now and a workload can fail; warning: the cluster's records are wrong, wasteful or
@@ -119,21 +122,14 @@ class Claim:
         self.key = f"{namespace}/{name}"
 
 
-class ContainerClaimRef(NamedTuple):
-    """`containers[].resources.claims[]`: a pod-level claim name and optionally one request of it."""
-
-    claim: str
-    request: str | None
-
-
 @dataclass(slots=True)
 class Pod:
     namespace: str
     name: str
     uid: str | None
     node: str | None
-    claim_names: dict[str, str]  # pod-level name (spec.resourceClaims[].name) -> ResourceClaim name
-    containers: dict[str, list[ContainerClaimRef]]
+    claim_names: Mapping[str, str]  # pod-level name (spec.resourceClaims[].name) -> ResourceClaim name
+    containers: Mapping[str, tuple[ClaimRef, ...]]  # container name -> its claim references
 
     @property
     def key(self) -> str:

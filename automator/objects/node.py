@@ -28,6 +28,7 @@ class Node(msgspec.Struct, frozen=True):
     cpu_m: int | FieldError = 0
     memory: int | FieldError = 0
     shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
+    allocatable_error: str | None = None  # status or status.allocatable of a wrong shape
 
     def offers(self, gpu_resources: Iterable[str]) -> Requests:
         """What the node offers (whole GPUs of these resources, cpu, memory); FieldError when malformed."""
@@ -89,6 +90,7 @@ def node_record(obj: Mapping[str, Any]) -> Node:
         taints=spec.get("taints"),
         allocatable=allocatable,
         shape_error=shapes.first,
+        allocatable_error=shapes.noted.get("status") or shapes.noted.get("status.allocatable"),
         **fields,
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -32,6 +32,13 @@ NOT_CREATED = datetime.max.replace(tzinfo=UTC)  # created_at of a pod without th
 # at decoding, extended resources when a resource name asks (the GPU resources are the planner's setting,
 # not the object's). A FieldError in place of an amount: the one that failed.
 _Amounts = tuple[Mapping[str, Any], Mapping[str, Any], int | FieldError, int | FieldError, bool]
+
+
+class ClaimRef(NamedTuple):
+    """`containers[].resources.claims[]`: a pod-level claim name and optionally one request of it."""
+
+    claim: str
+    request: str | None
 
 
 class Pod(msgspec.Struct, frozen=True):
@@ -69,6 +76,12 @@ class Pod(msgspec.Struct, frozen=True):
     scheduled_error: str | None = None
     created_error: str | None = None
     shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
+    # What the DRA checks read: pod-level claim name -> ResourceClaim name (spec.resourceClaims, and
+    # status.resourceClaimStatuses for claims made from a template), each container's claim references, and
+    # the first of their fields that does not parse, which ends their reading (what was read before stays).
+    claim_names: Mapping[str, str] = {}
+    container_claims: Mapping[str, tuple[ClaimRef, ...]] = {}
+    claims_error: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -270,7 +283,73 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         tolerations=spec.get("tolerations"),
         shape_error=shapes.first,
         **fields,
+        **_claims(obj),
     )
+
+
+def _of(value: Any, path: str, kind: type, what: str, absent: bool = True) -> Any:
+    """value when it is of kind; an empty one when absent (None) and that is allowed; else FieldError."""
+    if isinstance(value, kind):
+        return value
+    if value is None and absent:
+        return kind()
+    raise FieldError(path, f"expected {what}, got {type(value).__name__}")
+
+
+def _name(value: Any, path: str, required: bool) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    if value is None or value == "":
+        if required:
+            raise FieldError(path, "missing")
+        return None
+    raise FieldError(path, f"expected a string, got {type(value).__name__}")
+
+
+def _claims(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim fields of the record, read in order up to the first that does not parse."""
+    names: dict[str, str] = {}
+    containers: dict[str, list[ClaimRef]] = {}
+    fields: dict[str, Any] = {}
+    try:
+        spec = _of(obj.get("spec"), "spec", dict, "a map")
+        _name(spec.get("nodeName"), "spec.nodeName", False)
+        _claim_names(spec.get("resourceClaims"), "spec.resourceClaims", names.__setitem__)
+        status = _of(obj.get("status"), "status", dict, "a map")
+        # from a template: the name the claim was given, unless the spec names one
+        _claim_names(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses", names.setdefault)
+        for group in ("initContainers", "containers"):
+            for i, container in enumerate(_of(spec.get(group) or None, f"spec.{group}", list, "a list")):
+                _container_claims(container, f"spec.{group}[{i}]", containers)
+    except FieldError as exc:
+        fields["claims_error"] = str(exc)
+    if names:
+        fields["claim_names"] = names
+    if containers:
+        fields["container_claims"] = {name: tuple(refs) for name, refs in containers.items()}
+    return fields
+
+
+def _claim_names(refs: Any, path: str, put: Callable[[str, str], object]) -> None:
+    for i, raw in enumerate(_of(refs or None, path, list, "a list")):
+        ref = _of(raw, f"{path}[{i}]", dict, "a map", absent=False)
+        local = _name(ref.get("name"), f"{path}[{i}].name", True)
+        claim = _name(ref.get("resourceClaimName"), f"{path}[{i}].resourceClaimName", False)
+        if local is not None and claim is not None:
+            put(local, claim)
+
+
+def _container_claims(raw: Any, path: str, containers: dict[str, list[ClaimRef]]) -> None:
+    container = _of(raw, path, dict, "a map", absent=False)
+    refs = containers.setdefault(str(_name(container.get("name"), f"{path}.name", True)), [])
+    if not container.get("resources"):
+        return
+    resources = _of(container["resources"], f"{path}.resources", dict, "a map")
+    for j, item in enumerate(_of(resources.get("claims"), f"{path}.resources.claims", list, "a list")):
+        where = f"{path}.resources.claims[{j}]"
+        ref = _of(item, where, dict, "a map", absent=False)
+        claim = str(_name(ref.get("name"), f"{where}.name", True))
+        refs.append(ClaimRef(claim, _name(ref.get("request"), f"{where}.request", False)))
 
 
 def _required_shapes(required: Any, shapes: Shapes) -> None:

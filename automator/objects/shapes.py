@@ -15,14 +15,17 @@ _EMPTY: Mapping[str, Any] = {}  # shared: records are never changed in place
 
 
 class Shapes:
-    __slots__ = ("first",)
+    __slots__ = ("noted",)
 
     def __init__(self) -> None:
-        self.first: str | None = None
+        self.noted: dict[str, str] = {}  # path -> its text, in reading order
+
+    @property
+    def first(self) -> str | None:
+        return next(iter(self.noted.values()), None)
 
     def _wrong(self, path: str, expected: str, value: Any) -> None:
-        if self.first is None:
-            self.first = f"{path}: expected {expected}, got {type(value).__name__}"
+        self.noted.setdefault(path, f"{path}: expected {expected}, got {type(value).__name__}")
 
     def map(self, value: Any, path: str) -> Mapping[str, Any]:
         """value when it is a map (as JSON and YAML decode one), else an empty one."""

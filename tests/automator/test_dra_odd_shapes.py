@@ -2,8 +2,8 @@
 
 Every realistic claim and pod with one field under spec/status deleted or replaced by a value of another
 type loads without an error: what does not parse is an `unparsable` finding naming the object, and the
-realistic objects themselves give none. The JSON usage file (read by msgspec, automator/dra/load.py
-`read_documents`) gives what the general reader gives, error texts included.
+realistic objects themselves give none. A JSON usage file gives its entries or an error naming the file
+and the field.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from automator.dra.load import DraInputError, load_objects, load_usage_file, parse_usage
+from automator.dra.load import DraInputError, load_objects, load_usage_file
 from automator.dra.model import UNPARSABLE
-from automator.reclaim.snapshot import documents
 from tests.automator.fixtures.dra import builders as b
 
 Obj = dict[str, Any]
@@ -114,38 +114,43 @@ def test_every_one_field_variant_loads_and_names_the_object(kind: str) -> None:
     assert unparsable
 
 
-def usage_outcome(path: Path, general: bool) -> Any:
-    try:
-        if general:
-            (doc,) = [d for d in documents(path) if d is not None]
-            return parse_usage(doc, str(path))
-        return load_usage_file(path)
-    except (DraInputError, ValueError) as exc:
-        return str(exc)
+_ROW = '{"namespace": "ml", "pod": "a", "container": "c", "gpu_uuid": "G", "memory_bytes": %s}'
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "outcome"),
     [
-        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 2**34), b.usage("ml", "b", "GPU-1", None)]}),
-        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 1.5e9)]}, indent=2),
-        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 2**70)]}),
-        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", -1)]}),
-        json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 1), b.usage("ml", "a", "GPU-1", 2)]}),
-        json.dumps({"containers": [{"namespace": "ml", "pod": "a"}]}),
-        json.dumps({"containers": {}}),
-        json.dumps([{"containers": []}]),
-        '{"containers": [{"namespace": "ml", "pod": "a", "container": "c", "gpu_uuid": "G", '
-        '"memory_bytes": NaN}]}',
-        '{"containers": [{"namespace": "ml", "pod": "a", "container": "c", "gpu_uuid": "G", '
-        '"memory_bytes": 1e400}]}',
-        '{"containers": [], "containers": [{"namespace": "ml", "pod": "a", "container": "c", '
-        '"gpu_uuid": "G", "memory_bytes": 5}]}',
-        '{"containers": [',
-        "containers: []",
+        (
+            json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 2**70)]}),
+            "memory_bytes: 1180591620717411303424 is not between 0 and 2^63",
+        ),
+        (
+            json.dumps({"containers": [b.usage("ml", "a", "GPU-1", -1)]}),
+            "memory_bytes: -1 is not between 0 and 2^63",
+        ),
+        (json.dumps({"containers": {}}), "containers: expected a list"),
+        (json.dumps([{"containers": []}]), "expected one YAML mapping with a `containers` list"),
+        ('{"containers": [%s]}' % (_ROW % "NaN"), "memory_bytes: 'NaN' is not a number"),
+        ('{"containers": [%s]}' % (_ROW % "1e400"), "refused: Number out of range"),
+        ('{"containers": [', "not valid YAML/JSON"),
+        ('{"containers": [], "containers": [%s]}' % (_ROW % "5"), [("ml", "a", "c", "G", 5)]),
+        ("containers: []", []),
+        (
+            json.dumps({"containers": [b.usage("ml", "a", "GPU-1", 1.5e9)]}, indent=2),
+            [("ml", "a", "main", "GPU-1", 1.5e9)],
+        ),
     ],
 )
-def test_json_usage_file_reads_as_the_general_reader_does(tmp_path: Path, text: str) -> None:
+def test_json_usage_file(tmp_path: Path, text: str, outcome: Any) -> None:
+    """JSON usage files (told by content) take the general reader's path: the last of repeated keys wins,
+    what JSON cannot hold is refused, and every error names the file and the field."""
     path = tmp_path / "usage.json"
     path.write_text(text)
-    assert usage_outcome(path, general=False) == usage_outcome(path, general=True)
+    if isinstance(outcome, str):
+        with pytest.raises(DraInputError) as caught:
+            load_usage_file(path)
+        assert str(caught.value).startswith(str(path)) and outcome in str(caught.value)
+    else:
+        assert [tuple(u) for u in load_usage_file(path)] == [
+            (*row[:4], Decimal(str(row[4]))) for row in outcome
+        ]
