@@ -364,7 +364,4 @@ DCGM_NOT_AVAILABLE: dict[str, str] = {
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing exists only inside vGPU guest VMs; on a "
     "Kubernetes node with physical GPUs NVML answers NOT_SUPPORTED",
 }
-# The label upstream turns DCGM_FI_DRIVER_VERSION into (a `label` row of default-counters.csv).
-DCGM_LABEL_FIELDS = ("DCGM_FI_DRIVER_VERSION",)
-
 ALL_METRICS: tuple[MetricSpec, ...] = SNAPSHOT_METRICS + EXPORTER_METRICS + DCGM_METRICS

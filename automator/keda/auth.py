@@ -33,19 +33,6 @@ class AuthConfig:
     def enabled(self) -> bool:
         return bool(self.bearer_tokens or self.api_keys or self.basic or self.client_certificates)
 
-    @property
-    def modes(self) -> tuple[str, ...]:
-        return tuple(
-            m
-            for m, on in (
-                ("bearer", self.bearer_tokens),
-                ("apiKey", self.api_keys),
-                ("basic", self.basic),
-                ("tls", self.client_certificates),
-            )
-            if on
-        )
-
 
 def _lines(path: str | None, flag: str) -> tuple[str, ...]:
     if not path:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from automator.objects.model import JsonObj
 from steward_common.quantity import parse_quantity
 
 
@@ -149,19 +147,3 @@ def _parse_time(value: Any, field: str) -> datetime:
     if parsed.tzinfo is None:
         raise FieldError(field, f"{value!r} has no time zone")
     return parsed.astimezone(UTC)
-
-
-def is_finished(pod: JsonObj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def is_terminating(pod: JsonObj) -> bool:
-    return (pod.get("metadata") or {}).get("deletionTimestamp") is not None
-
-
-def annotations_of(obj: JsonObj) -> Mapping[str, Any]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
-def labels_of(obj: JsonObj) -> Mapping[str, Any]:
-    return (obj.get("metadata") or {}).get("labels") or {}

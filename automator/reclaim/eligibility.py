@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from automator.objects.class_settings import ClassSettings
@@ -257,36 +256,6 @@ def _recent_reason(rule: str, settings: ClassSettings, usage: PodUsage, recent_w
         f"{WORD_RECENTLY_BUSY}: GPU activity reached {fmt_measure(usage.gpu_recent_max)} in the last "
         f"{recent_window} s, above threshold {fmt_measure(settings.gpu_threshold)}"
     )
-
-
-def base_verdict(
-    settings: ClassSettings,
-    usage: PodUsage | None,
-    scheduled: datetime | None,
-    now: datetime,
-    min_coverage: float,
-    recent_window: int = 300,
-) -> tuple[bool, str, str]:
-    """Rules 2-8 in order (the recent-activity checks between 6 and 7); returns (eligible, rule, reason)."""
-    age = (now - scheduled).total_seconds() if scheduled is not None else None
-    rule = base_rule(settings, usage, age, min_coverage)
-    return rule == "8-idle", rule, base_reason(rule, settings, usage, age, min_coverage, recent_window)
-
-
-def recent_verdict(settings: ClassSettings, usage: PodUsage, recent_window: int) -> tuple[str, str] | None:
-    """The recent-activity rule: the recent window's maximum must be known and at or below the threshold.
-
-    An average over a long window hides a job that just started; the maximum over the last few minutes
-    does not. Equal to the threshold counts as idle, as for the average.
-    """
-    recent = usage.gpu_recent_max
-    if recent is None or not math.isfinite(recent):
-        rule = WORD_RECENT_UNKNOWN
-    elif recent > settings.gpu_threshold:
-        rule = WORD_RECENTLY_BUSY
-    else:
-        return None
-    return rule, _recent_reason(rule, settings, usage, recent_window)
 
 
 def scope_verdict(pod: Pod, config: PlannerConfig) -> tuple[str, str] | None:
