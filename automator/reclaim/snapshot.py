@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import yaml
@@ -20,7 +20,6 @@ from automator.objects.node import node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, pod_record
 from automator.objects.priority_class import priority_class_record
-from automator.objects.records import record
 from automator.objects.resources import FieldError, integer, parse_time
 from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
@@ -157,10 +156,14 @@ def _unchanged(obj: JsonObj) -> JsonObj:
     return obj
 
 
-def flatten(doc: Any, where: str, consume: bool = False) -> Iterator[tuple[JsonObj, str]]:
+def flatten(doc: Any, where: str, consume: bool = False) -> Iterator[tuple[Any, str]]:
     """The objects of one document: a `*List` is unpacked (recursively), `where` says where each was.
-    consume: each List item is released once the caller has it (a large file is not held twice)."""
+    consume: each List item is released once the caller has it (a large file is not held twice). An object
+    load_cluster decoded already comes as it is."""
     if doc is None:
+        return
+    if isinstance(doc, _Made):
+        yield doc, where
         return
     if not isinstance(doc, Mapping):
         raise InputError(f"{where}: expected a Kubernetes object, got {type(doc).__name__}")
@@ -241,45 +244,61 @@ def _check_pdb(pdb: JsonObj, label: str) -> None:
         _check(label, integer, allowed, "status.disruptionsAllowed")
 
 
-def _keep(obj: JsonObj) -> JsonObj:
-    """An object of the kinds the planner reads becomes its record as soon as it is parsed."""
-    return record(obj) if obj.get("kind") in KINDS and "metadata" in obj else obj
+class _Made(NamedTuple):
+    """An object of the planner's kinds, checked and decoded as soon as it is parsed."""
+
+    kind: str
+    label: str
+    record: Any
+
+
+def _made(obj: JsonObj, kind: str, where: str, gpu_resources: tuple[str, ...]) -> _Made:
+    """The object's record; InputError names the object and the field."""
+    label = _name(obj, kind, where, kind in ("Pod", "PodDisruptionBudget"))
+    made: Any
+    if kind == "Pod":
+        made = _check_pod(obj, label, gpu_resources)
+    elif kind == "Node":
+        made = _shaped(label, node_record(obj))
+        _check(label, made.offers, gpu_resources)
+    elif kind == "PriorityClass":
+        made = _shaped(label, priority_class_record(obj))
+        _check(label, made.priority)
+    else:
+        made = _shaped(label, pdb_record(obj))
+        _check_pdb(obj, label)
+    return _Made(kind, label, made)
 
 
 def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)) -> ClusterState:
     lists: dict[str, list[Any]] = {kind: [] for kind in KINDS}
     seen: set[str] = set()
+
+    def keep(obj: JsonObj) -> Any:
+        """An object of the kinds the planner reads becomes its record as it is parsed, so the file is never
+        held decoded; one that fails a check stays as it is, and is checked again in the file's order,
+        where its error names its place."""
+        kind = obj.get("kind")
+        if kind not in KINDS:
+            return obj
+        try:
+            return _made(obj, str(kind), "", gpu_resources)
+        except InputError:
+            return obj
+
     with gc_paused():
-        _read_cluster(path, gpu_resources, lists, seen)
+        for d, doc in enumerate(documents(path, keep)):
+            for item, where in flatten(doc, f"{path} document {d}", consume=True):
+                made = item if isinstance(item, _Made) else None
+                if made is None and item.get("kind") in KINDS:
+                    made = _made(item, str(item["kind"]), where, gpu_resources)
+                if made is None:
+                    continue  # other kinds (Services, Deployments...) play no part
+                if made.label in seen:
+                    raise InputError(f"{made.label}: listed twice")
+                seen.add(made.label)
+                lists[made.kind].append(made.record)
         return ClusterState(lists["Node"], lists["Pod"], lists["PriorityClass"], lists["PodDisruptionBudget"])
-
-
-def _read_cluster(
-    path: Path, gpu_resources: tuple[str, ...], lists: dict[str, list[Any]], seen: set[str]
-) -> None:
-    for d, doc in enumerate(documents(path, _keep)):
-        for raw, where in flatten(doc, f"{path} document {d}", consume=True):
-            kind = raw.get("kind")
-            if kind not in KINDS:
-                continue  # other kinds (Services, Deployments...) play no part
-            obj = raw  # already cut down to what the decoders read (_keep)
-            label = _name(obj, str(kind), where, kind in ("Pod", "PodDisruptionBudget"))
-            if label in seen:
-                raise InputError(f"{label}: listed twice")
-            seen.add(label)
-            kept: Any
-            if kind == "Pod":
-                kept = _check_pod(obj, label, gpu_resources)
-            elif kind == "Node":
-                kept = _shaped(label, node_record(obj))
-                _check(label, kept.offers, gpu_resources)
-            elif kind == "PriorityClass":
-                kept = _shaped(label, priority_class_record(obj))
-                _check(label, kept.priority)
-            else:
-                kept = _shaped(label, pdb_record(obj))
-                _check_pdb(obj, label)
-            lists[str(kind)].append(kept)
 
 
 def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:

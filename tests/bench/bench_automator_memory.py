@@ -26,7 +26,7 @@ from kubernetes import client
 
 from automator.kube import KubernetesAdapter
 from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodUsage
-from automator.objects.records import record
+from automator.objects.pod import pod_record
 from automator.reclaim.planner import plan, usage_windows
 from steward_common.conventions import RECLAIM_ANNOTATION
 
@@ -362,7 +362,7 @@ def keep_all(adapter: KubernetesAdapter) -> ClusterState:
 
 
 def read_before(adapter: KubernetesAdapter) -> ClusterState:
-    """The pods read as before msgspec: `json.loads` of each page, then `record` of each pod."""
+    """The pods read without msgspec: `json.loads` of each page, then `pod_record` of each pod."""
     token: str | None = None
     kept = []
     while True:
@@ -370,10 +370,10 @@ def read_before(adapter: KubernetesAdapter) -> ClusterState:
         for item in body["items"]:
             item.setdefault("kind", "Pod")
             item.setdefault("apiVersion", "v1")
-            kept.append(record(item))
+            kept.append(pod_record(item))
         token = body["metadata"].get("continue") or None
         if token is None:
-            return ClusterState([], cast(Any, kept), [], [])  # the old records: dicts
+            return ClusterState([], kept, [], [])
 
 
 def read_before_seconds(adapter: KubernetesAdapter) -> float:
@@ -451,8 +451,8 @@ def main() -> str:
         f"Goal: under 400 MiB at 50,000 pods: {'met' if worst < 400 else 'NOT met'} ({worst:,.0f} MiB when "
         "every pod is on a GPU node, the worst case). One pass at 10,000 pods (all on GPU nodes, 100 "
         f"preemptors), best of 3, CPU time: reading the pages into records {snap * 1000:,.0f} ms "
-        f"({sample * 10_000 / MIB:,.0f} MiB of JSON; {read_before_cpu * 1000:,.0f} ms the way it was "
-        "read before, `json.loads` of each page then `record` of each pod, collector running), usage windows "
+        f"({sample * 10_000 / MIB:,.0f} MiB of JSON; {read_before_cpu * 1000:,.0f} ms without msgspec, "
+        "`json.loads` of each page then `pod_record` of each pod, collector running), usage windows "
         f"and plan {planned * 1000:,.0f} ms "
         f"; the pass (reading and plan) {(snap + planned) * 1000:,.0f} ms (goal: under 1 s: "
         f"{'met' if snap + planned < 1 else 'NOT met'}), {decisions} decisions; "
