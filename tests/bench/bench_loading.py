@@ -214,23 +214,16 @@ _CHILD = (
 )
 
 
+def plan_args(cluster: Path, usage: Path) -> list[str]:
+    """The arguments of the `gpu-automator plan` both benchmarks of a dump run."""
+    now = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return ["plan", "--cluster", str(cluster), "--usage", str(usage), "--output", "json", "--now", now]
+
+
 def run_cli(cluster: Path, usage: Path) -> tuple[float, float, int, float]:
     """(wall seconds, peak resident MiB, exit code, CPU seconds) of one `gpu-automator plan` in a fresh
     process."""
-    argv = [
-        sys.executable,
-        "-c",
-        _CHILD,
-        "plan",
-        "--cluster",
-        str(cluster),
-        "--usage",
-        str(usage),
-        "--output",
-        "json",
-        "--now",
-        NOW.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    ]
+    argv = [sys.executable, "-c", _CHILD, *plan_args(cluster, usage)]
     started = time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     elapsed = time.perf_counter() - started

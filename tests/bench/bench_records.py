@@ -29,7 +29,7 @@ from automator.kube import KubernetesAdapter
 from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage
 from automator.reclaim.planner import plan, usage_windows
 from tests.bench.bench_automator_memory import stand_in
-from tests.bench.bench_loading import dump_items, write_dump
+from tests.bench.bench_loading import dump_items, plan_args, write_dump
 from tests.bench.bench_planner import NOW
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,20 +138,7 @@ def run(argv: list[str]) -> Run:
 def plan_against_load(directory: Path, rounds: int) -> tuple[list[Run], list[Run], float]:
     """(the `gpu-automator plan` runs, the `json.load` runs, file MB), alternated round by round."""
     cluster, usage = write_dump(directory, True, ("json",))["json"]
-    plan_argv = [
-        sys.executable,
-        "-m",
-        "automator",  # what the gpu-automator script runs
-        "plan",
-        "--cluster",
-        str(cluster),
-        "--usage",
-        str(usage),
-        "--output",
-        "json",
-        "--now",
-        NOW.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    ]
+    plan_argv = [sys.executable, "-m", "automator", *plan_args(cluster, usage)]  # the gpu-automator script
     load_argv = [sys.executable, "-c", JSON_LOAD, str(cluster)]
     plans, loads = [], []
     for _ in range(rounds):
