@@ -134,15 +134,7 @@ def _pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Findi
     key = f"{namespace}/{name}"
     if error is not None:
         findings.append(Finding(UNPARSABLE, node, None, None, key, f"Pod {key}: {error}"))
-    uid = obj["metadata"].get("uid")
-    return Pod(
-        namespace,
-        name,
-        uid if isinstance(uid, str) else None,
-        node,
-        record.claim_names,
-        record.container_claims,
-    )
+    return Pod(namespace, name, record.uid, node, record.claim_names, record.container_claims)
 
 
 def _node(obj: Mapping[str, Any], name: str, findings: list[Finding]) -> Node:
