@@ -63,7 +63,8 @@ def _lean(obj: dict[str, Any]) -> dict[str, Any]:
 
 class _Listed(msgspec.Struct):
     """A JSON document read for its kind and its items, each item left as its bytes: an item is decoded,
-    cut down by `keep` and released before the next one, so a large dump is never held decoded whole."""
+    passed through `keep` (load_cluster's makes it its record) and released before the next one, so a large
+    dump is never held decoded whole."""
 
     kind: Any = None
     items: list[msgspec.Raw] | None = None
