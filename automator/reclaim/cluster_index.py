@@ -46,7 +46,7 @@ class Candidate:
     assessment: Assessment
     pdbs: list[tuple[str, str]]
     usage: PodUsage | None
-    # the lowest preemptor priority it is a victim for: above its own priority and eligible_for (one
+    # the lowest preemptor priority it is a victim for: above its own priority and eligible_from (one
     # comparison where the search and the rankings sort every candidate for every preemptor priority)
     floor: int
 

@@ -159,7 +159,7 @@ class Assessment:
         self.rule = rule
         self._reason = reason
         self._facts = facts  # what base_reason needs, when the reason is not written yet
-        # the lowest preemptor priority it is eligible for (eligible_for), NEVER when none
+        # the lowest preemptor priority it is eligible for (verdict_rule), NEVER when none
         if blocked is not None:
             self.eligible_from = NEVER
         elif eligible:
@@ -297,19 +297,8 @@ def assess(
     return Assessment(blocked, settings.min_preemptable, rule == "8-idle", rule, None, facts)
 
 
-def eligible_for(assessment: Assessment, preemptor_priority: int) -> bool:
-    """verdict_for's first element, without writing its reason."""
-    return preemptor_priority >= assessment.eligible_from
-
-
-def verdict_for(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str, str]:
-    """Rule 0, scope (namespaces, opt-out) / malformed, then rule 1, then rules 2-8."""
-    eligible, rule = verdict_rule(assessment, preemptor_priority)
-    return eligible, rule, verdict_reason(assessment, preemptor_priority)
-
-
 def verdict_rule(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str]:
-    """verdict_for without its reason: (eligible, rule)."""
+    """(eligible, rule): rule 0, scope (namespaces, opt-out) / malformed, then rule 1, then rules 2-8."""
     if assessment.blocked is not None:
         return False, assessment.blocked[0]
     minimum = assessment.min_preemptable
@@ -319,7 +308,7 @@ def verdict_rule(assessment: Assessment, preemptor_priority: int) -> tuple[bool,
 
 
 def verdict_reason(assessment: Assessment, preemptor_priority: int) -> str:
-    """verdict_for's reason alone (a Verdict reads it when it is explained)."""
+    """verdict_rule's reason (a Verdict reads it when it is explained)."""
     if assessment.blocked is not None:
         return assessment.blocked[1]
     minimum = assessment.min_preemptable

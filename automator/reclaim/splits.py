@@ -37,12 +37,12 @@ class Split:
         self.priority, self.exclude = priority, exclude
         self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
         eligible: list[Candidate] = []
-        protected: list[Candidate] = []  # excluded or not eligible_for, in the node's order
+        protected: list[Candidate] = []  # excluded or not eligible (verdict_rule), in the node's order
         not_lower = reclaimable = largest = 0
         for pod in candidates:
             if pod.priority >= priority:
                 not_lower += 1
-            elif pod.floor <= priority and not (exclude and pod.key in exclude):  # eligible_for
+            elif pod.floor <= priority and not (exclude and pod.key in exclude):  # floor: eligible_from
                 eligible.append(pod)
                 gpus = pod.req.gpus
                 reclaimable += gpus

@@ -15,7 +15,7 @@ from datetime import datetime
 from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
 from automator.objects.resources import Requests
 from automator.reclaim.cluster_index import Candidate, NodeState, index_cluster
-from automator.reclaim.eligibility import verdict_for
+from automator.reclaim.eligibility import verdict_rule
 from automator.reclaim.fit import static_misfit
 from automator.reclaim.planner import plan
 from automator.reclaim.victims import SetKey, set_key
@@ -74,7 +74,7 @@ def oracle_plan(
             eligible = [
                 c
                 for c in node.candidates
-                if c.priority < pre.priority and verdict_for(c.assessment, pre.priority)[0]
+                if c.priority < pre.priority and verdict_rule(c.assessment, pre.priority)[0]
             ]
             found = brute_force(eligible, node.free(), req, index.pdbs.remaining)
             if found is not None and (best is None or found[0][:-1] < best[0][:-1]):
