@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from functools import lru_cache
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
@@ -26,6 +27,10 @@ _QUANTITY = re.compile(
 MAX_LENGTH = 64
 
 
+# The project's one memo of parsed quantities: a cluster repeats a few literals ("8Gi", "2", "80Gi") on
+# thousands of pods, devices and claims, and Decimal parsing is most of reading one. Decimals are immutable,
+# so the values are shared; a text that fails is not kept (lru_cache keeps no exception). Bounded.
+@lru_cache(maxsize=65_536)
 def parse_quantity(text: str) -> Decimal:
     """The exact value of a quantity string; ValueError (with the text) when it is not one."""
     if len(text) > MAX_LENGTH:

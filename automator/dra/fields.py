@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any, TypeGuard
 
 from automator.dra.model import UNPARSABLE, Finding
@@ -57,35 +56,21 @@ def unparsable_finding(
     return Finding(UNPARSABLE, node, device, claim, pod, f"{label}: {exc}")
 
 
-@lru_cache(maxsize=65536)
-def parse_text(text: str, negative: bool) -> Decimal:
-    """Parsed and range-checked once per distinct text: quantity strings repeat across devices and claims.
-
-    Raises ValueError (not Unparsable: the caller knows the field)."""
-    value = parse_quantity(text)
-    _check_range(value, text, negative)
-    return value
-
-
-def _check_range(value: Decimal, raw: Any, negative: bool) -> None:
-    if abs(value) > MAX_AMOUNT:
-        raise ValueError(f"{raw!r} is larger than 2^63")
-    if value < 0 and not negative:
-        raise ValueError(f"{raw!r} is negative")
-
-
 def quantity(raw: Any, path: str, *, negative: bool = False) -> Decimal:
     """A quantity field as an exact number; Unparsable names the path. Bounded and, unless allowed, >= 0."""
     try:
         if isinstance(raw, str):
-            return parse_text(raw, negative)
-        if isinstance(raw, int) and not isinstance(raw, bool):
+            value = parse_quantity(raw)
+        elif isinstance(raw, int) and not isinstance(raw, bool):
             value = Decimal(raw)
         elif isinstance(raw, float) and math.isfinite(raw):
             value = Decimal(str(raw))
         else:
             raise ValueError(f"{raw!r} is not a Kubernetes quantity")
-        _check_range(value, raw, negative)
+        if abs(value) > MAX_AMOUNT:
+            raise ValueError(f"{raw!r} is larger than 2^63")
+        if value < 0 and not negative:
+            raise ValueError(f"{raw!r} is negative")
     except ValueError as exc:
         raise Unparsable(path, str(exc)) from None
     return value

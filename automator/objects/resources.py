@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -46,53 +47,22 @@ def quantity(value: Any, field: str) -> Decimal:
     return result
 
 
-# Parsed amounts by (type, literal, scale): a cluster repeats a few literals ("8Gi", "2") on thousands of
-# pods, and Decimal parsing is most of reading one. Only valid literals are kept; bounded.
-_AMOUNTS: dict[tuple[type, Any, int], int] = {}
-_AMOUNTS_MAX = 65_536
-
-
-def _recall(value: Any, scale: int) -> tuple[tuple[type, Any, int] | None, int | None]:
-    if type(value) not in (str, int, float):  # bools, lists, maps: never cached, always checked
-        return None, None
-    key = (type(value), value, scale)
-    return key, _AMOUNTS.get(key)
-
-
-def _remember(key: tuple[type, Any, int] | None, amount: int) -> int:
-    if key is None:
-        return amount
-    if len(_AMOUNTS) >= _AMOUNTS_MAX:
-        _AMOUNTS.clear()
-    _AMOUNTS[key] = amount
-    return amount
-
-
 def whole(value: Any, field: str) -> int:
     """A GPU count: extended resources are whole numbers."""
-    key, cached = _recall(value, 0)
-    if cached is not None:
-        return cached
     result = quantity(value, field)
     if result != result.to_integral_value():
         raise FieldError(field, f"{value!r} is not a whole number of devices")
-    return _remember(key, int(result))
+    return int(result)
 
 
 def scaled(value: Any, scale: int, field: str) -> int:
     """A quantity times `scale` (1000: millicores), rounded up as the scheduler does."""
-    key, cached = _recall(value, scale)
-    if cached is not None:
-        return cached
-    return _remember(key, math.ceil(quantity(value, field) * scale))
+    return math.ceil(quantity(value, field) * scale)
 
 
 def floored(value: Any, scale: int, field: str) -> int:
-    """A quantity times `scale`, rounded down (what a node offers: a fleet's nodes repeat a few literals)."""
-    key, cached = _recall(value, -scale)  # negative: not scaled's rounding up
-    if cached is not None:
-        return cached
-    return _remember(key, math.floor(quantity(value, field) * scale))
+    """A quantity times `scale`, rounded down (what a node offers)."""
+    return math.floor(quantity(value, field) * scale)
 
 
 def integer(value: Any, field: str) -> int:
@@ -113,37 +83,14 @@ def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# Parsed times by their text: a snapshot repeats timestamps (pods of one rollout), and parsing is most of
-# reading a pod's scheduling time. Only valid texts are kept; bounded like _AMOUNTS.
-_TIMES: dict[str, datetime] = {}
-
-
 def parse_time(value: Any, field: str) -> datetime:
     """RFC 3339 (trailing Z or a numeric offset, optional fraction); always timezone-aware, in UTC."""
-    if type(value) is str:
-        known = _TIMES.get(value)
-        if known is None:
-            known = _parse_time(value, field)
-            if len(_TIMES) >= _AMOUNTS_MAX:
-                _TIMES.clear()
-            _TIMES[value] = known
-        return known
-    return _parse_time(value, field)
-
-
-def _parse_time(value: Any, field: str) -> datetime:
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, str):
-        text = value.strip()
-        if not _RFC3339.fullmatch(text):
-            raise FieldError(field, f"{value!r} is not an RFC 3339 time")
-        try:
-            parsed = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise FieldError(field, f"{value!r} is not an RFC 3339 time") from exc
-    else:
-        raise FieldError(field, f"{value!r} is not an RFC 3339 time")
-    if parsed.tzinfo is None:
-        raise FieldError(field, f"{value!r} has no time zone")
-    return parsed.astimezone(UTC)
+    if isinstance(value, datetime):  # YAML decodes an unquoted time itself
+        if value.tzinfo is None:
+            raise FieldError(field, f"{value!r} has no time zone")
+        return value.astimezone(UTC)
+    text = value.strip() if isinstance(value, str) else ""
+    if _RFC3339.fullmatch(text):  # it has a zone, so the time is aware
+        with suppress(ValueError):
+            return datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00")).astimezone(UTC)
+    raise FieldError(field, f"{value!r} is not an RFC 3339 time")

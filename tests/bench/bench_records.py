@@ -7,6 +7,8 @@ measured side by side in one run.
   A first pass is a new adapter (an empty record cache); the unchanged pass is the same adapter again.
 - `gpu-automator plan --output json` on bench_loading.py's full-pods JSON dump against `json.load` of the
   same file, each in a fresh process.
+- The planner's pass with the parsed-quantity memo (steward_common/quantity.py) against the same pass with
+  the memo's parser called directly: what the project's one speed-only memo buys.
 
 The DRA pass's ratio (unchanged against first, 50,000 claims) has its one home in bench_dra.py.
 `main()` returns a markdown section for docs/benchmarks.md (tests/bench/run_all.py).
@@ -26,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from automator.kube import KubernetesAdapter
+from automator.objects import resources
 from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage
 from automator.reclaim.planner import plan, usage_windows
+from steward_common.quantity import parse_quantity
 from tests.bench.bench_automator_memory import stand_in
 from tests.bench.bench_loading import dump_items, plan_args, write_dump
-from tests.bench.bench_planner import NOW
+from tests.bench.bench_planner import NOW, UNBUDGETED, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES, PREEMPTORS = 5000, 500
@@ -38,6 +42,7 @@ NODES, PREEMPTORS = 5000, 500
 ROUNDS = 7
 GOAL_UNCHANGED = 0.5  # the unchanged pass at most this times the first
 GOAL_PLAN_AGAINST_LOAD = 1.0  # `gpu-automator plan` at most this times `json.load` of its file
+GOAL_MEMO = 0.9  # the planner's pass with the parsed-quantity memo at most this times without it
 SERVICE = PlannerConfig()  # the service's default settings (its per-pass eviction budget included)
 JSON_LOAD = "import json, sys\nwith open(sys.argv[1]) as f:\n    json.load(f)\n"
 
@@ -147,6 +152,25 @@ def plan_against_load(directory: Path, rounds: int) -> tuple[list[Run], list[Run
     return plans, loads, cluster.stat().st_size / 1e6
 
 
+def memo_passes(rounds: int) -> tuple[list[float], list[float]]:
+    """(CPU seconds of `plan()` with the parsed-quantity memo, without it), alternated round by round. The
+    memo is emptied before each pass: every distinct literal is parsed once, as on a service's first pass."""
+    state, usage = generate(NODES, PREEMPTORS)
+    with_memo: list[float] = []
+    without: list[float] = []
+    try:
+        for _ in range(rounds):
+            for parser, times in ((parse_quantity, with_memo), (parse_quantity.__wrapped__, without)):
+                resources.parse_quantity = parser
+                parse_quantity.cache_clear()
+                started = time.process_time()
+                plan(state, usage, UNBUDGETED, NOW)
+                times.append(time.process_time() - started)
+    finally:
+        resources.parse_quantity = parse_quantity
+    return with_memo, without
+
+
 def least(runs: Sequence[Run]) -> Run:
     """The least CPU and the least wall time of the runs."""
     return Run(min(r.cpu for r in runs), min(r.wall for r in runs))
@@ -170,6 +194,8 @@ class Measured:
     plans: list[Run]
     loads: list[Run]
     dump_mb: float
+    with_memo: list[float]
+    without_memo: list[float]
     load_before: float
     load_after: float
 
@@ -185,6 +211,8 @@ def section(m: Measured) -> str:
     cli_ratio = plan_run.cpu / load_run.cpu
     pass_rounds = spread([u.total / f.total for f, u in zip(m.firsts, m.unchanged, strict=True)])
     cli_rounds = spread([p.cpu / j.cpu for p, j in zip(m.plans, m.loads, strict=True)])
+    memo_ratio = min(m.with_memo) / min(m.without_memo)
+    memo_rounds = spread([w / o for w, o in zip(m.with_memo, m.without_memo, strict=True)])
     rows = "\n".join(
         f"| {name} | {p.listed:,} | {p.decoded:,} | {_s(p.snapshot)} | {_s(p.planned)} | {_s(p.total)} | "
         f"{p.decisions} |"
@@ -199,7 +227,7 @@ def section(m: Measured) -> str:
         "Command: `make bench` (all benchmarks), or for this section alone "
         "`.venv/bin/python -m tests.bench.run_all bench_records`.\n\n"
         "The Kubernetes objects are decoded once into frozen records (automator/objects/), and the adapter "
-        "keeps pod records across the service's passes by uid and resourceVersion. Both ratios below are "
+        "keeps pod records across the service's passes by uid and resourceVersion. The ratios below are "
         f"measured side by side in one process, {ROUNDS} rounds alternating the two sides, each figure the "
         "best of the rounds in CPU time (the machine is shared with other jobs). "
         f"Load average {m.load_before:.1f} before and {m.load_after:.1f} after.\n\n"
@@ -231,6 +259,17 @@ def section(m: Measured) -> str:
         f"{_s(load_run.wall)} |\n\n"
         + ratio_line("`plan` against `json.load`", cli_ratio, GOAL_PLAN_AGAINST_LOAD)
         + f" {cli_rounds}\n\n"
+        f"### The planner's pass with the parsed-quantity memo, against without it ({NODES:,} nodes)\n\n"
+        "The project's one speed-only memo: `parse_quantity` (steward_common/quantity.py) keeps each "
+        "distinct quantity text it parsed, because a cluster repeats a few literals on thousands of pods "
+        "and every pass reads each pod's GPU requests. `plan()` on the planner benchmark's ClusterState "
+        f"({NODES:,} nodes, {PREEMPTORS} preemptors, no eviction budget), the memo emptied before each "
+        "pass, alternated with the same pass calling the parser directly.\n\n"
+        "| pass | CPU |\n|---|---:|\n"
+        f"| with the memo | {_s(min(m.with_memo))} |\n"
+        f"| the parser called directly | {_s(min(m.without_memo))} |\n\n"
+        + ratio_line("the pass with the memo against without it", memo_ratio, GOAL_MEMO)
+        + f" {memo_rounds}\n\n"
         "### The DRA pass with no object changed, against its first (50,000 claims)\n\n"
         "Measured and judged in one place: the last goal of the section *DRA capacity check* "
         "(tests/bench/bench_dra.py, the service pass's first and unchanged columns), in the same "
@@ -249,7 +288,12 @@ def main() -> str:
     firsts, unchanged, counts = service_passes(ROUNDS)
     with tempfile.TemporaryDirectory(prefix="bench-records-") as tmp:
         plans, loads, mb = plan_against_load(Path(tmp), ROUNDS)
-    return section(Measured(firsts, unchanged, counts, plans, loads, mb, load_before, os.getloadavg()[0]))
+    with_memo, without = memo_passes(ROUNDS)
+    return section(
+        Measured(
+            firsts, unchanged, counts, plans, loads, mb, with_memo, without, load_before, os.getloadavg()[0]
+        )
+    )
 
 
 if __name__ == "__main__":

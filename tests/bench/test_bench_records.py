@@ -15,6 +15,8 @@ def _measured(
         plans=[Run(s, s + 0.1) for s in plan_cpu],
         loads=[Run(s, s + 0.1) for s in load_cpu],
         dump_mb=111.0,
+        with_memo=[0.5, 0.45],
+        without_memo=[0.6, 0.55],
         load_before=1.0,
         load_after=2.0,
     )
