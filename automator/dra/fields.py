@@ -1,47 +1,26 @@
-"""Reading one field of a Kubernetes object for the DRA loader: the helpers every object kind shares. Pure.
+"""The DRA loader's exact quantities and its `unparsable` findings. Pure.
 
-A field that does not parse raises `Unparsable`, naming the field; the loader catches it at the object that
-owns the field and turns it into an `unparsable` finding (`unparsable_finding`).
+The field helpers it shares with the Pod record are automator/objects/fields.py's; an `Unparsable` is caught
+at the object that owns the field and turned into an `unparsable` finding (`unparsable_finding`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, TypeGuard
+from typing import Any
 
 from automator.dra.model import UNPARSABLE, Finding
+from automator.objects.fields import Unparsable
 from steward_common.quantity import parse_quantity
 
 # 2**63: no capacity or memory figure is larger; anything above is a typo or an attack on the sums.
 MAX_AMOUNT = Decimal(2**63)
 MAX_INT = 2**63
 
-EMPTY: Mapping[str, Any] = {}
-
 # The records' NamedTuples built without their generated __new__ (a Python call each, for records made per
 # claim, pod and usage entry): the same tuple, the fields in declaration order.
 new = tuple.__new__
-
-
-class Unparsable(Exception):
-    """A field that does not parse; caught at the object that owns it and turned into a finding.
-
-    Helpers name the field relative to what they were given; loops add the indexed prefix only when one is
-    raised (formatting paths for every field of every object would be most of the loading time).
-    """
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(path, problem)
-        self.path, self.problem = path, problem
-
-    def under(self, prefix: str) -> Unparsable:
-        self.path = prefix + self.path if self.path else prefix.rstrip(".")
-        return self
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.problem}"
 
 
 def unparsable_finding(
@@ -74,43 +53,3 @@ def quantity(raw: Any, path: str, *, negative: bool = False) -> Decimal:
     except ValueError as exc:
         raise Unparsable(path, str(exc)) from None
     return value
-
-
-def map_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return EMPTY
-    if isinstance(value, (dict, Mapping)):  # dict first: the ABC check is slow
-        return value
-    raise Unparsable(prefix + key, f"expected a map, got {type(value).__name__}")
-
-
-def list_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> list[Any]:
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise Unparsable(prefix + key, f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def str_field(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: bool = True) -> str | None:
-    value = obj.get(key)
-    if isinstance(value, str) and value:
-        return value
-    if value is None or value == "":
-        if required:
-            raise Unparsable(prefix + key, "missing")
-        return None
-    raise Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
-
-
-def is_name(value: Any) -> TypeGuard[str]:
-    """The common case, checked without a call per field; the helpers above name the field otherwise."""
-    return type(value) is str and value != ""
-
-
-def item(value: Any) -> Mapping[str, Any]:
-    if isinstance(value, (dict, Mapping)):
-        return value
-    raise Unparsable("", f"expected a map, got {type(value).__name__}")

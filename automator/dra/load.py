@@ -18,11 +18,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from automator.dra.fields import MAX_AMOUNT, MAX_INT, Unparsable, is_name, new, quantity, unparsable_finding
+from automator.dra.fields import MAX_AMOUNT, MAX_INT, new, quantity, unparsable_finding
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_slices import DEVICE_PLUGIN_GPU, SliceLoader, parse_slice
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Node, Pod, Records
 from automator.objects.cache import RecordCache, version_key
+from automator.objects.fields import Unparsable, is_name
 from automator.objects.gc_pause import gc_paused
 from automator.objects.node import node_record
 from automator.objects.pod import pod_record

@@ -13,17 +13,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from automator.dra.fields import (
-    Unparsable,
-    item,
-    list_field,
-    map_field,
-    new,
-    quantity,
-    str_field,
-    unparsable_finding,
-)
+from automator.dra.fields import new, quantity, unparsable_finding
 from automator.dra.model import Allocation, Claim, DeviceId, Finding, PodConsumer
+from automator.objects.fields import Unparsable, item, list_field, map_field, str_field
 
 _MAX_CONSUMED = 4096  # distinct consumedCapacity maps remembered per load
 NOTHING_CONSUMED: dict[str, Decimal] = {}  # no consumedCapacity: one map for all (never changed)

@@ -10,16 +10,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from automator.dra.fields import (
-    Unparsable,
-    item,
-    list_field,
-    map_field,
-    quantity,
-    str_field,
-    unparsable_finding,
-)
+from automator.dra.fields import quantity, unparsable_finding
 from automator.dra.model import UNPARSABLE, Capacity, Device, DeviceId, Finding
+from automator.objects.fields import Unparsable, item, list_field, map_field, str_field
 
 # A driver counts as a GPU driver (for mixed-mode) when its name says so, as the NVIDIA and HAMi drivers'
 # do ("gpu.nvidia.com", "hami-core-gpu.project-hami.io"), or when a DeviceClass named like a GPU class

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from automator.objects.cache import RecordCache
+from automator.objects.fields import Unparsable, item, list_field, map_field, str_field
 from automator.objects.model import PodKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
@@ -287,41 +288,25 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
     )
 
 
-def _of(value: Any, path: str, kind: type, what: str, absent: bool = True) -> Any:
-    """value when it is of kind; an empty one when absent (None) and that is allowed; else FieldError."""
-    if isinstance(value, kind):
-        return value
-    if value is None and absent:
-        return kind()
-    raise FieldError(path, f"expected {what}, got {type(value).__name__}")
-
-
-def _name(value: Any, path: str, required: bool) -> str | None:
-    if isinstance(value, str) and value:
-        return value
-    if value is None or value == "":
-        if required:
-            raise FieldError(path, "missing")
-        return None
-    raise FieldError(path, f"expected a string, got {type(value).__name__}")
-
-
 def _claims(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The claim fields of the record, read in order up to the first that does not parse."""
     names: dict[str, str] = {}
     containers: dict[str, list[ClaimRef]] = {}
     fields: dict[str, Any] = {}
     try:
-        spec = _of(obj.get("spec"), "spec", dict, "a map")
-        _name(spec.get("nodeName"), "spec.nodeName", False)
-        _claim_names(spec.get("resourceClaims"), "spec.resourceClaims", names.__setitem__)
-        status = _of(obj.get("status"), "status", dict, "a map")
+        spec = map_field(obj, "spec")
+        str_field(spec, "nodeName", "spec.", required=False)
+        _claim_names(spec, "spec.", "resourceClaims", names.__setitem__)
+        status = map_field(obj, "status")
         # from a template: the name the claim was given, unless the spec names one
-        _claim_names(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses", names.setdefault)
+        _claim_names(status, "status.", "resourceClaimStatuses", names.setdefault)
         for group in ("initContainers", "containers"):
-            for i, container in enumerate(_of(spec.get(group) or None, f"spec.{group}", list, "a list")):
-                _container_claims(container, f"spec.{group}[{i}]", containers)
-    except FieldError as exc:
+            for i, container in enumerate(list_field(spec, group, "spec.") if spec.get(group) else ()):
+                try:
+                    _container_claims(container, containers)
+                except Unparsable as exc:
+                    raise exc.under(f"spec.{group}[{i}].") from None
+    except Unparsable as exc:
         fields["claims_error"] = str(exc)
     if names:
         fields["claim_names"] = names
@@ -330,26 +315,31 @@ def _claims(obj: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _claim_names(refs: Any, path: str, put: Callable[[str, str], object]) -> None:
-    for i, raw in enumerate(_of(refs or None, path, list, "a list")):
-        ref = _of(raw, f"{path}[{i}]", dict, "a map", absent=False)
-        local = _name(ref.get("name"), f"{path}[{i}].name", True)
-        claim = _name(ref.get("resourceClaimName"), f"{path}[{i}].resourceClaimName", False)
+def _claim_names(
+    parent: Mapping[str, Any], section: str, field: str, put: Callable[[str, str], object]
+) -> None:
+    """`spec.resourceClaims[]` or `status.resourceClaimStatuses[]`: pod-level name -> claim name."""
+    for i, raw in enumerate(list_field(parent, field, section) if parent.get(field) else ()):
+        try:
+            ref = item(raw)
+            local, claim = str_field(ref, "name"), str_field(ref, "resourceClaimName", required=False)
+        except Unparsable as exc:
+            raise exc.under(f"{section}{field}[{i}].") from None
         if local is not None and claim is not None:
             put(local, claim)
 
 
-def _container_claims(raw: Any, path: str, containers: dict[str, list[ClaimRef]]) -> None:
-    container = _of(raw, path, dict, "a map", absent=False)
-    refs = containers.setdefault(str(_name(container.get("name"), f"{path}.name", True)), [])
+def _container_claims(raw: Any, containers: dict[str, list[ClaimRef]]) -> None:
+    container = item(raw)
+    refs = containers.setdefault(str(str_field(container, "name")), [])
     if not container.get("resources"):
         return
-    resources = _of(container["resources"], f"{path}.resources", dict, "a map")
-    for j, item in enumerate(_of(resources.get("claims"), f"{path}.resources.claims", list, "a list")):
-        where = f"{path}.resources.claims[{j}]"
-        ref = _of(item, where, dict, "a map", absent=False)
-        claim = str(_name(ref.get("name"), f"{where}.name", True))
-        refs.append(ClaimRef(claim, _name(ref.get("request"), f"{where}.request", False)))
+    for j, claim in enumerate(list_field(map_field(container, "resources"), "claims", "resources.")):
+        try:
+            ref = item(claim)
+            refs.append(ClaimRef(str(str_field(ref, "name")), str_field(ref, "request", required=False)))
+        except Unparsable as exc:
+            raise exc.under(f"resources.claims[{j}].") from None
 
 
 def _required_shapes(required: Any, shapes: Shapes) -> None:
@@ -450,13 +440,13 @@ def pod_page_decoder(cache: RecordCache[Pod]) -> Callable[[bytes], tuple[list[Po
         except msgspec.MsgspecError as exc:
             raise ValueError(f"a list answer is not a JSON object with a list of items: {exc}") from None
         records = []
-        for item in page.items or ():
-            key = _version(item)
+        for raw in page.items or ():
+            key = _version(raw)
             kept = cache.get(key)
             if key is not None and kept is not None:
                 cache.keep(key, kept)
             else:
-                kept = decode_one_pod(item)
+                kept = decode_one_pod(raw)
                 cache.put(key, kept)
             records.append(kept)
         token = page.metadata.continue_ if page.metadata is not None else None

@@ -1,0 +1,72 @@
+"""Reading one field of a Kubernetes object where the first field that does not parse ends the reading
+(the DRA loaders, a Pod's claim references): the helpers every object kind shares. Pure.
+
+A field that does not parse raises `Unparsable`, naming the field; the reader catches it at the object that
+owns the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeGuard
+
+EMPTY: Mapping[str, Any] = {}
+
+
+class Unparsable(Exception):
+    """A field that does not parse; caught at the object that owns it (a DRA finding, a record's error text).
+
+    Helpers name the field relative to what they were given; loops add the indexed prefix only when one is
+    raised (formatting paths for every field of every object would be most of the loading time).
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(path, problem)
+        self.path, self.problem = path, problem
+
+    def under(self, prefix: str) -> Unparsable:
+        self.path = prefix + self.path if self.path else prefix.rstrip(".")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def map_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return EMPTY
+    if isinstance(value, (dict, Mapping)):  # dict first: the ABC check is slow
+        return value
+    raise Unparsable(prefix + key, f"expected a map, got {type(value).__name__}")
+
+
+def list_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Unparsable(prefix + key, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def str_field(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: bool = True) -> str | None:
+    value = obj.get(key)
+    if isinstance(value, str) and value:
+        return value
+    if value is None or value == "":
+        if required:
+            raise Unparsable(prefix + key, "missing")
+        return None
+    raise Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
+
+
+def is_name(value: Any) -> TypeGuard[str]:
+    """The common case, checked without a call per field; the helpers above name the field otherwise."""
+    return type(value) is str and value != ""
+
+
+def item(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, (dict, Mapping)):
+        return value
+    raise Unparsable("", f"expected a map, got {type(value).__name__}")
