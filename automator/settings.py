@@ -16,6 +16,7 @@ from typing import Any
 
 from automator.keda import settings as keda
 from automator.objects.model import Mode, PlannerConfig
+from automator.objects.resources import CPU_AND_MEMORY
 from steward_common import settingspec as spec
 from steward_common.conventions import DEFAULT_LEASE_NAME
 from steward_common.series import RULE_INTERVAL_SECONDS
@@ -29,9 +30,17 @@ WEEK = 7 * DAY  # the longest window or cooldown: Prometheus retention rarely re
 DRA_MIN_INTERVAL = 10.0
 
 
+def _gpu_resource(text: str) -> str:
+    if text in CPU_AND_MEMORY:
+        raise ValueError(
+            f"{text!r} is not counted in devices: name an extended resource such as nvidia.com/gpu"
+        )
+    return spec.non_empty(text)
+
+
 def _gpu_resources(text: str) -> tuple[str, ...]:
     # An empty list would make every pod GPU-less: an empty variable means the default, as it always did.
-    return spec.csv()(text) or _PLANNER.gpu_resources
+    return spec.csv(_gpu_resource)(text) or _PLANNER.gpu_resources
 
 
 def _auto_boolean(text: str) -> bool | None:
@@ -55,7 +64,7 @@ PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
         "--gpu-resource",
         _gpu_resources,
         ",".join(_PLANNER.gpu_resources),
-        "resource name counted as GPUs, repeatable (comma-separated in the variable)",
+        "extended resource counted as GPUs (not cpu or memory), repeatable (comma-separated in the variable)",
         metavar="NAME",
         action="append",
         env_var=spec.ENV_PREFIX + "GPU_RESOURCES",

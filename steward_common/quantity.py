@@ -27,8 +27,8 @@ _QUANTITY = re.compile(
 MAX_LENGTH = 64
 
 
-# The project's one memo of parsed quantities: a cluster repeats a few literals ("8Gi", "2", "80Gi") on
-# thousands of pods, devices and claims, and Decimal parsing is most of reading one. Decimals are immutable,
+# The project's one memo of parsed quantities: a cluster repeats a few literals ("500m", "8Gi", "80Gi") on
+# thousands of pods, devices and claims, and parsing them is much of decoding a pod. Decimals are immutable,
 # so the values are shared; a text that fails is not kept (lru_cache keeps no exception). Bounded.
 @lru_cache(maxsize=65_536)
 def parse_quantity(text: str) -> Decimal:

@@ -18,6 +18,7 @@ from automator.objects.fields import Unparsable, item, list_field, map_field, st
 from automator.objects.model import PodKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
+    CPU_AND_MEMORY,
     FieldError,
     Requests,
     integer,
@@ -29,10 +30,9 @@ from automator.objects.shapes import Shapes
 
 NOT_CREATED = datetime.max.replace(tzinfo=UTC)  # created_at of a pod without the field: sorts last
 
-# A container's amounts: (limits, requests, cpu millicores, memory bytes, sidecar); cpu and memory parsed
-# at decoding, extended resources when a resource name asks (the GPU resources are the planner's setting,
-# not the object's). A FieldError in place of an amount: the one that failed.
-_Amounts = tuple[Mapping[str, Any], Mapping[str, Any], int | FieldError, int | FieldError, bool]
+# A container's amounts, parsed at decoding: (whole counts by resource name, cpu millicores, memory bytes,
+# sidecar). A FieldError in place of an amount: the one that failed, raised when the amount is read.
+_Amounts = tuple[Mapping[str, int | FieldError], int | FieldError, int | FieldError, bool]
 
 
 class ClaimRef(NamedTuple):
@@ -105,17 +105,17 @@ class Pod(msgspec.Struct, frozen=True):
             raise FieldError(*self.requests_error.split(": ", 1))
         names = tuple(gpu_resources)
         gpus = cpu = memory = 0
-        for i, amounts in enumerate(self.containers):
-            g, c, m = _sum(amounts, names, "spec.containers", i)
+        for amounts in self.containers:
+            g, c, m = _sum(amounts, names)
             gpus, cpu, memory = gpus + g, cpu + c, memory + m
         if self.init_containers:
             sidecars = [0, 0, 0]
             peak = [0, 0, 0]
-            for i, amounts in enumerate(self.init_containers):
-                each = _sum(amounts, names, "spec.initContainers", i)
+            for amounts in self.init_containers:
+                each = _sum(amounts, names)
                 for j, amount in enumerate(each):
                     peak[j] = max(peak[j], sidecars[j] + amount)
-                if amounts[4]:
+                if amounts[3]:
                     for j, amount in enumerate(each):
                         sidecars[j] += amount
             gpus = max(gpus + sidecars[0], peak[0])
@@ -130,15 +130,13 @@ def _amount(value: int | FieldError) -> int:
     return value
 
 
-def _sum(amounts: _Amounts, names: tuple[str, ...], field: str, i: int) -> tuple[int, int, int]:
-    limits, requests, cpu, memory, _ = amounts
+def _sum(amounts: _Amounts, names: tuple[str, ...]) -> tuple[int, int, int]:
+    counts, cpu, memory, _ = amounts
     gpus = 0
     for name in names:
-        # Extended resources are set as limits; a request alone is invalid in Kubernetes but harmless here.
-        if name in limits:
-            gpus += whole(limits[name], f"{field}[{i}].resources.limits.{name}")
-        elif name in requests:
-            gpus += whole(requests[name], f"{field}[{i}].resources.requests.{name}")
+        count = counts.get(name)
+        if count is not None:
+            gpus += _amount(count)
     return gpus, _amount(cpu), _amount(memory)
 
 
@@ -166,12 +164,27 @@ def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
         raise FieldError(f"{where}.resources", "limits and requests must be maps")
     # A cpu or memory request: Kubernetes defaults a missing one to the limit (0 without either).
     return (
-        limits,
-        requests,
+        _counts(limits, requests, f"{where}.resources"),
         _parsed(requests, limits, "cpu", 1000, f"{field}[{i}].resources"),
         _parsed(requests, limits, "memory", 1, f"{field}[{i}].resources"),
         container.get("restartPolicy") == "Always",
     )
+
+
+def _counts(
+    limits: Mapping[str, Any], requests: Mapping[str, Any], field: str
+) -> Mapping[str, int | FieldError]:
+    """Every resource but cpu and memory as a whole count. Extended resources are set as limits (a request
+    alone is invalid in Kubernetes but harmless here), so a limit wins over a request of the same name."""
+    counts: dict[str, int | FieldError] = {}
+    for part, amounts in (("requests", requests), ("limits", limits)):
+        for name, value in amounts.items():
+            if name not in CPU_AND_MEMORY:
+                try:
+                    counts[name] = whole(value, f"{field}.{part}.{name}")
+                except FieldError as exc:
+                    counts[name] = exc
+    return counts or _EMPTY
 
 
 def _parsed(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -24,6 +23,11 @@ class FieldError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+# The resources read as themselves (scaled); every other resource a container names is counted in whole
+# devices, and the planner's setting says which of them are GPUs.
+CPU_AND_MEMORY = ("cpu", "memory")
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,8 @@ def parse_time(value: Any, field: str) -> datetime:
         return value.astimezone(UTC)
     text = value.strip() if isinstance(value, str) else ""
     if _RFC3339.fullmatch(text):  # it has a zone, so the time is aware
-        with suppress(ValueError):
+        try:
             return datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00")).astimezone(UTC)
+        except ValueError:
+            pass  # a day or hour out of range
     raise FieldError(field, f"{value!r} is not an RFC 3339 time")

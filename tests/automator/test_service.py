@@ -205,6 +205,7 @@ def test_env_vars_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         ("GPU_STEWARD_LEADER_ELECTION", "maybe"),
         ("GPU_STEWARD_MAX_REPLANS", "-1"),
         ("GPU_STEWARD_PROMETHEUS_TIMEOUT", "nan"),
+        ("GPU_STEWARD_GPU_RESOURCES", "nvidia.com/gpu,cpu"),  # cpu is read as itself, never as devices
     ],
 )
 def test_bad_env_value_names_the_variable_and_exits_2(
