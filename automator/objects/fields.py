@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-EMPTY: Mapping[str, Any] = {}
+EMPTY: Mapping[str, Any] = {}  # shared: what is read from it is never changed in place
 
 
 class Unparsable(Exception):

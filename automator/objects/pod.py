@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from automator.objects.cache import RecordCache
-from automator.objects.fields import Unparsable, item, list_field, map_field, str_field
+from automator.objects.fields import EMPTY, Unparsable, item, list_field, map_field, str_field
 from automator.objects.model import PodKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
@@ -140,12 +140,9 @@ def _sum(amounts: _Amounts, names: tuple[str, ...]) -> tuple[int, int, int]:
     return gpus, _amount(cpu), _amount(memory)
 
 
-_EMPTY: Mapping[str, Any] = {}  # shared: records are never changed in place
-
-
 def _map(value: Any) -> Mapping[str, Any]:
     """A map as decoded from JSON or YAML (always a dict), or none."""
-    return value if isinstance(value, dict) else _EMPTY
+    return value if isinstance(value, dict) else EMPTY
 
 
 def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
@@ -156,10 +153,10 @@ def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
     resources = shapes.map(container.get("resources"), f"{where}.resources")
     limits = shapes.map(resources.get("limits"), f"{where}.resources.limits")
     requests = shapes.map(resources.get("requests"), f"{where}.resources.requests")
-    if not isinstance(container.get("resources") or _EMPTY, dict):
+    if not isinstance(container.get("resources") or EMPTY, dict):
         raise FieldError(f"{where}.resources", "expected a map")
-    if not isinstance(resources.get("limits") or _EMPTY, dict) or not isinstance(
-        resources.get("requests") or _EMPTY, dict
+    if not isinstance(resources.get("limits") or EMPTY, dict) or not isinstance(
+        resources.get("requests") or EMPTY, dict
     ):
         raise FieldError(f"{where}.resources", "limits and requests must be maps")
     # A cpu or memory request: Kubernetes defaults a missing one to the limit (0 without either).
@@ -184,7 +181,7 @@ def _counts(
                     counts[name] = whole(value, f"{field}.{part}.{name}")
                 except FieldError as exc:
                     counts[name] = exc
-    return counts or _EMPTY
+    return counts or EMPTY
 
 
 def _parsed(

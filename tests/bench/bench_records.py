@@ -108,11 +108,10 @@ def one_pass(adapter: KubernetesAdapter, usage: dict[PodKey, PodUsage]) -> tuple
     return measured, (tuple(result.decisions), tuple(result.unresolved))
 
 
-def service_passes(rounds: int) -> tuple[list[Pass], list[Pass], dict[str, int]]:
+def service_passes(
+    rounds: int, kinds: dict[str, list[JsonObj]], usage: dict[PodKey, PodUsage]
+) -> tuple[list[Pass], list[Pass], dict[str, int]]:
     """(the first passes, the unchanged passes, objects listed per kind), alternated round by round."""
-    objects, usage = dump_items(True, NODES, PREEMPTORS)
-    kinds = _by_kind(objects)
-    del objects
     pods = kinds["Pod"]
     make = stand_in(
         kinds["Node"], pods.__getitem__, len(pods), kinds["PriorityClass"], kinds["PodDisruptionBudget"]
@@ -154,13 +153,10 @@ def plan_against_load(directory: Path, rounds: int) -> tuple[list[Run], list[Run
     return plans, loads, cluster.stat().st_size / 1e6
 
 
-def memo_decodes(rounds: int) -> tuple[list[float], list[float]]:
-    """(CPU seconds of decoding the benchmark's pods into records with the parsed-quantity memo, without it),
-    alternated round by round. The memo is emptied before each round: every distinct literal is parsed once,
-    as on a service's first pass or a `plan --cluster` run."""
-    objects, _ = dump_items(True, NODES, PREEMPTORS)
-    pods = [obj for obj in objects if obj.get("kind") == "Pod"]
-    del objects
+def memo_decodes(rounds: int, pods: list[JsonObj]) -> tuple[list[float], list[float]]:
+    """(CPU seconds of decoding the pods into records with the parsed-quantity memo, without it), alternated
+    round by round. The memo is emptied before each round: every distinct literal is parsed once, as on a
+    service's first pass or a `plan --cluster` run."""
     with_memo: list[float] = []
     without: list[float] = []
     try:
@@ -292,10 +288,14 @@ def section(m: Measured) -> str:
 
 def main() -> str:
     load_before = os.getloadavg()[0]
-    firsts, unchanged, counts = service_passes(ROUNDS)
+    objects, usage = dump_items(True, NODES, PREEMPTORS)
+    kinds = _by_kind(objects)
+    del objects
+    firsts, unchanged, counts = service_passes(ROUNDS, kinds, usage)
+    with_memo, without = memo_decodes(ROUNDS, kinds["Pod"])
+    del kinds
     with tempfile.TemporaryDirectory(prefix="bench-records-") as tmp:
         plans, loads, mb = plan_against_load(Path(tmp), ROUNDS)
-    with_memo, without = memo_decodes(ROUNDS)
     return section(
         Measured(
             firsts, unchanged, counts, plans, loads, mb, with_memo, without, load_before, os.getloadavg()[0]

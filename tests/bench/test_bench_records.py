@@ -32,6 +32,12 @@ def test_the_verdicts_are_the_ratios_of_the_best_of_each_side() -> None:
         in text
     )
     assert "1.20x to 1.20x, median 1.20x." in text
+    # 0.45 / 0.55, goal 0.9; the rounds 0.5 / 0.6 and 0.45 / 0.55
+    assert (
+        "decoding with the memo against without it at most 0.9x. The best of each side: 0.82x, **met**."
+        in text
+    )
+    assert "0.82x to 0.83x, median 0.83x." in text
     text = section(_measured([4.0], [2.4], [2.0], [2.5]))
     assert "The best of each side: 0.60x, **NOT met**." in text
     assert "The best of each side: 0.80x, **met**." in text
