@@ -54,6 +54,17 @@ NEVER_RECLAIM_LABEL: Final = "gpu-steward.io/never-reclaim"
 NAMESPACE_LABEL: Final = "namespace"
 POD_LABEL: Final = "pod"
 
+# --- gangs: the keys that make a pod a member of a gang, in the order they are read ------------------------
+# (spec.schedulingGroup.podGroupName and spec.workloadRef are fields, read before these)
+GANG_COSCHEDULING_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+GANG_VOLCANO_ANNOTATION: Final = "scheduling.k8s.io/group-name"
+GANG_KAI_ANNOTATION: Final = "pod-group-name"
+GANG_KUEUE_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
+GANG_KUEUE_COUNT_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
+GANG_LWS_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-key"
+GANG_LWS_SIZE_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/size"
+GANG_JOBSET_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+
 # --- resources ---------------------------------------------------------------------------------------
 DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
 
@@ -71,11 +82,17 @@ WORD_RECENT_UNKNOWN: Final = "recent-usage-unknown"
 WORD_RECENTLY_BUSY: Final = "recently-busy"
 WORD_OPTED_OUT: Final = "opted-out"
 WORD_NAMESPACE_EXCLUDED: Final = "namespace-excluded"
+# A gang member whose gang is not eligible as a whole (explain's [rule]):
+WORD_GANG_MEMBER_PROTECTED: Final = "gang-member-protected"
 # Unresolved preemptors (unresolved[].reason starts with the word):
 WORD_NOMINATED: Final = "scheduler-nominated"
 WORD_COOLDOWN: Final = "cooldown"
 WORD_GAVE_UP: Final = "gave-up"
 WORD_BUDGET: Final = "eviction-budget"
+# A gang whose needed count is not a positive integer (its members: protected victims, unresolved preemptors).
+WORD_GANG_MALFORMED: Final = "gang-malformed"
+# A preemptor gang whose members could not all be placed: nothing is evicted for it.
+WORD_GANG_DOES_NOT_FIT: Final = "gang-does-not-fit"
 # Written by the actuator when the preemptor read again just before its victims go is not the one planned.
 WORD_PREEMPTOR_CHANGED: Final = "preemptor-changed"
 
@@ -93,6 +110,8 @@ class UnresolvedReason(StrEnum):
     EVICTION_BUDGET = WORD_BUDGET
     PREEMPTOR_CHANGED = WORD_PREEMPTOR_CHANGED
     INTERRUPTED = "interrupted"  # the pass's actions stopped first (leadership, throttling, re-plans spent)
+    GANG_MALFORMED = WORD_GANG_MALFORMED
+    GANG_DOES_NOT_FIT = WORD_GANG_DOES_NOT_FIT
 
 
 # Event source component and the events.k8s.io reporting controller.

@@ -12,6 +12,7 @@ from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
 from steward_common.series import IDLE_THRESHOLD
 
 if TYPE_CHECKING:
+    from automator.objects.gang import GangWarning, GroupObject
     from automator.objects.node import Node
     from automator.objects.pdb import PodDisruptionBudget
     from automator.objects.pod import Pod
@@ -81,8 +82,11 @@ class ClusterState:
     pods: list[Pod]
     priority_classes: list[PriorityClass]
     pdbs: list[PodDisruptionBudget]
+    # PodGroups and Workloads: how many members each gang needs (objects/gang.py)
+    groups: list[GroupObject] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        from automator.objects.gang import group_objects
         from automator.objects.node import node_records
         from automator.objects.pdb import pdb_records
         from automator.objects.pod import pod_records  # the records are built on PodKey, defined here
@@ -92,6 +96,7 @@ class ClusterState:
         self.pods = pod_records(self.pods)
         self.priority_classes = priority_class_records(self.priority_classes)
         self.pdbs = pdb_records(self.pdbs)
+        self.groups = group_objects(self.groups)
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,8 @@ class Victim:
     gpu_activity: float | None
     cpu_cores: float | None
     scheduled_at: datetime | None
+    node: str = ""  # where it runs (a victim gang's members may run on other nodes than the decision's)
+    gang: str | None = None  # its gang (namespace/name): evicted with all its members
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ class Decision:
     victims: tuple[Victim, ...]
     gpus_freed: int
     free_gpus_before: int
+    gang: str | None = None  # the preemptor's gang (namespace/name): placed with its members or not at all
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ class Unresolved:
     preemptor: PodKey
     reason: str  # the text the plan, report and logs show
     kind: UnresolvedReason  # the bounded reason (the metric's `reason` label), set where the text is made
+    gang: str | None = None
 
 
 @dataclass(frozen=True)
@@ -215,3 +224,7 @@ class Plan:
     # Candidate victims (GPU pods on nodes) and how many of them had unknown usage (alert: rules not loaded).
     candidates: int = 0
     candidates_usage_unknown: int = 0
+    # Gangs whose group object is not in the snapshot (needed counted from the pods listed), one each.
+    gang_warnings: list[GangWarning] = field(default_factory=list)
+    # The preemptor gangs of the pass: name -> (members needed, members running)
+    gang_needs: dict[str, tuple[int | None, int]] = field(default_factory=dict)

@@ -15,6 +15,7 @@ import msgspec
 
 from automator.objects.cache import RecordCache
 from automator.objects.fields import EMPTY, Unparsable, item, list_field, map_field, str_field
+from automator.objects.gang import GangRef, gang_ref
 from automator.objects.model import PodKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
@@ -83,6 +84,7 @@ class Pod(msgspec.Struct, frozen=True):
     claim_names: Mapping[str, str] = {}
     container_claims: Mapping[str, tuple[ClaimRef, ...]] = {}
     claims_error: str | None = None
+    gang: GangRef | None = None  # the first gang key it carries (objects/gang.py)
 
     @property
     def finished(self) -> bool:
@@ -293,6 +295,7 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         required_affinity=required,
         tolerations=spec.get("tolerations"),
         shape_error=shapes.first,
+        gang=gang_ref(spec, labels, annotations),
         **fields,
         **_claims(obj),
     )

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from automator.objects.class_settings import ClassSettings, class_settings
+from automator.objects.gang import GangWarning
 from automator.objects.model import (
     AnnotationWarning,
     ClusterState,
@@ -26,6 +27,7 @@ from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
 from automator.objects.priority_class import PriorityClass, find_global_default
 from automator.objects.resources import FieldError, Requests
 from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
+from automator.reclaim.gangs import Gang, resolve_gangs
 from steward_common.conventions import RECLAIM_ANNOTATION
 
 # PDBs covering a pod (read only: shared by the pods of a workload), why they protect it, its scope verdict
@@ -49,6 +51,17 @@ class Candidate:
     # the lowest preemptor priority it is a victim for: above its own priority and eligible_from (one
     # comparison where the search and the rankings sort every candidate for every preemptor priority)
     floor: int
+    unit: Unit | None = None  # its victim gang: evicted with it or not at all
+
+
+@dataclass(slots=True, eq=False)
+class Unit:
+    """A victim gang: its bound, non-terminating GPU-holding members, evicted together or not at all."""
+
+    gang: Gang
+    members: list[Candidate]  # in name order, on whichever nodes they run
+    # the lowest preemptor priority every member is a victim for (NEVER for a malformed gang)
+    floor: int
 
 
 @dataclass(slots=True)
@@ -62,6 +75,7 @@ class NodeState:
     used_mem: int = 0
     candidates: list[Candidate] = field(default_factory=list)
     version: int = 0  # bumped by every decision on the node: cached search results are then stale
+    has_units: bool = False  # some candidate is a member of a victim gang
 
     def free(self) -> tuple[int, int, int]:
         """(GPUs, CPU millicores, memory bytes) not taken."""
@@ -85,6 +99,7 @@ class Preemptor:
     created: datetime
     req: Requests | None
     error: str | None
+    gang: Gang | None = None
 
 
 def classes_by_name(priority_classes: list[PriorityClass]) -> dict[str, PriorityClass]:
@@ -161,6 +176,9 @@ class ClusterIndex:
     terminating: frozenset[PodKey] = frozenset()
     candidates: int = 0
     candidates_usage_unknown: int = 0
+    gang_warnings: list[GangWarning] = field(default_factory=list)
+    # per gang, its bound members that are not terminating (they count towards what it needs)
+    gang_running: dict[Gang, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -181,15 +199,20 @@ class _Builder:
     candidates: int = 0
     unknown: int = 0
     gpu_resources: tuple[str, ...] = ()
+    gangs: dict[PodKey, Gang] = field(default_factory=dict)
+    gang_running: dict[Gang, int] = field(default_factory=dict)
 
     def build(self) -> ClusterIndex:
         self.gpu_resources = tuple(self.config.gpu_resources)
+        self.gangs, gang_warnings = resolve_gangs(self.cluster.pods, self.cluster.groups)
         self.classes = classes_by_name(self.cluster.priority_classes)
         self.global_default = find_global_default(self.cluster.priority_classes)
         self.pdbs = PdbIndex.build(self.cluster.pdbs)
         self._nodes()
         settings = SettingsCache(self.classes, self.config)
         self._pods(settings)
+        if self.gangs:
+            self._units()
         self.preemptors.sort(key=lambda p: (-p.priority, p.created, p.key))
         return ClusterIndex(
             self.nodes,
@@ -199,7 +222,25 @@ class _Builder:
             frozenset(self.terminating),
             self.candidates,
             self.unknown,
+            gang_warnings,
+            self.gang_running,
         )
+
+    def _units(self) -> None:
+        """Each victim gang's members made one unit: eligible for a preemptor only when every member is."""
+        members: dict[Gang, list[Candidate]] = {}
+        for node in self.nodes.values():
+            for candidate in node.candidates:
+                gang = self.gangs.get(candidate.key)
+                if gang is not None:
+                    members.setdefault(gang, []).append(candidate)
+        for gang, pods in members.items():
+            pods.sort(key=lambda c: c.key)
+            floor = NEVER if gang.needed is None else max(c.floor for c in pods)
+            unit = Unit(gang, pods, floor)
+            for candidate in pods:
+                candidate.unit = unit
+                self.nodes[candidate.node].has_units = True
 
     def _nodes(self) -> None:
         for node in sorted(self.cluster.nodes, key=lambda n: n.name):
@@ -226,6 +267,9 @@ class _Builder:
                 ):
                     self._preemptor(pod)
                 continue
+            if not pod.terminating and pod.key in self.gangs:
+                gang = self.gangs[pod.key]
+                self.gang_running[gang] = self.gang_running.get(gang, 0) + 1
             node = nodes.get(pod.node_name)
             if node is None:
                 continue  # bound to a node we do not know: nothing to plan there
@@ -291,7 +335,8 @@ class _Builder:
             error = f"malformed pod: {exc}"
         if req is not None and req.gpus == 0:
             return  # not a GPU pod: not ours to help
-        self.preemptors.append(Preemptor(pod.key, pod, priority, created, req, error))
+        gang = self.gangs.get(pod.key)
+        self.preemptors.append(Preemptor(pod.key, pod, priority, created, req, error, gang))
 
     def _warnings(self, settings: SettingsCache) -> list[AnnotationWarning]:
         warnings: list[AnnotationWarning] = []

@@ -8,7 +8,7 @@ and fit.py; docs/reclaim.md explains them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
@@ -27,15 +27,28 @@ from automator.objects.model import (
 )
 from automator.objects.resources import Requests
 from automator.reclaim import plan_reasons as reasons
-from automator.reclaim.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
+from automator.reclaim.cluster_index import (
+    Candidate,
+    ClusterIndex,
+    NodeState,
+    Preemptor,
+    index_cluster,
+    usage_windows,
+)
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
 from automator.reclaim.fit import scheduling_signature
+from automator.reclaim.gangs import Gang
 from automator.reclaim.plan_reasons import StaticFit, static_fit
 from automator.reclaim.ranking import Rankings, tie_key
 from automator.reclaim.report import explain, plan_to_json
 from automator.reclaim.splits import NO_SPLIT, Splits
 from automator.reclaim.victims import NO_VICTIMS, NodeResult, SetKey, search_node
-from steward_common.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
+from steward_common.conventions import (
+    RECLAIM_NODE_ANNOTATION,
+    WORD_BUDGET,
+    WORD_GANG_DOES_NOT_FIT,
+    UnresolvedReason,
+)
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -44,6 +57,41 @@ __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
 # the closest node of an unresolved preemptor are recorded, and preemptors search nodes in the order of
 # their rankings, so a large pass stays fast (see docs/reclaim.md).
 VERDICT_LIMIT = 20_000
+
+
+@dataclass
+class _PendingGang:
+    """A preemptor gang's pending members (name order) and the priority it is served at (its lowest)."""
+
+    gang: Gang
+    members: list[Preemptor]
+    priority: int
+
+
+@dataclass
+class _Trial:
+    """A preemptor gang being placed: what its members changed, undone when the gang is not placed."""
+
+    decisions: int  # the plan's lists as long as before the gang
+    already_fit: int
+    unresolved: int
+    budget: int  # evictions allowed before the gang
+    nodes: dict[str, tuple[int, int, int, list[Candidate]]] = field(default_factory=dict)  # as before
+    pdbs: dict[tuple[str, str], int] = field(default_factory=dict)  # what each budget allowed before
+    freed: dict[str, int] = field(default_factory=dict)  # GPUs its victims freed, per node
+
+    def touch(self, node: NodeState) -> None:
+        if node.name not in self.nodes:
+            self.nodes[node.name] = (node.used_gpus, node.used_cpu, node.used_mem, list(node.candidates))
+
+
+def _does_not_fit(gang: _PendingGang, running: int, placed: int, failed: list[Unresolved]) -> str:
+    needed = gang.gang.needed or 0
+    first = f"; {failed[0].preemptor}: {failed[0].reason}" if failed else ""
+    return (
+        f"{WORD_GANG_DOES_NOT_FIT}: gang {gang.gang.name}: {placed} of {needed - running} pending member(s) "
+        f"could be placed ({needed} needed, {running} running){first}"
+    )
 
 
 # node name -> (node version, PodDisruptionBudget changes made before the search, search result)
@@ -67,6 +115,7 @@ class _Pass:
     search_cache: dict[tuple[int, int, int, int], _Cache] = field(default_factory=dict)
     node_pdbs: dict[str, tuple[int, set[tuple[str, str]]]] = field(default_factory=dict)
     verdict_count: int = 0
+    trial: _Trial | None = None  # set while a preemptor gang is placed
     splits: Splits = field(init=False)
     rankings: Rankings = field(init=False)
 
@@ -76,6 +125,7 @@ class _Pass:
 
     def run(self) -> Plan:
         self.plan.warnings.extend(self.index.warnings)
+        self.plan.gang_warnings.extend(self.index.gang_warnings)
         self.plan.candidates = self.index.candidates
         self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
         cooling = {
@@ -83,9 +133,38 @@ class _Pass:
             for pre in self.index.preemptors
         }
         self._reserve(cooling)
-        for pre in self.index.preemptors:
-            self._place(pre, cooling[pre.key])
+        for item in self._order():
+            if isinstance(item, Preemptor):
+                self._place(item, cooling[item.key])
+            else:
+                self._place_gang(item, cooling)
         return self.plan
+
+    def _order(self) -> list[Preemptor | _PendingGang]:
+        """The preemptors in the order they are served: a gang's pending members together, at the place its
+        lowest priority (then its oldest member) gives it; members of a gang that needs no more members placed
+        are single pods."""
+        gangs: dict[Gang, list[Preemptor]] = {}
+        singles: list[Preemptor] = []
+        for pre in self.index.preemptors:
+            gang = pre.gang
+            running = self.index.gang_running.get(gang, 0) if gang is not None else 0
+            if gang is None or (gang.needed is not None and gang.needed <= running):
+                singles.append(pre)
+            else:
+                gangs.setdefault(gang, []).append(pre)
+        if not gangs:
+            return list(singles)
+        items: list[tuple[tuple[int, datetime, PodKey], Preemptor | _PendingGang]] = [
+            ((-pre.priority, pre.created, pre.key), pre) for pre in singles
+        ]
+        for gang, members in gangs.items():
+            members.sort(key=lambda m: m.key)
+            low = min(m.priority for m in members)
+            pending = _PendingGang(gang, members, low)
+            items.append(((-low, min(m.created for m in members), members[0].key), pending))
+        items.sort(key=lambda item: item[0])
+        return [item for _, item in items]
 
     def _reserve(self, cooling: Mapping[PodKey, str | None]) -> None:
         """Preemptors in cooldown take their requests on their reclaim-node before anyone is served, as a
@@ -130,7 +209,7 @@ class _Pass:
         self.verdict_count += len(split.eligible) + len(protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
-        self.plan.unresolved.append(Unresolved(pre.key, reason, kind))
+        self.plan.unresolved.append(Unresolved(pre.key, reason, kind, pre.gang.name if pre.gang else None))
 
     def _pdbs_changed(self, node: NodeState, since: int) -> bool:
         """Whether a PodDisruptionBudget covering the node's candidates changed after change `since` (what
@@ -158,8 +237,11 @@ class _Pass:
         return entry[2]
 
     def _place(self, pre: Preemptor, cooldown: str | None) -> None:
-        if not self._standing(pre, cooldown):
-            return
+        if self._standing(pre, cooldown):
+            self._search_for(pre)
+
+    def _search_for(self, pre: Preemptor) -> None:
+        """The node and victims of a preemptor that stands (decided, already fitting or unresolved)."""
         req = pre.req
         assert req is not None
         static = self._static(pre)
@@ -170,21 +252,32 @@ class _Pass:
         else:
             self._place_full(pre, req, static)
 
+    def _held(self, pre: Preemptor, cooldown: str | None) -> tuple[str, UnresolvedReason] | None:
+        """Why the preemptor is not searched for even though it could be read: nominated, in cooldown or
+        given up (None when it is searched for)."""
+        reason = reasons.nominated(pre.pod)
+        if reason is not None:
+            return reason, UnresolvedReason.NOMINATED
+        if cooldown is not None:
+            return cooldown, UnresolvedReason.COOLDOWN
+        reason = reasons.gave_up(pre.pod.annotations, self.config)
+        return None if reason is None else (reason, UnresolvedReason.GAVE_UP)
+
     def _standing(self, pre: Preemptor, cooldown: str | None) -> bool:
         """Whether the preemptor is searched for at all; if not, it is unresolved with the reason."""
-        reason, kind = reasons.nominated(pre.pod), UnresolvedReason.NOMINATED
-        if reason is None and cooldown is not None:
+        held = self._held(pre, cooldown)
+        if held is not None:
+            self._hold(pre, *held)
+        elif pre.error is not None or pre.req is None:
+            self._unresolved(pre, pre.error or "malformed pod", UnresolvedReason.MALFORMED_POD)
+        return held is None and pre.error is None and pre.req is not None
+
+    def _hold(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
+        if kind is UnresolvedReason.COOLDOWN:
             self.plan.skipped_cooldown.append(pre.key)
-            reason, kind = cooldown, UnresolvedReason.COOLDOWN
-        if reason is None:
-            reason, kind = reasons.gave_up(pre.pod.annotations, self.config), UnresolvedReason.GAVE_UP
-            if reason is not None:
-                self.plan.gave_up.append(pre.key)
-        if reason is None and (pre.error is not None or pre.req is None):
-            reason, kind = pre.error or "malformed pod", UnresolvedReason.MALFORMED_POD
-        if reason is not None:
-            self._unresolved(pre, reason, kind)
-        return reason is None
+        elif kind is UnresolvedReason.GAVE_UP:
+            self.plan.gave_up.append(pre.key)
+        self._unresolved(pre, reason, kind)
 
     def _place_full(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Search every feasible node (recording every verdict while under VERDICT_LIMIT)."""
@@ -251,10 +344,7 @@ class _Pass:
         assert result.key is not None
         count = result.key[0]
         if count > self.budget:
-            self.budget_stop = (
-                f"{WORD_BUDGET}: {self.config.max_evictions_per_pass} evictions per pass at most "
-                f"(--max-evictions-per-pass; the hourly budget may lower it), {self.budget} left"
-            )
+            self.budget_stop = self._budget_text()
             self._unresolved(
                 pre, f"{self.budget_stop}; this preemptor needs {count}", UnresolvedReason.EVICTION_BUDGET
             )
@@ -274,6 +364,8 @@ class _Pass:
         unresolved eviction-budget. The same answer as the full search, without searching victims. Nodes
         no longer change (nothing more is evicted), so the answer is kept per request."""
         amounts = (req.gpus, req.cpu_m, req.memory)
+        if self.trial is not None:  # a gang's members take their requests: nodes change after all
+            static.fits.pop(amounts, None)
         if amounts not in static.fits:
             static.fits[amounts] = next(
                 (
@@ -296,15 +388,37 @@ class _Pass:
     def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
         free_before = node.free()[0]
         victims = result.victims
-        freed = sum(v.req.gpus for v in victims)
+        trial = self.trial
+        freed = 0
+        elsewhere: dict[str, int] = {}  # GPUs a victim gang frees on other nodes than the one searched
+        remaining = self.index.pdbs.remaining
         for victim in victims:
-            node.candidates.remove(victim)
-            node.take(victim.req, -1)
+            home = node if victim.node == node.name else self.index.nodes[victim.node]
+            if trial is not None:
+                trial.touch(home)
+            home.candidates.remove(victim)
+            home.take(victim.req, -1)
+            if home is node:
+                freed += victim.req.gpus
+            else:
+                elsewhere[home.name] = elsewhere.get(home.name, 0) + victim.req.gpus
             for pdb in victim.pdbs:
-                self.index.pdbs.remaining[pdb] = self.index.pdbs.remaining.get(pdb, 0) - 1
+                if trial is not None:
+                    trial.pdbs.setdefault(pdb, remaining.get(pdb, 0))
+                remaining[pdb] = remaining.get(pdb, 0) - 1
                 self.pdb_version += 1
                 self.pdb_changed[pdb] = self.pdb_version
-        if victims:
+        for name, gpus in elsewhere.items():
+            self._freed_elsewhere(self.index.nodes[name], gpus)
+        if trial is not None:
+            # A gang member takes its requests even where it fits as the node is (the next member must not
+            # count the same GPUs); what its victims free stays the gang's until the gang is decided.
+            trial.touch(node)
+            node.take(req)
+            trial.freed[node.name] = trial.freed.get(node.name, 0) + freed
+            node.version += 1
+            self.rankings.changed(node)
+        elif victims:
             # The preemptor takes its requests; GPUs freed beyond them stay reserved for it this pass
             # (freed GPUs are not offered to the next preemptor).
             node.take(req)
@@ -328,12 +442,126 @@ class _Pass:
                         v.usage.gpu_activity if v.usage else None,
                         v.usage.cpu_cores if v.usage else None,
                         v.scheduled,
+                        v.node,
+                        v.unit.gang.name if v.unit is not None else None,
                     )
                     for v in sorted(victims, key=lambda v: v.key)
                 ),
-                gpus_freed=freed,
+                gpus_freed=freed + sum(elsewhere.values()),
                 free_gpus_before=free_before,
+                gang=pre.gang.name if pre.gang is not None else None,
             )
+        )
+
+    def _freed_elsewhere(self, node: NodeState, gpus: int) -> None:
+        """GPUs a victim gang freed on a node other than the one searched: reserved for the preemptor for the
+        rest of the pass, or, while a preemptor gang is placed, free for its next members."""
+        if self.trial is None:
+            node.used_gpus += gpus
+        else:
+            self.trial.freed[node.name] = self.trial.freed.get(node.name, 0) + gpus
+            spare = self.rankings.spare
+            if spare is not None and node not in spare:
+                spare.append(node)  # it may now fit a member as it is
+        node.version += 1
+        self.rankings.changed(node)
+
+    def _place_gang(self, gang: _PendingGang, cooling: Mapping[PodKey, str | None]) -> None:
+        """A preemptor gang, placed whole or not at all (docs/reclaim.md, "Gangs")."""
+        members = gang.members
+        self.plan.gang_needs[gang.gang.name] = (gang.gang.needed, self.index.gang_running.get(gang.gang, 0))
+        if gang.gang.needed is None:
+            for member in members:
+                self._unresolved(member, str(gang.gang.problem), UnresolvedReason.GANG_MALFORMED)
+            return
+        held = next(((m, h) for m in members if (h := self._held(m, cooling[m.key])) is not None), None)
+        if held is not None:
+            first, (reason, kind) = held
+            for member in members:
+                if kind is not UnresolvedReason.GAVE_UP or member is first:
+                    self._hold(member, reason, kind)
+                else:
+                    self._unresolved(member, reason, kind)
+            return
+        running = self.index.gang_running.get(gang.gang, 0)
+        trial = self.trial = _Trial(
+            len(self.plan.decisions), len(self.plan.already_fit), len(self.plan.unresolved), self.budget
+        )
+        if self.budget_stop is None:
+            self.budget = 2**62  # the gang's victims are counted together when it is decided
+        placed, failed = self._try_members(gang, gang.gang.needed - running)
+        self.trial = None
+        evicting = sum(len(d.victims) for d in self.plan.decisions[trial.decisions :])
+        if len(placed) >= gang.gang.needed - running and evicting <= trial.budget:
+            self.budget = trial.budget - evicting
+            self._keep(trial)
+            del self.plan.unresolved[trial.unresolved :]
+            for member in members:  # the members the gang did not need, as single pods
+                if member not in placed:
+                    self._place(member, cooling[member.key])
+            return
+        self._undo(trial)
+        self.budget = trial.budget
+        if self.budget_stop is None and len(placed) >= gang.gang.needed - running:
+            self.budget_stop = self._budget_text()
+            why, kind = f"{self.budget_stop}; this gang needs {evicting}", UnresolvedReason.EVICTION_BUDGET
+        elif self.budget_stop is not None:
+            why, kind = self.budget_stop, UnresolvedReason.EVICTION_BUDGET
+        else:
+            why, kind = _does_not_fit(gang, running, len(placed), failed), UnresolvedReason.GANG_DOES_NOT_FIT
+        for member in members:
+            self._unresolved(member, why, kind)
+
+    def _try_members(self, gang: _PendingGang, needed: int) -> tuple[list[Preemptor], list[Unresolved]]:
+        """Members in name order, each placed as a single preemptor of the gang's priority would be, on the
+        state the members before it left, until `needed` are placed or too few are left to place them."""
+        placed: list[Preemptor] = []
+        failed: list[Unresolved] = []
+        for i, member in enumerate(gang.members):
+            if len(placed) >= needed or len(placed) + len(gang.members) - i < needed:
+                break
+            before = len(self.plan.unresolved)
+            if member.error is not None or member.req is None:
+                self._unresolved(member, member.error or "malformed pod", UnresolvedReason.MALFORMED_POD)
+            else:
+                self._search_for(replace(member, priority=gang.priority))
+            if len(self.plan.unresolved) > before:
+                failed.append(self.plan.unresolved[-1])
+            else:
+                placed.append(member)
+        return placed, failed
+
+    def _keep(self, trial: _Trial) -> None:
+        """A gang placed: the GPUs its victims freed and its members did not take stay reserved for it."""
+        for name, gpus in trial.freed.items():
+            node = self.index.nodes[name]
+            keep = min(gpus, node.free()[0])
+            if keep > 0:
+                node.used_gpus += keep
+                node.version += 1
+                self.rankings.changed(node)
+
+    def _undo(self, trial: _Trial) -> None:
+        """A gang not placed: every node, budget and list as before it was tried."""
+        for name, (gpus, cpu, mem, candidates) in trial.nodes.items():
+            node = self.index.nodes[name]
+            node.used_gpus, node.used_cpu, node.used_mem = gpus, cpu, mem
+            node.candidates[:] = candidates
+            node.version += 1
+            self.rankings.changed(node)
+        remaining = self.index.pdbs.remaining
+        for pdb, left in trial.pdbs.items():
+            remaining[pdb] = left
+            self.pdb_version += 1
+            self.pdb_changed[pdb] = self.pdb_version
+        del self.plan.decisions[trial.decisions :]
+        del self.plan.already_fit[trial.already_fit :]
+        del self.plan.unresolved[trial.unresolved :]
+
+    def _budget_text(self) -> str:
+        return (
+            f"{WORD_BUDGET}: {self.config.max_evictions_per_pass} evictions per pass at most "
+            f"(--max-evictions-per-pass; the hourly budget may lower it), {self.budget} left"
         )
 
     def _explain_full(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from automator.objects.resources import Requests
 from automator.reclaim.cluster_index import Candidate, NodeState
-from automator.reclaim.splits import Splits
+from automator.reclaim.splits import Split, Splits
 
 # (victims, GPUs freed, highest priority, sum of priorities, run time lost): victims.SetKey without names
 Bound = tuple[int, int, int, int, float]
@@ -129,6 +129,12 @@ class Rankings:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit."""
         if node.error is not None or node.alloc.gpus < req.gpus:
             return None
+        need_g = req.gpus - node.alloc.gpus + node.used_gpus
+        fits = need_g <= 0 and node.free()[1] >= req.cpu_m and node.free()[2] >= req.memory
+        if not fits:
+            unit = _unit_bound(node, self.splits.of, priority, need_g)
+            if unit is not None:
+                return unit
         return _bound(node, req, self._sorted, priority)
 
     def ranking(self, nodes: dict[str, NodeState], priority: int, req: Requests) -> Iterator[_Entry]:
@@ -170,8 +176,9 @@ class Rankings:
             if need_g <= 0 and need_c <= 0 and need_m <= 0:
                 entries.append((FITS, name, node.version))
                 continue
-            b = None
-            if need_c <= 0 and need_m <= 0:  # GPUs alone needed: one victim may do (the bound is then exact)
+            b = _unit_bound(node, of, priority, need_g)
+            # GPUs alone needed: one victim may do (the bound is then exact)
+            if b is None and need_c <= 0 and need_m <= 0:
                 split = of(node, priority)
                 if split.largest >= need_g:
                     b = _single(split.eligible, need_g, need_c, need_m)
@@ -230,6 +237,21 @@ class Rankings:
             if version == node.version and name in names and node.alloc.gpus >= gpus:
                 return node
         return None
+
+
+# Below every set's key: where victim gangs are eligible a node is searched before any bound is compared.
+_LOWEST_PRIORITY = -(2**62)
+
+
+def _unit_bound(
+    node: NodeState, of: Callable[[NodeState, int], Split], priority: int, need_g: int
+) -> Bound | None:
+    """A lower bound for a node where victim gangs are eligible for the priority: a gang's key counts
+    members on other nodes too, so the bounds made from the node's own pods do not hold; this one (one
+    victim freeing what is needed, the lowest priorities, no run time) does. None for other nodes."""
+    if not node.has_units or not of(node, priority).units:
+        return None
+    return (1, max(need_g, 0), _LOWEST_PRIORITY, _LOWEST_PRIORITY, 0.0)
 
 
 def _fitting(nodes: list[NodeState], req: Requests) -> list[_Entry]:

@@ -22,6 +22,7 @@ from automator.objects.model import (
 )
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError
+from automator.reclaim.gangs import resolve_gangs
 from steward_common.conventions import RECLAIM_ANNOTATION
 from steward_common.printable import printable, printable_lines
 
@@ -49,8 +50,12 @@ def json_measure(value: float | None) -> float | None:
 
 
 def _decision_json(d: Decision) -> dict[str, Any]:
+    # A decision of a gang, or evicting one, names the gangs and where each victim runs; other decisions
+    # keep the fields they always had.
+    gangs = d.gang is not None or any(v.gang is not None for v in d.victims)
     return {
         "preemptor": str(d.preemptor),
+        **({"gang": d.gang} if gangs else {}),
         "node": d.node,
         "victims": [str(v.pod) for v in d.victims],
         "gpus_freed": d.gpus_freed,
@@ -64,10 +69,19 @@ def _decision_json(d: Decision) -> dict[str, Any]:
                 "priority": v.priority,
                 "gpu_activity": json_measure(v.gpu_activity),
                 "cpu_cores": json_measure(v.cpu_cores),
+                **({"node": v.node, "gang": v.gang} if gangs else {}),
             }
             for v in d.victims
         ],
     }
+
+
+def _gang_tag(plan: Plan, gang: str | None) -> str:
+    """A preemptor's gang in the text: its name, members needed and running."""
+    if gang is None:
+        return ""
+    needs = plan.gang_needs.get(gang)
+    return f" [gang {gang}]" if needs is None else f" [gang {gang}: {needs[0]} needed, {needs[1]} running]"
 
 
 def _warning_json(w: AnnotationWarning) -> dict[str, Any]:
@@ -84,18 +98,23 @@ def plan_to_json(result: Plan) -> dict[str, Any]:
     """The CLI JSON: decisions (each evicts), unresolved, already_fit, warnings, skipped_cooldown."""
     return {
         "decisions": [_decision_json(d) for d in result.decisions],
-        "unresolved": [{"preemptor": str(u.preemptor), "reason": u.reason} for u in result.unresolved],
+        "unresolved": [
+            {"preemptor": str(u.preemptor), **({"gang": u.gang} if u.gang else {}), "reason": u.reason}
+            for u in result.unresolved
+        ],
         # Preemptors that fit as the cluster is: nothing evicted, left to the scheduler.
         "already_fit": [
             {
                 "preemptor": str(d.preemptor),
+                **({"gang": d.gang} if d.gang else {}),
                 "node": d.node,
                 "gpus_requested": d.gpus_requested,
                 "free_gpus_before": d.free_gpus_before,
             }
             for d in result.already_fit
         ],
-        "warnings": [_warning_json(w) for w in result.warnings],
+        "warnings": [_warning_json(w) for w in result.warnings]
+        + [{"gang": w.gang, "message": w.message} for w in result.gang_warnings],
         "skipped_cooldown": [str(k) for k in result.skipped_cooldown],
         # Only when a node's victim search ran out of budget (the node was skipped for that preemptor).
         **(
@@ -118,22 +137,27 @@ def plan_to_text(result: Plan) -> str:
     lines: list[str] = []
     for d in result.decisions:
         lines.append(
-            f"{d.preemptor} (priority {d.preemptor_priority}, {d.gpus_requested} GPUs) -> {d.node}: "
+            f"{d.preemptor}{_gang_tag(result, d.gang)} (priority {d.preemptor_priority}, "
+            f"{d.gpus_requested} GPUs) -> {d.node}: "
             f"evict {len(d.victims)} pod(s) freeing {d.gpus_freed} GPUs ({d.free_gpus_before} already free)"
         )
         for v in d.victims:
+            where = f" (gang {v.gang}, on {v.node})" if v.gang is not None else ""
             lines.append(
                 f"  evict {v.pod}: {v.gpus} GPUs, priority {v.priority}, "
-                f"GPU activity {fmt_measure(v.gpu_activity)}"
+                f"GPU activity {fmt_measure(v.gpu_activity)}{where}"
             )
     for d in result.already_fit:
         lines.append(
-            f"{d.preemptor}: already fits on {d.node} without evictions ({d.free_gpus_before} GPUs free)"
+            f"{d.preemptor}{_gang_tag(result, d.gang)}: already fits on {d.node} without evictions "
+            f"({d.free_gpus_before} GPUs free)"
         )
     for u in result.unresolved:
-        lines.append(f"{u.preemptor}: unresolved: {u.reason}")
+        lines.append(f"{u.preemptor}{_gang_tag(result, u.gang)}: unresolved: {u.reason}")
     for w in result.warnings:
         lines.append(f"warning: PriorityClass {w.priority_class}: {w.message}")
+    for g in result.gang_warnings:
+        lines.append(f"warning: gang {g.gang}: {g.message}")
     for c in result.search_cut_off:
         lines.append(f"warning: {c.preemptor}: node {c.node} skipped: {c.reason}")
     if not lines:
@@ -188,6 +212,7 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
     lines = [
         f"Pod {key}: phase {phase}, node {pod.node_name or '-'}, class {pod.class_name or '-'}, GPUs {gpus}"
     ]
+    lines += _gang_lines(plan, cluster, key)
     lines += _as_preemptor(plan, key)
     for unresolved in plan.unresolved:
         if unresolved.preemptor == key:
@@ -201,6 +226,37 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
     if len(lines) == 1:
         lines.append(_not_considered(plan, pod, gpus))
     return printable_lines(lines)
+
+
+def _gang_lines(plan: Plan, cluster: ClusterState, key: PodKey) -> list[str]:
+    """A gang member's gang: its name, the count needed and each member's state in the plan."""
+    gang = resolve_gangs(cluster.pods, cluster.groups)[0].get(key)
+    if gang is None:
+        return []
+    needed = gang.problem if gang.needed is None else f"{gang.needed} needed"
+    states: dict[PodKey, str] = {}
+    for d in plan.decisions:
+        states.setdefault(d.preemptor, f"placed on {d.node}")
+        for v in d.victims:
+            states.setdefault(v.pod, f"evicted for {d.preemptor}")
+    for d in plan.already_fit:
+        states.setdefault(d.preemptor, f"fits on {d.node}")
+    for u in plan.unresolved:
+        states.setdefault(u.preemptor, "unresolved")
+    pods = {p.key: p for p in cluster.pods if p.key in set(gang.members)}
+    members = ", ".join(
+        f"{m} ({pods[m].node_name or 'pending'}: {states.get(m, 'not planned')})" for m in gang.members
+    )
+    lines = [f"gang {gang.name} ({gang.source}): {needed}; members: {members}"]
+    for m in gang.members:
+        if m == key:
+            continue
+        for verdict in plan.verdicts.get(m, []):
+            state = "eligible" if verdict.eligible else "protected"
+            lines.append(
+                f"member {m} for preemptor {verdict.preemptor}: {state} [{verdict.rule}] {verdict.reason}"
+            )
+    return lines
 
 
 def _not_considered(plan: Plan, pod: Pod, gpus: int | str) -> str:

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import msgspec
 import yaml
 
+from automator.objects.gang import GroupObject, group_object
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
 from automator.objects.node import node_record
@@ -274,6 +275,7 @@ def _made(obj: JsonObj, kind: str, where: str, gpu_resources: tuple[str, ...]) -
 def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)) -> ClusterState:
     lists: dict[str, list[Any]] = {kind: [] for kind in KINDS}
     seen: set[str] = set()
+    groups: list[GroupObject] = []
 
     def keep(obj: JsonObj) -> Any:
         """An object of the kinds the planner reads becomes its record as it is parsed, so the file is never
@@ -294,12 +296,21 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
                 if made is None and item.get("kind") in KINDS:
                     made = _made(item, str(item["kind"]), where, gpu_resources)
                 if made is None:
+                    group = group_object(item)
+                    if group is not None:  # a PodGroup or Workload: how many members a gang needs
+                        label = f"{group.source} {group.namespace}/{group.name}"
+                        if label in seen:
+                            raise InputError(f"{label}: listed twice")
+                        seen.add(label)
+                        groups.append(group)
                     continue  # other kinds (Services, Deployments...) play no part
                 if made.label in seen:
                     raise InputError(f"{made.label}: listed twice")
                 seen.add(made.label)
                 lists[made.kind].append(made.record)
-        return ClusterState(lists["Node"], lists["Pod"], lists["PriorityClass"], lists["PodDisruptionBudget"])
+        return ClusterState(
+            lists["Node"], lists["Pod"], lists["PriorityClass"], lists["PodDisruptionBudget"], groups
+        )
 
 
 def _number(value: Any, label: str, field: str, upper: float | None) -> float | None:

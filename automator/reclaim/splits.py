@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable
 from functools import partial
 
 from automator.objects.model import PodKey
-from automator.reclaim.cluster_index import Candidate, NodeState
+from automator.reclaim.cluster_index import Candidate, NodeState, Unit
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
+from steward_common.conventions import WORD_GANG_MALFORMED, WORD_GANG_MEMBER_PROTECTED
 
 _EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
 
@@ -31,6 +32,8 @@ class Split:
         "pods",
         "priority",
         "reclaimable",
+        "unit_members",
+        "units",
     )
 
     def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
@@ -39,9 +42,20 @@ class Split:
         eligible: list[Candidate] = []
         protected: list[Candidate] = []  # excluded or not eligible (verdict_rule), in the node's order
         not_lower = reclaimable = largest = 0
+        units: list[Unit] = []  # the victim gangs eligible as a whole, in the node's order
+        unit_members: list[Candidate] = []  # their members on this node
         for pod in candidates:
             if pod.priority >= priority:
                 not_lower += 1
+            elif pod.unit is not None:
+                unit = pod.unit
+                if unit.floor <= priority and not (exclude and any(m.key in exclude for m in unit.members)):
+                    if unit not in units:
+                        units.append(unit)
+                    unit_members.append(pod)
+                    reclaimable += pod.req.gpus
+                else:
+                    protected.append(pod)
             elif pod.floor <= priority and not (exclude and pod.key in exclude):  # floor: eligible_from
                 eligible.append(pod)
                 gpus = pod.req.gpus
@@ -51,6 +65,7 @@ class Split:
             else:
                 protected.append(pod)
         self.eligible, self.pods = eligible, protected
+        self.units, self.unit_members = units, unit_members
         self.not_lower, self.reclaimable = not_lower, reclaimable
         self.largest = largest  # the most GPUs one eligible pod frees
 
@@ -62,13 +77,36 @@ class Split:
             protected = self._protected = {}
             exclude, priority = self.exclude, self.priority
             for pod in self.pods:
-                if exclude and pod.key in exclude:
+                if pod.unit is not None:
+                    protected[pod.key] = gang_protection(pod.unit, priority, exclude)
+                elif exclude and pod.key in exclude:
                     protected[pod.key] = _EXCLUDED
                 else:
                     assessment = pod.assessment
                     rule = verdict_rule(assessment, priority)[1]
                     protected[pod.key] = (rule, partial(verdict_reason, assessment, priority))
         return protected
+
+
+def gang_protection(unit: Unit, priority: int, exclude: frozenset[PodKey]) -> tuple[str, str]:
+    """(rule, reason) of every member of a victim gang that is not eligible as a whole: the first member
+    (in name order) that is protected, and its rule."""
+    gang = unit.gang
+    if gang.problem is not None:
+        return (WORD_GANG_MALFORMED, f"{gang.problem}: protected")
+    for member in unit.members:
+        if member.priority >= priority:
+            rule, why = "priority", f"priority {member.priority} is not lower than {priority}"
+        elif exclude and member.key in exclude:
+            rule, why = _EXCLUDED
+        elif member.floor > priority:
+            rule = verdict_rule(member.assessment, priority)[1]
+            why = verdict_reason(member.assessment, priority)
+        else:
+            continue
+        why = f"{WORD_GANG_MEMBER_PROTECTED}: gang {gang.name}: {member.key} [{rule}] {why}"
+        return (WORD_GANG_MEMBER_PROTECTED, why)
+    return (WORD_GANG_MEMBER_PROTECTED, f"{WORD_GANG_MEMBER_PROTECTED}: gang {gang.name}")
 
 
 NO_SPLIT = Split([], 0, frozenset())
@@ -109,7 +147,8 @@ class Splits:
                     [
                         pod.req.gpus
                         for pod in node.candidates
-                        if pod.floor <= priority and not (exclude and pod.key in exclude)
+                        if (pod.floor if pod.unit is None else pod.unit.floor) <= priority
+                        and not (exclude and pod.key in exclude)
                     ]
                 )
             gains[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)

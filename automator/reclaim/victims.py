@@ -68,6 +68,8 @@ def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) ->
         result.key = NO_VICTIMS
         return result
     need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
+    if split.units:
+        return _with_units(result, node.name, need, split, pdbs, (free_c, free_m), req)
     if need[0] > split.reclaimable or not split.eligible:
         return result
     found = best_set(split.eligible, need, pdbs)
@@ -84,6 +86,74 @@ def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) ->
         cpu = free_c + sum(p.req.cpu_m for p in eligible)
         mem = free_m + sum(p.req.memory for p in eligible)
         result.misfit = _misfit(req, len(eligible), (free_c, cpu), (free_m, mem))
+    return result
+
+
+# Up to this many victim gangs on one node every combination of them is tried (2**8 = 256 sets of gangs,
+# each completed by the single pods' own search); a node with more is cut off for the preemptor.
+MAX_UNITS = 8
+
+
+def _with_units(
+    result: NodeResult,
+    node: str,
+    need: tuple[int, int, int],
+    split: Split,
+    pdbs: PdbIndex,
+    free: tuple[int, int],
+    req: Requests,
+) -> NodeResult:
+    """search_node on a node where victim gangs are eligible: every combination of the gangs, completed by
+    the best set of single pods for what is still needed, compared by the whole set's key (a gang counts
+    all its members, on every node). Within one combination the single pods are the best set by their own
+    order: the whole set's key can differ from it only where the gangs already hold the highest priority
+    and two completions tie on count and GPUs (docs/reclaim.md, "Gangs")."""
+    units = split.units
+    if len(units) > MAX_UNITS:
+        result.cut_off = True
+        result.misfit = f"{len(units)} victim gangs, more than {MAX_UNITS}: node skipped for this preemptor"
+        return result
+    remaining = pdbs.remaining
+    singles_reclaimable = sum(p.req.gpus for p in split.eligible)
+    best: tuple[SetKey, list[Candidate]] | None = None
+    cut = False
+    for size in range(len(units) + 1):
+        for combo in itertools.combinations(units, size):
+            members = [m for unit in combo for m in unit.members]
+            taken = Counter(b for m in members for b in m.pdbs)
+            if any(remaining.get(b, 0) < n for b, n in taken.items()):
+                continue
+            local = [m for m in members if m.node == node]
+            still = (
+                need[0] - sum(m.req.gpus for m in local),
+                need[1] - sum(m.req.cpu_m for m in local),
+                need[2] - sum(m.req.memory for m in local),
+            )
+            singles: list[Candidate] = []
+            if still[0] > 0 or still[1] > 0 or still[2] > 0:
+                if still[0] > singles_reclaimable or not split.eligible:
+                    continue
+                left = PdbIndex(remaining={b: n - taken[b] for b, n in remaining.items()})
+                singles = best_set(split.eligible, still, left)
+                if singles is CUT_OFF:
+                    cut = True
+                    continue
+                if not singles:
+                    continue
+            chosen = sorted(members + singles, key=_rank)
+            key = set_key(chosen)
+            if best is None or key < best[0]:
+                best = (key, chosen)
+    if best is not None:
+        result.key, result.victims = best[0], tuple(best[1])
+    elif cut:
+        result.cut_off = True
+        result.misfit = f"search cut off after {SEARCH_BUDGET:,} steps: node skipped for this preemptor"
+    else:
+        pods = split.eligible + split.unit_members
+        cpu = free[0] + sum(p.req.cpu_m for p in pods)
+        mem = free[1] + sum(p.req.memory for p in pods)
+        result.misfit = _misfit(req, len(pods), (free[0], cpu), (free[1], mem))
     return result
 
 

@@ -154,11 +154,14 @@ def held_node(name: str, pod_name: str, gpus: int = 4) -> tuple[JsonObj, JsonObj
 
 def cluster(*objs: JsonObj) -> ClusterState:
     kinds: dict[str, list[JsonObj]] = {"Node": [], "Pod": [], "PriorityClass": [], "PodDisruptionBudget": []}
+    groups: list[JsonObj] = []  # PodGroups and Workloads
     for obj in objs:
-        kinds[obj["kind"]].append(obj)
+        kinds.get(obj["kind"], groups).append(obj)
     if not any(pc["metadata"]["name"] == "reclaim" for pc in kinds["PriorityClass"]):
         kinds["PriorityClass"].append(reclaim_class())
-    state = ClusterState(kinds["Node"], kinds["Pod"], kinds["PriorityClass"], kinds["PodDisruptionBudget"])
+    state = ClusterState(
+        kinds["Node"], kinds["Pod"], kinds["PriorityClass"], kinds["PodDisruptionBudget"], groups
+    )
     state.objects = [obj for objs in kinds.values() for obj in objs]  # type: ignore[attr-defined]
     return state
 
@@ -171,3 +174,15 @@ def idle(*names: str, activity: float = 0.0, namespace: str = "ml", **kw: Any) -
 
 def busy(*names: str, activity: float = 0.9, namespace: str = "ml") -> dict[PodKey, PodUsage]:
     return {PodKey(namespace, n): PodUsage(activity, gpu_recent_max=activity) for n in names}
+
+
+def pod_group(
+    name: str, min_member: int | str | None, namespace: str = "ml", api: str = "scheduling.x-k8s.io/v1alpha1"
+) -> JsonObj:
+    """A PodGroup of the coscheduling plugin (or of Volcano or KAI, by api) needing min_member members."""
+    return {
+        "apiVersion": api,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": min_member},
+    }
