@@ -54,6 +54,7 @@ from tools import fakesim
 from tools.fakesim import rfc3339
 from tools.kubeapi import (
     BY_KIND,
+    GANG_RESOURCES,
     RESOURCES,
     ApiError,
     JsonObj,
@@ -223,13 +224,22 @@ class FakeApiServer:
         port: int = 0,
         max_connections: int = 32,
         request_timeout: float = 10.0,
+        gang_apis: Iterable[str] = (),
     ) -> None:
         self.store = Store(clock=clock)
+        # The gang APIs served ("group/version"), and their objects by (group, version, plural): listed only.
+        self.gang_apis = tuple(r for r in GANG_RESOURCES if r.api_version in set(gang_apis))
+        self.gang_objects: dict[tuple[str, str, str], list[JsonObj]] = {}
         self.lock = threading.RLock()
         self.calls: deque[Call] = deque(maxlen=MAX_CALLS)
         self._scripted_answers: list[_Scripted] = []
+        gang_kinds = {(r.api_version, r.kind): r for r in GANG_RESOURCES}
         for obj in objects:
-            self.store.add(obj)
+            gang = gang_kinds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+            if gang is None:
+                self.store.add(obj)
+            else:
+                self.gang_objects.setdefault((gang.group, gang.version, gang.plural), []).append(obj)
         if devices is None:
             devices = []
         elif isinstance(devices, fakesim.GpuDevices):
@@ -400,8 +410,10 @@ class FakeApiServer:
     ) -> tuple[int, JsonObj]:
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube"}
-        if method == "GET" and (found := discovery(path.rstrip("/") or "/")) is not None:
+        if method == "GET" and (found := discovery(path.rstrip("/") or "/", self.gang_apis)) is not None:
             return 200, found
+        if method == "GET" and (listed := self._gang_list(path)) is not None:
+            return 200, listed
         res, namespace, name, sub = parse_path(path)
         if "watch" in query and query["watch"] != ["false"]:
             raise ApiError(405, "MethodNotAllowed", "fakekube does not serve watches")
@@ -424,6 +436,20 @@ class FakeApiServer:
         if method == "DELETE":
             return 200, self._delete(res, namespace, name, body or {}, query)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {res.qualified}")
+
+    def _gang_list(self, path: str) -> JsonObj | None:
+        """A cluster-wide list of a gang API served (one page), None for other paths."""
+        for r in self.gang_apis:
+            if path.rstrip("/") == f"/apis/{r.group}/{r.version}/{r.plural}":
+                items = [_out(o) for o in self.gang_objects.get((r.group, r.version, r.plural), [])]
+                meta = {"resourceVersion": str(self.store.revision)}
+                return {
+                    "kind": f"{r.kind}List",
+                    "apiVersion": r.api_version,
+                    "metadata": meta,
+                    "items": items,
+                }
+        return None
 
     def _list(self, res: Resource, namespace: str, query: Query) -> JsonObj:
         matches_field = field_matcher(res, query.get("fieldSelector", [""])[0])

@@ -64,6 +64,16 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("apps", "v1", "replicasets", "ReplicaSet", True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", True),
 )  # fmt: skip
+# The group objects of gang scheduling (CRDs or alpha APIs): served only when a FakeApiServer is told to
+# (gang_apis), as a cluster serves them only where they are installed or enabled. List only.
+GANG_RESOURCES: tuple[Resource, ...] = (
+    Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True),
+    Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", True),
+    Resource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload", True),
+    Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True),
+    Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True),
+    Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True),
+)
 BY_KIND = {r.kind: r for r in RESOURCES}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 
@@ -278,10 +288,11 @@ def decode_continue(token: str) -> tuple[str, str] | None:
 _VERBS = ["get", "list", "create", "update", "patch", "delete"]
 
 
-def discovery(path: str) -> JsonObj | None:
-    """The discovery documents (/api, /apis, /api/v1, /apis/GROUP/VERSION) of the served resources, so that
-    kubectl can talk to the fake."""
-    groups = sorted({(r.group, r.version) for r in RESOURCES if r.group})
+def discovery(path: str, extra: tuple[Resource, ...] = ()) -> JsonObj | None:
+    """The discovery documents (/api, /apis, /api/v1, /apis/GROUP/VERSION) of the served resources (and
+    `extra`, the gang APIs served), so that kubectl and the automator can talk to the fake."""
+    served = RESOURCES + extra
+    groups = sorted({(r.group, r.version) for r in served if r.group})
     if path == "/api":
         return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
     if path == "/apis":
@@ -299,7 +310,7 @@ def discovery(path: str) -> JsonObj | None:
             resources: list[JsonObj] = [
                 {"name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced, "kind": r.kind,
                  "verbs": _VERBS}
-                for r in RESOURCES
+                for r in served
                 if (r.group, r.version) == (group, version)
             ]  # fmt: skip
             if not group:

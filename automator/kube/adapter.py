@@ -13,9 +13,11 @@ through the public list methods.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Literal
 
 from kubernetes import client
@@ -33,6 +35,7 @@ from automator.kube.client import (
     status_message,
 )
 from automator.objects.cache import RecordCache
+from automator.objects.gang import GANG_APIS, GroupObject, group_object
 from automator.objects.gc_pause import gc_paused
 from automator.objects.model import ClusterState, JsonObj, PodKey
 from automator.objects.node import Node, node_record
@@ -43,6 +46,8 @@ from automator.objects.resources import FieldError
 from automator.objects.workload import WorkloadObject, workload_record
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
+
+log = logging.getLogger(__name__)
 
 MAX_EVENT_MESSAGE = 1024  # events.k8s.io's limit; core/v1 has none but long messages help nobody
 
@@ -102,6 +107,9 @@ class KubernetesAdapter:
         self.scheduling = client.SchedulingV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.discovery = client.ApisApi(api)
+        self.gang_apis_missing: set[str] | None = None  # logged when it changes
         self.identity = identity
         self.timeout = request_timeout
         # Pod records by version across passes: a pass that lists an unchanged pod does not decode it again.
@@ -165,7 +173,39 @@ class KubernetesAdapter:
                 pods=pods,
                 priority_classes=list(list_all("priorityclasses", *classes, self.timeout)),
                 pdbs=list(list_all("poddisruptionbudgets", *pdbs, self.timeout)),
+                groups=self.group_objects(),
             )
+
+    def _served(self) -> set[str]:
+        """The group/versions the API server serves (discovery: /apis)."""
+        with api_call("discover APIs"):
+            groups = self.discovery.get_api_versions(_request_timeout=self.timeout).groups or []
+        return {v.group_version for g in groups for v in g.versions or []}
+
+    def group_objects(self) -> list[GroupObject]:
+        """The gang group objects (PodGroups, Workloads) of every API the cluster serves, newest version of
+        each first; an API not served is skipped (logged when that changes), not an error."""
+        served = self._served()
+        records: list[GroupObject] = []
+        listed: set[tuple[str, str]] = set()
+        for group, version, plural, kind in GANG_APIS:
+            if (group, plural) in listed or f"{group}/{version}" not in served:
+                continue
+            listed.add((group, plural))
+            api_version = f"{group}/{version}"
+
+            def record(item: JsonObj, kind: str = kind, api_version: str = api_version) -> GroupObject | None:
+                return group_object({**item, "kind": kind, "apiVersion": api_version})
+
+            call = partial(self.custom.list_cluster_custom_object, group, version, plural)
+            found = list_all(f"{plural}.{group}", call, records_of(record), self.timeout)
+            records.extend(r for r in found if r is not None)
+        missing = {f"{plural}.{group}" for group, _, plural, _ in GANG_APIS if (group, plural) not in listed}
+        if missing != self.gang_apis_missing:
+            self.gang_apis_missing = missing
+            if missing:
+                log.info("gang group objects not served, skipped: %s", ", ".join(sorted(missing)))
+        return records
 
     def get_pod(self, pod: PodKey) -> Pod | None:
         """The record of one pod, None when it does not exist."""

@@ -46,6 +46,19 @@ GROUP_KINDS: Mapping[tuple[str, str], GangSource] = {
 }
 
 
+# The group objects' APIs a live cluster may serve: (group, version, plural, kind), the newest version of a
+# group's resource first (the adapter lists the first one served).
+GANG_APIS: tuple[tuple[str, str, str, str], ...] = (
+    ("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup"),
+    ("scheduling.k8s.io", "v1alpha3", "podgroups", "PodGroup"),
+    ("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup"),
+    ("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
+    ("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
+    ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),
+    ("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup"),
+)
+
+
 class GangRef(msgspec.Struct, frozen=True):
     """The gang key one pod carries, as given (within the pod's namespace)."""
 

@@ -290,7 +290,8 @@ def measured(v: Victim, window: UsageWindow | None) -> str:
 
 
 def describe_victim(v: Victim, window: UsageWindow | None) -> str:
-    return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, {measured(v, window)})"
+    gang = f", gang {v.gang} on {v.node}" if v.gang is not None else ""
+    return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, {measured(v, window)}{gang})"
 
 
 def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> None:
@@ -325,19 +326,38 @@ def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKe
         )
 
 
-def preemptor_event(d: Decision, windows: Mapping[PodKey, UsageWindow], complete: bool) -> str:
+def partly_evicted(planned: Decision, evicted: list[Victim]) -> str:
+    """The victim gangs of a decision of which only some members were evicted: "gang partly evicted: k of
+    n" for each ("" when every gang went whole or there is none)."""
+    parts: list[str] = []
+    for gang in sorted({v.gang for v in planned.victims if v.gang is not None}):
+        n = sum(1 for v in planned.victims if v.gang == gang)
+        k = sum(1 for v in evicted if v.gang == gang)
+        if k < n:
+            parts.append(f"gang {gang} partly evicted: {k} of {n}")
+    return "; ".join(parts)
+
+
+def preemptor_event(
+    d: Decision, windows: Mapping[PodKey, UsageWindow], complete: bool, partial_gangs: str = ""
+) -> str:
     victims = "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims)
     partial = "" if complete else " (partial: an eviction was refused)"
+    gang = f" (gang {d.gang})" if d.gang is not None else ""
+    gangs = f"; {partial_gangs}" if partial_gangs else ""
     return printable(
         f"gpu-steward evicted idle GPU pods on node {d.node} to free {d.gpus_freed} GPUs "
-        f"for it{partial}: {victims}"
+        f"for it{gang}{partial}: {victims}{gangs}"
     )
 
 
-def victim_event(d: Decision, v: Victim, window: UsageWindow | None) -> str:
+def victim_event(d: Decision, v: Victim, window: UsageWindow | None, partial_gangs: str = "") -> str:
+    gang = f", gang {d.gang}" if d.gang is not None else ""
+    member = f"; member of gang {v.gang}, evicted with it" if v.gang is not None else ""
+    gangs = f"; {partial_gangs}" if partial_gangs and v.gang is not None else ""
     return printable(
         f"Evicted by gpu-steward for pending pod {d.preemptor} (priority {d.preemptor_priority}, "
-        f"{d.gpus_requested} GPU) on node {d.node}: {measured(v, window)}"
+        f"{d.gpus_requested} GPU{gang}) on node {d.node}: {measured(v, window)}{member}{gangs}"
     )
 
 

@@ -207,11 +207,17 @@ class Enforcer:
         current = self._act_and_replan(plan)
         done: list[Decision] = []
         for preemptor, victims in self.evicted_for.items():
-            d = replace(
-                self.last_decision[preemptor], victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims)
-            )
+            planned = self.last_decision[preemptor]
+            d = replace(planned, victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims))
             done.append(d)
-            self._finish(d, complete=preemptor in self.placed)
+            self._finish(
+                d, complete=preemptor in self.placed, partial=report.partly_evicted(planned, victims)
+            )
+        # A preemptor gang's members placed without victims of their own are in cooldown with it.
+        reclaiming = {d.gang for d in done if d.gang is not None}
+        for d in current.already_fit:
+            if d.gang in reclaiming and d.preemptor not in self.evicted_for and d.preemptor in self.placed:
+                self._annotate(d)
         served = set(self.placed) | set(self.evicted_for)
         unresolved = [u for u in current.unresolved if u.preemptor not in served]
         unresolved += [u for k, u in self.skipped.items() if k not in served]
@@ -221,18 +227,25 @@ class Enforcer:
                 unresolved.append(Unresolved(d.preemptor, why, UnresolvedReason.INTERRUPTED))
         return replace(plan, decisions=done, unresolved=unresolved)
 
-    def _finish(self, d: Decision, complete: bool) -> None:
-        """Cooldown annotations and Events once victims were evicted for a preemptor."""
+    def _annotate(self, d: Decision) -> bool:
+        """The cooldown annotations on a served preemptor; False when this replica no longer leads."""
         written = reclaim_annotations(self.writer.pods.get(d.preemptor), d, self.now)
         self.state.reclaimed[d.preemptor] = (self.now, written)
         if not self.writer.should_continue():
             self.writer.record("annotate", d.preemptor, "skipped", "not the leader")
-            return
+            return False
         self.writer.annotate(d.preemptor, written)
-        message = report.preemptor_event(d, self.windows, complete)
+        return True
+
+    def _finish(self, d: Decision, complete: bool, partial: str = "") -> None:
+        """Cooldown annotations and Events once victims were evicted for a preemptor. partial: the victim
+        gangs left partly evicted, as the Events say it."""
+        if not self._annotate(d):
+            return
+        message = report.preemptor_event(d, self.windows, complete, partial)
         self.writer.event(d.preemptor, "Normal", REASON_PREEMPTOR, message)
         for v in d.victims:
-            event = report.victim_event(d, v, self.windows.get(v.pod))
+            event = report.victim_event(d, v, self.windows.get(v.pod), partial)
             self.writer.event(v.pod, "Normal", REASON_VICTIM, event)
 
     def warn(self, plan: Plan) -> None:

@@ -23,7 +23,7 @@ from steward_common.conventions import (
 )
 from tests.automator import k8s
 
-PG = {"labels": {GANG_COSCHEDULING_LABEL: "big"}}
+PG = {GANG_COSCHEDULING_LABEL: "big"}
 
 
 def run(state: ClusterState, usage: dict[PodKey, PodUsage], **config: Any) -> Plan:
@@ -45,8 +45,8 @@ def why_cluster(*extra: dict[str, Any]) -> ClusterState:
         k8s.node("n2"),
         k8s.pod("idle-a", gpus=8, node_name="n1", namespace="research"),
         k8s.pod("busy-b", gpus=8, node_name="n2", namespace="research"),
-        k8s.preemptor("big-0", gpus=8, namespace="prod", **PG),
-        k8s.preemptor("big-1", gpus=8, namespace="prod", **PG),
+        k8s.preemptor("big-0", gpus=8, namespace="prod", labels=PG),
+        k8s.preemptor("big-1", gpus=8, namespace="prod", labels=PG),
         *extra,
     )
 
@@ -231,18 +231,20 @@ def test_a_malformed_count_protects_and_leaves_unresolved(count: Any) -> None:
     assert "[gang-malformed] gang-malformed: gang research/v" in text
 
 
-def _victim_gang(usage_busy: str | None = None) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
+def _victim_gang(
+    usage_busy: str | None = None, wanted: int = 8
+) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
     """A 2-member idle victim gang on n1 and n2 (4 GPUs each), a single idle 4-GPU pod on n1."""
-    gang = {"labels": {GANG_COSCHEDULING_LABEL: "train"}}
+    gang = {GANG_COSCHEDULING_LABEL: "train"}
     state = k8s.cluster(
         k8s.node("n1"),
         k8s.node("n2"),
-        k8s.pod("g-0", gpus=4, node_name="n1", namespace="research", **gang),
-        k8s.pod("g-1", gpus=4, node_name="n2", namespace="research", **gang),
+        k8s.pod("g-0", gpus=4, node_name="n1", namespace="research", labels=gang),
+        k8s.pod("g-1", gpus=4, node_name="n2", namespace="research", labels=gang),
         k8s.pod("solo", gpus=4, node_name="n1", namespace="research"),
         k8s.pod("other", gpus=4, node_name="n2", namespace="research", priority=5000),
         k8s.pod_group("train", 2, namespace="research"),
-        k8s.preemptor("p", gpus=8),
+        k8s.preemptor("p", gpus=wanted),
     )
     usage = k8s.idle("g-0", "g-1", "solo", "other", namespace="research")
     if usage_busy:
@@ -266,12 +268,8 @@ def test_a_victim_gang_is_evicted_whole_across_nodes() -> None:
 
 def test_a_victim_gang_counts_all_members_in_the_order() -> None:
     # 4 GPUs needed: the single pod (1 victim) beats the gang (2 victims) although both free 4 GPUs on n1.
-    state, usage = _victim_gang()
-    small = k8s.cluster(
-        *[o for o in state.objects if o["metadata"]["name"] != "p"], k8s.preemptor("p", gpus=4)
-    )  # type: ignore[attr-defined]
-    small_state = small
-    (decision,) = run(small_state, {**usage, **k8s.busy("other", namespace="research")}).decisions
+    state, usage = _victim_gang(wanted=4)
+    (decision,) = run(state, usage).decisions
     assert [str(v.pod) for v in decision.victims] == ["research/solo"]
 
 
