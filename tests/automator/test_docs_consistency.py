@@ -214,6 +214,18 @@ def test_worked_example_output_is_the_real_output(
         assert out.rstrip("\n") == expected, f"gpu-automator {' '.join(argv)}"
 
 
+def test_gang_example_output_is_the_real_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_env: None
+) -> None:
+    runs = list(console_runs(section(RECLAIM_DOC.read_text(), "Gang example")))
+    assert [argv[0] for argv, _ in runs] == ["plan", "plan", "explain"]
+    monkeypatch.chdir(REPO)
+    for argv, expected in runs:
+        assert (REPO / argv[argv.index("--cluster") + 1]).parent.name == "gang_example"
+        assert cli.main(argv) == 0, argv
+        assert capsys.readouterr().out.rstrip("\n") == expected, f"gpu-automator {' '.join(argv)}"
+
+
 def test_worked_example_usage_block_is_the_fixture() -> None:
     (block,) = fenced(section(RECLAIM_DOC.read_text(), "Worked example"), "yaml")
     assert yaml.safe_load(block) == yaml.safe_load((EXAMPLE / "usage.yaml").read_text())
