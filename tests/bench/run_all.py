@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHES = [
     "tests.bench.bench_exporter",
     "tests.bench.bench_planner",
+    "tests.bench.bench_gangs",
     "tests.bench.bench_loading",
     "tests.bench.bench_automator_memory",
     "tests.bench.bench_dra",
