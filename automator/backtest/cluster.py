@@ -24,8 +24,12 @@ Approximations, each one able only to make the backtest evict less than the live
 - A pod's scheduling time is kube_pod_status_scheduled_time, else kube_pod_start_time (later: the pod looks
   younger, so its guaranteed run time protects it longer); a pod with neither is not yet scheduled
   (protected).
-- Pod labels are known only as far as kube-state-metrics exports them (--metric-labels-allowlist): only the
-  opt-out label is read; the report warns when no pod in the window carries it.
+- Pod labels and annotations are known only as far as kube-state-metrics exports them
+  (--metric-labels-allowlist, --metric-annotations-allowlist): only the opt-out label and the gang keys
+  (GANG_LABELS, GANG_ANNOTATIONS) are read; the report warns when no pod in the window carries the opt-out
+  label. Group objects (PodGroups, Workloads) are not exported: a gang needs the members history shows
+  (the planner's rule for a gang whose group object is not listed); spec.schedulingGroup and spec.workloadRef
+  are not exported either, so gangs of the Workload API are not seen.
 - Init containers' requests are not read (kube-state-metrics' init container series are experimental);
   a preemptor's priority and preemptionPolicy come from its PriorityClass, as admission sets them.
 """
@@ -47,7 +51,19 @@ from automator.objects.pdb import pdb_records
 from automator.objects.pod import pod_records
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.objects.resources import rfc3339
-from steward_common.conventions import NAMESPACE_LABEL, NEVER_RECLAIM_LABEL, POD_LABEL
+from steward_common.conventions import (
+    GANG_COSCHEDULING_LABEL,
+    GANG_JOBSET_LABEL,
+    GANG_KAI_ANNOTATION,
+    GANG_KUEUE_COUNT_ANNOTATION,
+    GANG_KUEUE_LABEL,
+    GANG_LWS_LABEL,
+    GANG_LWS_SIZE_ANNOTATION,
+    GANG_VOLCANO_ANNOTATION,
+    NAMESPACE_LABEL,
+    NEVER_RECLAIM_LABEL,
+    POD_LABEL,
+)
 
 # One step's samples: metric name -> (labels, value) of every series present at that time.
 Frame = Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
@@ -62,6 +78,7 @@ POD_DELETION = "kube_pod_deletion_timestamp"
 POD_REQUESTS = "kube_pod_container_resource_requests"
 POD_LIMITS = "kube_pod_container_resource_limits"
 POD_LABELS = "kube_pod_labels"
+POD_ANNOTATIONS = "kube_pod_annotations"
 NODE_ALLOCATABLE = "kube_node_status_allocatable"
 NODE_UNSCHEDULABLE = "kube_node_spec_unschedulable"
 NODE_TAINT = "kube_node_spec_taint"
@@ -75,6 +92,22 @@ def sanitized(name: str) -> str:
 
 
 OPT_OUT_LABEL = "label_" + sanitized(NEVER_RECLAIM_LABEL)
+# The pod labels and annotations read (kube-state-metrics' allow-lists must name them; docs/backtest.md).
+GANG_LABELS = (GANG_COSCHEDULING_LABEL, GANG_KUEUE_LABEL, GANG_LWS_LABEL, GANG_JOBSET_LABEL)
+GANG_ANNOTATIONS = (
+    GANG_VOLCANO_ANNOTATION,
+    GANG_KAI_ANNOTATION,
+    GANG_KUEUE_COUNT_ANNOTATION,
+    GANG_LWS_SIZE_ANNOTATION,
+)
+# key as the pod carries it -> its kube-state-metrics label
+READ_LABELS = {key: "label_" + sanitized(key) for key in (NEVER_RECLAIM_LABEL, *GANG_LABELS)}
+READ_ANNOTATIONS = {key: "annotation_" + sanitized(key) for key in GANG_ANNOTATIONS}
+
+
+def _carrying(metric: str, labels: Iterable[str]) -> str:
+    """The series of `metric` of the pods that carry any of these labels (the only ones read)."""
+    return " or ".join(f'{metric}{{{label}!=""}}' for label in labels)
 
 
 # The query of each metric: state series (one per phase, condition...) keep only the one that holds, so an
@@ -89,7 +122,8 @@ KSM_QUERIES: dict[str, str] = {
     POD_DELETION: POD_DELETION,
     POD_REQUESTS: POD_REQUESTS,
     POD_LIMITS: POD_LIMITS,
-    POD_LABELS: f'{POD_LABELS}{{{OPT_OUT_LABEL}!=""}}',  # the only label read: the pods carrying it
+    POD_LABELS: _carrying(POD_LABELS, READ_LABELS.values()),
+    POD_ANNOTATIONS: _carrying(POD_ANNOTATIONS, READ_ANNOTATIONS.values()),
     NODE_ALLOCATABLE: NODE_ALLOCATABLE,
     NODE_UNSCHEDULABLE: f"{NODE_UNSCHEDULABLE} == 1",
     NODE_TAINT: NODE_TAINT,
@@ -341,6 +375,7 @@ def objects_at(
             POD_REQUESTS,
             POD_LIMITS,
             POD_LABELS,
+            POD_ANNOTATIONS,
         )
     }
     pods: list[JsonObj] = []
@@ -351,6 +386,15 @@ def objects_at(
     nodes = _nodes(step.frame, names)
     pdbs = _pdbs(step.frame, overlay)
     return Objects(nodes, pods, pdbs)
+
+
+def _read(entries: _Entries | None, keys: Mapping[str, str]) -> dict[str, str]:
+    """The pod's labels or annotations read, by their own keys, from a kube_pod_labels or
+    kube_pod_annotations series (kube-state-metrics writes them as label_<key> and annotation_<key>)."""
+    if not entries:
+        return {}
+    series = entries[0][0]
+    return {key: series[name] for key, name in keys.items() if series.get(name)}
 
 
 def _pod(
@@ -373,11 +417,14 @@ def _pod(
     deleted = _first(index[POD_DELETION], key)
     if deleted is not None:  # an unreadable time still says it is being deleted
         meta["deletionTimestamp"] = _time(deleted) or _time(0)
-    label_entries = index[POD_LABELS].get(key)
-    if label_entries and label_entries[0][0].get(OPT_OUT_LABEL):
-        meta["labels"] = {NEVER_RECLAIM_LABEL: label_entries[0][0][OPT_OUT_LABEL]}
+    read = _read(index[POD_LABELS].get(key), READ_LABELS)
+    if read:
+        meta["labels"] = read
+    annotations = _read(index[POD_ANNOTATIONS].get(key), READ_ANNOTATIONS)
     if key in overlay.annotations:
-        meta["annotations"] = dict(overlay.annotations[key])
+        annotations.update(overlay.annotations[key])
+    if annotations:
+        meta["annotations"] = annotations
     requests = _resources(index[POD_REQUESTS].get(key, ()), names)
     limits = _resources(index[POD_LIMITS].get(key, ()), names)
     containers = [

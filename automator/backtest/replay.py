@@ -65,6 +65,7 @@ class Eviction:
     busy_again_after: float | None = None
     last_running: float = 0.0
     ended: float | None = None  # when history shows the victim ended (None: still open)
+    gang: str | None = None  # the victim's gang: its members are one eviction, regret if any is busy again
 
 
 @dataclass
@@ -212,7 +213,15 @@ class Replay:
                 pc = classes.get(str(victim.class_name))
                 threshold = class_settings(pc, self.policy.config).gpu_threshold
                 e = Eviction(
-                    float(t), v.pod, _uid_of(victim), v.gpus, d.node, d.preemptor, threshold, last_running=t
+                    float(t),
+                    v.pod,
+                    _uid_of(victim),
+                    v.gpus,
+                    v.node or d.node,
+                    d.preemptor,
+                    threshold,
+                    last_running=t,
+                    gang=v.gang,
                 )
                 self.gone.add(e.uid)
                 self.state.evictions.append(now)
@@ -237,6 +246,11 @@ class Replay:
                 samples.get(ev.victim, ()), ev.at, ev.threshold, self.lookahead_seconds
             )
             ev.regret = ev.busy_again_after is not None
+        # A victim gang was evicted whole: it is regret when any member is busy again.
+        regret_gangs = {ev.gang for ev in new if ev.gang is not None and ev.regret}
+        for ev in new:
+            if ev.gang in regret_gangs:
+                ev.regret = True
 
     def finish(self, end: int) -> None:
         """The window ended: what is still open ends there."""

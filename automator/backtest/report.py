@@ -40,19 +40,24 @@ def policy_json(replay: Replay) -> dict[str, Any]:
             "preemptor": str(e.preemptor),
             "regret": e.regret,
             "busy_again_after_seconds": None if e.busy_again_after is None else _round(e.busy_again_after),
+            **({"gang": e.gang} if e.gang is not None else {}),
         }
         for e in replay.evictions
     ]
     by_namespace: dict[str, dict[str, Any]] = {}
     hours = 0.0
+    units: set[tuple[float, str]] = set()  # an evicted victim gang is one eviction of its members
     for e in replay.evictions:
         reclaimed = gpu_hours(e.gpus, e.at, e.ended if e.ended is not None else e.at)
         hours += reclaimed
         ns = by_namespace.setdefault(
             e.victim.namespace, {"evictions": 0, "regret_evictions": 0, "gpu_hours_reclaimed": 0.0}
         )
-        ns["evictions"] += 1
-        ns["regret_evictions"] += int(e.regret)
+        unit = (e.at, e.gang if e.gang is not None else str(e.victim))
+        if unit not in units:
+            units.add(unit)
+            ns["evictions"] += 1
+            ns["regret_evictions"] += int(e.regret)
         ns["gpu_hours_reclaimed"] += reclaimed
     for ns in by_namespace.values():
         ns["gpu_hours_reclaimed"] = _round(ns["gpu_hours_reclaimed"])
@@ -61,8 +66,9 @@ def policy_json(replay: Replay) -> dict[str, Any]:
         "settings": dict(replay.policy.settings),
         "evictions": evictions,
         "totals": {
-            "evictions": len(evictions),
-            "regret_evictions": sum(1 for e in replay.evictions if e.regret),
+            "evictions": len(units),
+            **({"evicted_pods": len(evictions)} if len(units) != len(evictions) else {}),
+            "regret_evictions": sum(ns["regret_evictions"] for ns in by_namespace.values()),
             "gpu_hours_reclaimed": _round(hours),
             "wait_saved_seconds": _round(sum(w.saved or 0.0 for w in replay.waits)),
             "steps": replay.steps,
