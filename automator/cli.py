@@ -20,8 +20,10 @@ from automator import settings
 from automator.backtest import cli as backtest_cli
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
-from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.resources import FieldError, parse_time
+from automator.reclaim.model import PlannerConfig, PodUsage
 from steward_common.printable import printable
 
 # The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
@@ -39,7 +41,9 @@ def _now(text: str | None) -> datetime:
         raise InputError(str(exc)) from exc
 
 
-def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage], PlannerConfig, datetime]:
+def _load(
+    args: argparse.Namespace,
+) -> tuple[ClusterState, dict[ObjectKey, PodUsage], PlannerConfig, datetime]:
     from automator.reclaim.snapshot import InputError, load_cluster, load_usage
 
     try:
@@ -84,7 +88,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from automator.reclaim.snapshot import InputError
 
     try:
-        key = PodKey.parse(args.pod)
+        key = ObjectKey.parse(args.pod)
     except ValueError as exc:
         raise InputError(f"NAMESPACE/POD: {exc}") from exc
     cluster, usage, config, now = _load(args)

@@ -41,7 +41,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import NamedTuple
 
-from automator.objects.model import ClusterState, JsonObj, PodKey
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.node import node_records
 from automator.objects.pdb import pdb_records
 from automator.objects.pod import pod_records
@@ -124,12 +125,12 @@ def _quantity(value: float) -> str:
     return f"{Decimal(repr(value)).normalize():f}"
 
 
-def _key(labels: Mapping[str, str]) -> PodKey:
-    return PodKey(*_pair(labels))
+def _key(labels: Mapping[str, str]) -> ObjectKey:
+    return ObjectKey(*_pair(labels))
 
 
 def _pair(labels: Mapping[str, str]) -> tuple[str, str]:
-    """A pod's (namespace, name): equal to its PodKey, made without the named tuple's constructor (every
+    """A pod's (namespace, name): equal to its ObjectKey, made without the named tuple's constructor (every
     pod sample of every step)."""
     return (str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
 
@@ -140,7 +141,7 @@ class Overlay:
 
     gone: frozenset[str] = frozenset()  # uids of evicted victims
     placed: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # preemptor uid -> (node, time)
-    annotations: Mapping[PodKey, Mapping[str, str]] = field(default_factory=dict)  # written on preemptors
+    annotations: Mapping[ObjectKey, Mapping[str, str]] = field(default_factory=dict)  # written on preemptors
     # namespace -> simulated evictions whose victims history still shows running
     pdb_consumed: Mapping[str, int] = field(default_factory=dict)
 
@@ -152,7 +153,7 @@ class Evidence:
     by_pod: dict[str, set[str]] = field(default_factory=dict)  # uid -> nodes
     by_owner: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)  # (ns, kind, name) -> nodes
     strict: bool = False  # a pod with no node in history fits no node (else: any untainted node)
-    unplaced: set[PodKey] = field(default_factory=set)  # pending pods planned without such evidence
+    unplaced: set[ObjectKey] = field(default_factory=set)  # pending pods planned without such evidence
 
     def add(self, labels: Mapping[str, str]) -> None:
         node = labels.get("node")
@@ -193,7 +194,7 @@ class IndexedFrame:
         self._by_pod: dict[str, dict[tuple[str, str], _Entries]] = {}
         self._infos: dict[str, Mapping[str, str]] | None = None
         self._history: dict[str, PodHistory] | None = None
-        self._running: dict[tuple[str, ...], set[PodKey]] = {}
+        self._running: dict[tuple[str, ...], set[ObjectKey]] = {}
 
     def by_pod(self, metric: str) -> dict[tuple[str, str], _Entries]:
         found = self._by_pod.get(metric)
@@ -223,7 +224,7 @@ class IndexedFrame:
                 pair = _pair(labels)
                 phase = phases.get(pair)
                 self._history[uid] = PodHistory(
-                    PodKey(*pair),
+                    ObjectKey(*pair),
                     uid,
                     str(labels.get("node") or ""),
                     str(phase[0][0].get("phase")) if phase else "Unknown",
@@ -231,7 +232,7 @@ class IndexedFrame:
                 )
         return self._history
 
-    def running_gpu_pods(self, gpu_resources: Sequence[str]) -> set[PodKey]:
+    def running_gpu_pods(self, gpu_resources: Sequence[str]) -> set[ObjectKey]:
         """The pods history shows bound, not finished and requesting GPUs (whatever the simulation did to
         them): the exporter has data for the step if it has some for any of them."""
         names = tuple(gpu_resources)
@@ -284,7 +285,7 @@ def _resources(
 class PodHistory:
     """A pod as history shows it at one step (before the simulation's changes)."""
 
-    key: PodKey
+    key: ObjectKey
     uid: str
     node: str
     phase: str

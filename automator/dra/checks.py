@@ -31,7 +31,7 @@ from automator.dra.model import (
     Report,
 )
 from automator.dra.policy import consumption_problems, fmt
-from automator.objects.gc_pause import gc_paused
+from steward_common.gc_pause import gc_paused
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
 _ZERO = Decimal(0)

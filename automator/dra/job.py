@@ -37,8 +37,8 @@ from automator.dra.model import (
 )
 from automator.dra.report import EVENT_COMPONENT, events, to_json
 from automator.objects.cache import RecordCache
-from automator.objects.gc_pause import gc_paused
 from automator.ports import KubernetesUnavailable, PrometheusUnavailable
+from steward_common.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from automator.dra.load_slices import DEVICE_PLUGIN_GPU, SliceLoader, parse_slic
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Node, Pod, Records
 from automator.objects.cache import RecordCache, version_key
 from automator.objects.fields import Unparsable, is_name
-from automator.objects.gc_pause import gc_paused
 from automator.objects.node import node_record
 from automator.objects.pod import pod_record
 from automator.reclaim.snapshot import InputError, documents, flatten
+from steward_common.gc_pause import gc_paused
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 

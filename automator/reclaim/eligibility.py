@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from automator.objects.class_settings import ClassSettings
-from automator.objects.model import PlannerConfig, PodUsage
 from automator.objects.pdb import PodDisruptionBudget
 from automator.objects.pod import Pod
+from automator.reclaim.class_settings import ClassSettings
 from automator.reclaim.fit import requirement_matches
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.reclaim.report import fmt_measure
 from steward_common.conventions import (
     NEVER_RECLAIM_LABEL,

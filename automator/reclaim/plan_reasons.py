@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from automator.objects.model import PlannerConfig, PodKey
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, Requests, parse_time
 from automator.reclaim.cluster_index import NodeState
 from automator.reclaim.fit import static_misfit
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.victims import NodeResult
 from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
@@ -94,7 +95,7 @@ def nominated(pod: Pod) -> str | None:
 
 
 def cooldown(
-    ann: Mapping[str, Any], now: datetime, config: PlannerConfig, terminating: Collection[PodKey]
+    ann: Mapping[str, Any], now: datetime, config: PlannerConfig, terminating: Collection[ObjectKey]
 ) -> str | None:
     """Why the preemptor is in cooldown (reason starting with the word), or None."""
     raw = ann.get(LAST_RECLAIM_ANNOTATION)
@@ -143,12 +144,12 @@ def gave_up(ann: Mapping[str, Any], config: PlannerConfig) -> str | None:
     return None
 
 
-def victim_keys(raw: object) -> list[PodKey]:
+def victim_keys(raw: object) -> list[ObjectKey]:
     """The reclaim-victims annotation: comma-separated namespace/name; unreadable items are skipped."""
-    keys: list[PodKey] = []
+    keys: list[ObjectKey] = []
     for part in str(raw or "").split(","):
         try:
-            keys.append(PodKey.parse(part.strip()))
+            keys.append(ObjectKey.parse(part.strip()))
         except ValueError:
             continue
     return keys

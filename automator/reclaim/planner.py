@@ -12,30 +12,30 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 
-from automator.objects.gc_pause import gc_paused
-from automator.objects.model import (
-    ClusterState,
-    CutOff,
-    Decision,
-    Plan,
-    PlannerConfig,
-    PodKey,
-    PodUsage,
-    Unresolved,
-    Verdict,
-    Victim,
-)
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.resources import Requests
 from automator.reclaim import plan_reasons as reasons
 from automator.reclaim.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
 from automator.reclaim.fit import scheduling_signature
+from automator.reclaim.model import (
+    CutOff,
+    Decision,
+    Plan,
+    PlannerConfig,
+    PodUsage,
+    Unresolved,
+    Verdict,
+    Victim,
+)
 from automator.reclaim.plan_reasons import StaticFit, static_fit
 from automator.reclaim.ranking import Rankings, tie_key
 from automator.reclaim.report import explain, plan_to_json
 from automator.reclaim.splits import NO_SPLIT, Splits
 from automator.reclaim.victims import NO_VICTIMS, NodeResult, SetKey, search_node
 from steward_common.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
+from steward_common.gc_pause import gc_paused
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -55,7 +55,7 @@ class _Pass:
     index: ClusterIndex
     config: PlannerConfig
     now: datetime
-    exclude: frozenset[PodKey]
+    exclude: frozenset[ObjectKey]
     budget: int  # evictions still allowed this pass
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
     budget_stop: str | None = None  # set once a preemptor's victims would exceed the budget
@@ -87,7 +87,7 @@ class _Pass:
             self._place(pre, cooling[pre.key])
         return self.plan
 
-    def _reserve(self, cooling: Mapping[PodKey, str | None]) -> None:
+    def _reserve(self, cooling: Mapping[ObjectKey, str | None]) -> None:
         """Preemptors in cooldown take their requests on their reclaim-node before anyone is served, as a
         preemptor served earlier in the pass does: the GPUs freed for them are offered to no one else."""
         for pre in self.index.preemptors:
@@ -386,10 +386,10 @@ class _Pass:
 
 def plan(
     cluster: ClusterState,
-    usage: Mapping[PodKey, PodUsage],
+    usage: Mapping[ObjectKey, PodUsage],
     config: PlannerConfig,
     now: datetime,
-    exclude: frozenset[PodKey] = frozenset(),
+    exclude: frozenset[ObjectKey] = frozenset(),
     budget: int | None = None,
 ) -> Plan:
     """Plan one pass. exclude: pods never to be chosen as victims (e.g. their eviction was refused);

@@ -9,19 +9,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from automator.objects.model import (
-    AnnotationWarning,
-    ClusterState,
-    Decision,
-    Mode,
-    Plan,
-    PlannerConfig,
-    PodKey,
-    UsageWindow,
-    Victim,
-)
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError
+from automator.reclaim.model import AnnotationWarning, Decision, Plan, PlannerConfig, UsageWindow, Victim
 from steward_common.conventions import RECLAIM_ANNOTATION
 from steward_common.printable import printable, printable_lines
 
@@ -144,7 +136,7 @@ def plan_to_text(result: Plan) -> str:
 # --- explain -----------------------------------------------------------------------------------------
 
 
-def _as_preemptor(plan: Plan, key: PodKey) -> list[str]:
+def _as_preemptor(plan: Plan, key: ObjectKey) -> list[str]:
     lines: list[str] = []
     for fit in plan.already_fit:
         if fit.preemptor == key:
@@ -174,7 +166,7 @@ def _as_preemptor(plan: Plan, key: PodKey) -> list[str]:
     return lines
 
 
-def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfig | None = None) -> str:
+def explain(plan: Plan, cluster: ClusterState, key: ObjectKey, config: PlannerConfig | None = None) -> str:
     """Why a pod is or is not a victim, or what happens to it as a preemptor. LookupError if unknown."""
     config = config or PlannerConfig()
     pod = next((p for p in cluster.pods if p.key == key), None)
@@ -237,8 +229,11 @@ def describe_victim(v: Victim, window: UsageWindow | None) -> str:
     return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, {measured(v, window)})"
 
 
-def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> None:
-    verb = "would evict" if mode is Mode.DRY_RUN else "evicting"
+def log_plan(
+    log: logging.Logger, plan: Plan, mode: str, windows: Mapping[ObjectKey, UsageWindow], *, evicting: bool
+) -> None:
+    """The plan's log lines; mode: the pass's mode as logged, evicting: whether it evicts (enforce)."""
+    verb = "evicting" if evicting else "would evict"
     for d in plan.decisions:
         log.info(
             "decision mode=%s preemptor=%s priority=%d gpus=%d node=%s free_before=%d: %s %s",
@@ -269,7 +264,7 @@ def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKe
         )
 
 
-def preemptor_event(d: Decision, windows: Mapping[PodKey, UsageWindow], complete: bool) -> str:
+def preemptor_event(d: Decision, windows: Mapping[ObjectKey, UsageWindow], complete: bool) -> str:
     victims = "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims)
     partial = "" if complete else " (partial: an eviction was refused)"
     return printable(
@@ -285,7 +280,7 @@ def victim_event(d: Decision, v: Victim, window: UsageWindow | None) -> str:
     )
 
 
-def eviction_failed_event(preemptor: PodKey, outcome: str, message: str) -> str:
+def eviction_failed_event(preemptor: ObjectKey, outcome: str, message: str) -> str:
     return printable(f"gpu-steward could not evict it for {preemptor}: {outcome} {message}")
 
 

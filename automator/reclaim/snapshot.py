@@ -14,14 +14,16 @@ from typing import Any, NamedTuple
 import msgspec
 import yaml
 
-from automator.objects.gc_pause import gc_paused
-from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.node import node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, integer, parse_time
 from automator.reclaim.eligibility import LABEL_SELECTOR_OPERATORS, selector_matches
+from automator.reclaim.model import PodUsage
+from steward_common.gc_pause import gc_paused
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
 from steward_common.untrusted import UnreadableError, yaml_documents
 
@@ -186,7 +188,7 @@ def _name(obj: JsonObj, kind: str, where: str, namespaced: bool) -> str:
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise InputError(f"{kind} at {where}: metadata.name: missing")
     if namespaced:
-        return f"{kind} {PodKey.of(obj)}"
+        return f"{kind} {ObjectKey.of(obj)}"
     return f"{kind} {meta['name']}"
 
 
@@ -313,7 +315,7 @@ def _number(value: Any, label: str, field: str, upper: float | None) -> float | 
     return float(value)
 
 
-def load_usage(path: Path) -> dict[PodKey, PodUsage]:
+def load_usage(path: Path) -> dict[ObjectKey, PodUsage]:
     """YAML `pods: [{namespace, name, gpu_activity, coverage, cpu_cores, gpu_recent_max,
     newest_sample_age_seconds}]`, optionally `max_sample_age_seconds`; a pod not listed is unknown;
     gpu_recent_max absent or null, or a newest sample older than max_sample_age_seconds (default
@@ -326,7 +328,7 @@ def load_usage(path: Path) -> dict[PodKey, PodUsage]:
         raise InputError(f"{path}: pods: expected a list")
     max_age = _number(docs[0].get("max_sample_age_seconds"), str(path), "max_sample_age_seconds", None)
     max_age = MAX_SAMPLE_AGE_SECONDS if max_age is None else max_age
-    usage: dict[PodKey, PodUsage] = {}
+    usage: dict[ObjectKey, PodUsage] = {}
     for i, entry in enumerate(pods):
         where = f"{path} pods[{i}]"
         if not isinstance(entry, Mapping):
@@ -334,7 +336,7 @@ def load_usage(path: Path) -> dict[PodKey, PodUsage]:
         for field in ("namespace", "name"):
             if not isinstance(entry.get(field), str) or not entry[field]:
                 raise InputError(f"{where}: {field}: missing")
-        key = PodKey(entry["namespace"], entry["name"])
+        key = ObjectKey(entry["namespace"], entry["name"])
         label = f"usage of Pod {key} ({where})"
         if key in usage:
             raise InputError(f"{label}: listed twice")

@@ -14,9 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from automator.objects.model import ClusterState, Decision, PodKey
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, rfc3339
+from automator.reclaim.model import Decision
 from steward_common.conventions import (
     EVICTIONS_ANNOTATION,
     LAST_RECLAIM_ANNOTATION,
@@ -34,15 +36,15 @@ class ActuatorState:
     """What the service remembers between passes (per process; lost on failover, which is harmless)."""
 
     # Warnings already turned into Events: (class, annotation, value, pod).
-    warned: set[tuple[str, str, str, PodKey]] = field(default_factory=set)
+    warned: set[tuple[str, str, str, ObjectKey]] = field(default_factory=set)
     # Preemptors we evicted for, when, and the annotations written (or meant to be): a backstop for the
     # annotations if patching failed or the next list does not show them yet, so a pass never evicts twice
     # for the same preemptor.
-    reclaimed: dict[PodKey, tuple[datetime, dict[str, str]]] = field(default_factory=dict)
+    reclaimed: dict[ObjectKey, tuple[datetime, dict[str, str]]] = field(default_factory=dict)
     # Times of accepted evictions in the last hour (--max-evictions-per-hour, a sliding window).
     evictions: deque[datetime] = field(default_factory=deque)
     # Preemptors already given a gave-up warning Event: (key, uid).
-    gave_up_warned: set[tuple[PodKey, str]] = field(default_factory=set)
+    gave_up_warned: set[tuple[ObjectKey, str]] = field(default_factory=set)
 
     def evictions_last_hour(self, now: datetime) -> int:
         while self.evictions and now - self.evictions[0] >= HOUR:
@@ -99,7 +101,7 @@ def _parse_time(text: str) -> datetime | None:
 
 
 def with_reclaim_memory(
-    cluster: ClusterState, reclaimed: Mapping[PodKey, tuple[datetime, Mapping[str, str]]]
+    cluster: ClusterState, reclaimed: Mapping[ObjectKey, tuple[datetime, Mapping[str, str]]]
 ) -> ClusterState:
     """The cluster with our remembered reclaim annotations written into preemptors that show older ones."""
     if not reclaimed:

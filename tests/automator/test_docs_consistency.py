@@ -28,8 +28,9 @@ from automator.dra.job import DraCheckJob, SnapshotDraCluster
 from automator.keda.kube import NamespaceLister
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import Mode, PlannerConfig, PodKey
-from automator.ports import EvictionOutcome
+from automator.objects.keys import ObjectKey
+from automator.ports import EvictionOutcome, Mode
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.snapshot import load_cluster, load_usage
 from automator.service import main as service
 from steward_common import conventions
@@ -506,7 +507,7 @@ def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Re
     api = client.ApiClient(client.Configuration(host=fake_kube.url))
     kube = KubernetesAdapter(api, identity="replica-0")
     kube.snapshot()
-    pod = PodKey("ml", "train-a")
+    pod = ObjectKey("ml", "train-a")
     assert kube.get_pod(pod) is not None
     assert kube.evict(pod, uid="u-1", dry_run=True).outcome is EvictionOutcome.OK
     assert kube.evict(pod, uid="u-1").outcome is EvictionOutcome.OK

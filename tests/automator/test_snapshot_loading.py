@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from automator.objects.model import JsonObj, PlannerConfig
+from automator.objects.keys import JsonObj
 from automator.reclaim import snapshot
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.planner import plan
 from automator.reclaim.snapshot import InputError, documents, is_json, load_cluster, load_usage
 from tests.automator import k8s
