@@ -35,10 +35,12 @@ from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import FieldError
 from automator.ports import PrometheusUnavailable
 from automator.reclaim import planner
+from automator.reclaim.annotations import reclaim_annotations
 from automator.reclaim.class_settings import class_settings
 from automator.reclaim.cluster_index import SettingsCache, classes_by_name
 from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
-from automator.service.cooldown import ActuatorState, reclaim_annotations
+
+HOUR_SECONDS = 3600
 
 # (windows, evaluation time, recent window seconds) -> usage, as PrometheusAdapter.usage answers
 UsageFn = Callable[[Mapping[ObjectKey, UsageWindow], int, int], Mapping[ObjectKey, PodUsage]]
@@ -115,7 +117,6 @@ class Replay:
     evidence: Evidence
     step_seconds: int
     lookahead_seconds: int
-    state: ActuatorState = field(default_factory=ActuatorState)
     gone: set[str] = field(default_factory=set)
     placed: dict[str, tuple[str, float]] = field(default_factory=dict)
     annotations: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)
@@ -154,14 +155,21 @@ class Replay:
         now = datetime.fromtimestamp(t, tz=UTC)
         budget = config.max_evictions_per_pass
         if self.policy.max_evictions_per_hour is not None:
-            budget = min(
-                budget, max(0, self.policy.max_evictions_per_hour - self.state.evictions_last_hour(now))
-            )
+            budget = min(budget, max(0, self.policy.max_evictions_per_hour - self._evictions_last_hour(t)))
         plan = planner.plan(cluster, known, config, now, budget=budget)
         new = self._commit(t, now, cluster, plan.decisions)
         self._regret(t, new, lookahead)
         regret = sum(1 for e in new if e.regret)
         self.timeline.append((float(t), idle_gpus(cluster, known, config), len(new), regret))
+
+    def _evictions_last_hour(self, t: int) -> int:
+        """The evictions of the hour before t (--max-evictions-per-hour's sliding window)."""
+        count = 0
+        for e in reversed(self.evictions):  # in the order they were made
+            if t - e.at >= HOUR_SECONDS:
+                break
+            count += 1
+        return count
 
     def _no_data(self, t: int) -> None:
         self.steps_without_data += 1
@@ -217,7 +225,6 @@ class Replay:
                     float(t), v.pod, _uid_of(victim), v.gpus, d.node, d.preemptor, threshold, last_running=t
                 )
                 self.gone.add(e.uid)
-                self.state.evictions.append(now)
                 new.append(e)
         self.evictions.extend(new)
         return new

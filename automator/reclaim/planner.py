@@ -16,6 +16,7 @@ from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.resources import Requests
 from automator.reclaim import plan_reasons as reasons
+from automator.reclaim.annotations import ReclaimMarks, read_marks
 from automator.reclaim.cluster_index import ClusterIndex, NodeState, Preemptor, index_cluster, usage_windows
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
 from automator.reclaim.fit import scheduling_signature
@@ -34,7 +35,7 @@ from automator.reclaim.ranking import Rankings, tie_key
 from automator.reclaim.report import explain, plan_to_json
 from automator.reclaim.splits import NO_SPLIT, Splits
 from automator.reclaim.victims import NO_VICTIMS, NodeResult, SetKey, search_node
-from steward_common.conventions import RECLAIM_NODE_ANNOTATION, WORD_BUDGET, UnresolvedReason
+from steward_common.conventions import WORD_BUDGET, UnresolvedReason
 from steward_common.gc_pause import gc_paused
 
 # The planner's public functions, wherever they are implemented.
@@ -67,6 +68,7 @@ class _Pass:
     search_cache: dict[tuple[int, int, int, int], _Cache] = field(default_factory=dict)
     node_pdbs: dict[str, tuple[int, set[tuple[str, str]]]] = field(default_factory=dict)
     verdict_count: int = 0
+    marks: dict[ObjectKey, ReclaimMarks] = field(default_factory=dict)  # each preemptor's, read once
     splits: Splits = field(init=False)
     rankings: Rankings = field(init=False)
 
@@ -78,9 +80,10 @@ class _Pass:
         self.plan.warnings.extend(self.index.warnings)
         self.plan.candidates = self.index.candidates
         self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
+        self.marks = {pre.key: read_marks(pre.pod.annotations) for pre in self.index.preemptors}
         cooling = {
-            pre.key: reasons.cooldown(pre.pod.annotations, self.now, self.config, self.index.terminating)
-            for pre in self.index.preemptors
+            key: reasons.cooldown(marks, self.now, self.config, self.index.terminating)
+            for key, marks in self.marks.items()
         }
         self._reserve(cooling)
         for pre in self.index.preemptors:
@@ -93,7 +96,7 @@ class _Pass:
         for pre in self.index.preemptors:
             if cooling[pre.key] is None or pre.req is None:
                 continue
-            node = self.index.nodes.get(str(pre.pod.annotations.get(RECLAIM_NODE_ANNOTATION, "")))
+            node = self.index.nodes.get(self.marks[pre.key].node)
             if node is not None:
                 node.take(pre.req)
                 node.version += 1
@@ -177,7 +180,7 @@ class _Pass:
             self.plan.skipped_cooldown.append(pre.key)
             reason, kind = cooldown, UnresolvedReason.COOLDOWN
         if reason is None:
-            reason, kind = reasons.gave_up(pre.pod.annotations, self.config), UnresolvedReason.GAVE_UP
+            reason, kind = reasons.gave_up(self.marks[pre.key], self.config), UnresolvedReason.GAVE_UP
             if reason is not None:
                 self.plan.gave_up.append(pre.key)
         if reason is None and (pre.error is not None or pre.req is None):

@@ -1,8 +1,8 @@
-"""What the actuator remembers between passes, and the cooldown annotations it writes on a preemptor.
+"""What the actuator remembers between passes. Pure: no I/O.
 
-Pure: no I/O. The annotations (steward_common/conventions.py) keep a served preemptor in the
-planner's cooldown; the memory is their backstop when patching failed or the next list does not show
-them yet.
+The reclaim annotations written on a served preemptor (read and written by reclaim/annotations.py) keep it
+in the planner's cooldown; the memory is their backstop when patching failed or the next list does not
+show them yet.
 """
 
 from __future__ import annotations
@@ -17,15 +17,9 @@ import msgspec
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.objects.resources import FieldError, rfc3339
-from automator.reclaim.model import Decision
-from steward_common.conventions import (
-    EVICTIONS_ANNOTATION,
-    LAST_RECLAIM_ANNOTATION,
-    RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_NODE_ANNOTATION,
-    RECLAIM_VICTIMS_ANNOTATION,
-)
+from automator.objects.resources import FieldError
+from automator.reclaim.annotations import last_reclaim, reclaim_node, reclaim_victims
+from steward_common.conventions import EVICTIONS_ANNOTATION
 from steward_common.settingspec import whole_number
 
 HOUR = timedelta(hours=1)
@@ -92,14 +86,6 @@ def restore_evictions(state: ActuatorState, annotations: Mapping[str, str], now:
     return len(added)
 
 
-def _parse_time(text: str) -> datetime | None:
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
 def with_reclaim_memory(
     cluster: ClusterState, reclaimed: Mapping[ObjectKey, tuple[datetime, Mapping[str, str]]]
 ) -> ClusterState:
@@ -112,26 +98,11 @@ def with_reclaim_memory(
         if memory is not None:
             when, written = memory
             annotations = pod.annotations
-            seen = _parse_time(str(annotations.get(LAST_RECLAIM_ANNOTATION, "")))
-            if LAST_RECLAIM_ANNOTATION not in annotations or (seen is not None and seen < when):
+            seen = last_reclaim(annotations)
+            if seen is None or (isinstance(seen, datetime) and seen < when):
                 pod = msgspec.structs.replace(pod, annotations={**annotations, **written})
         pods.append(pod)
     return replace(cluster, pods=pods)
-
-
-def reclaim_annotations(preemptor: Pod | None, d: Decision, now: datetime) -> dict[str, str]:
-    """The four annotations written on a preemptor once victims were evicted for it."""
-    annotations = preemptor.annotations if preemptor is not None else {}
-    try:
-        previous = whole_number(str(annotations.get(RECLAIM_COUNT_ANNOTATION, "0")))
-    except ValueError:
-        previous = 0
-    return {
-        LAST_RECLAIM_ANNOTATION: rfc3339(now),
-        RECLAIM_NODE_ANNOTATION: d.node,
-        RECLAIM_VICTIMS_ANNOTATION: ",".join(str(v.pod) for v in d.victims),
-        RECLAIM_COUNT_ANNOTATION: str(max(0, previous) + 1),
-    }
 
 
 def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, cooldown: timedelta) -> None:
@@ -140,8 +111,8 @@ def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, 
         return
     terminating = {p.key for p in cluster.pods if p.terminating}
     for key, (when, written) in list(state.reclaimed.items()):
-        victims = {v.strip() for v in written.get(RECLAIM_VICTIMS_ANNOTATION, "").split(",")}
-        if now - when >= cooldown and not any(str(t) in victims for t in terminating):
+        victims = reclaim_victims(written)
+        if now - when >= cooldown and not any(t in victims for t in terminating):
             del state.reclaimed[key]
 
 
@@ -154,7 +125,7 @@ def gpus_held_by_reclaim(cluster: ClusterState, gpu_resources: Iterable[str]) ->
         node = pod.node_name
         if not node or pod.finished or pod.terminating:
             continue
-        if str(pod.annotations.get(RECLAIM_NODE_ANNOTATION, "")) != node:
+        if reclaim_node(pod.annotations) != node:
             continue
         try:
             total += pod.requests(gpu_resources).gpus

@@ -20,8 +20,9 @@ from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.ports import EvictionOutcome, EvictionResult
 from automator.reclaim import planner, report
+from automator.reclaim.annotations import reclaim_annotations
 from automator.reclaim.model import Decision, Plan, PlannerConfig, PodUsage, Unresolved, UsageWindow, Victim
-from automator.service.cooldown import ActuatorState, reclaim_annotations
+from automator.service.cooldown import ActuatorState
 from automator.service.eviction import ClusterWriter, Stop
 from steward_common.conventions import (
     REASON_EVICTION_FAILED,

@@ -11,9 +11,9 @@ from automator.objects.keys import ObjectKey
 from automator.objects.pod import pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, parse_time
+from automator.reclaim.annotations import reclaim_annotations
 from automator.reclaim.class_settings import class_settings
 from automator.reclaim.model import Decision, PlannerConfig
-from automator.service.cooldown import reclaim_annotations
 from steward_common import settingspec as spec
 from steward_common.conventions import ANN_TOLERATION_SECONDS, RECLAIM_COUNT_ANNOTATION
 
