@@ -31,7 +31,7 @@ from steward_common.printable import printable
 
 
 def _now(text: str | None) -> datetime:
-    from automator.reclaim.snapshot import InputError
+    from automator.objects.files import InputError
 
     if text is None:
         return datetime.now(UTC)
@@ -44,7 +44,8 @@ def _now(text: str | None) -> datetime:
 def _load(
     args: argparse.Namespace,
 ) -> tuple[ClusterState, dict[ObjectKey, PodUsage], PlannerConfig, datetime]:
-    from automator.reclaim.snapshot import InputError, load_cluster, load_usage
+    from automator.objects.files import InputError
+    from automator.reclaim.snapshot import load_cluster, load_usage
 
     try:
         config = settings.planner_config(args)
@@ -61,7 +62,7 @@ _T = TypeVar("_T")
 def _read(name: str, reader: Callable[[Path], _T]) -> _T:
     """reader(Path(name)); what a hostile file makes Python itself refuse (nesting past the recursion
     limit, a number past its digit limit) is bad input naming the file, like any other, not a traceback."""
-    from automator.reclaim.snapshot import InputError
+    from automator.objects.files import InputError
 
     try:
         return reader(Path(name))
@@ -83,9 +84,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from automator.objects.files import InputError
     from automator.reclaim import report
     from automator.reclaim.planner import plan
-    from automator.reclaim.snapshot import InputError
 
     try:
         key = ObjectKey.parse(args.pod)
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return keda_cli.run(args)
     if args.command not in ("plan", "explain"):
         return _run(args)
-    from automator.reclaim.snapshot import InputError
+    from automator.objects.files import InputError
 
     try:
         return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)

@@ -18,13 +18,14 @@ from automator.backtest.cli import BacktestError, Options
 from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, IndexedFrame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import report_json, report_text, timelines
+from automator.objects.files import InputError
 from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.ports import PrometheusUnavailable
 from automator.prom import PrometheusAdapter
 from automator.reclaim.cluster_index import is_reclaim_class
 from automator.reclaim.model import PodUsage, UsageWindow
-from automator.reclaim.snapshot import InputError, load_cluster
+from automator.reclaim.snapshot import load_cluster
 from steward_common.conventions import NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from steward_common.printable import printable
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from automator.keda.workloads import Namespace
+from automator.objects.files import InputError, documents, flatten
 from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.pod import pod_record
 from automator.objects.workload import workload_record
 from automator.ports import KubernetesUnavailable
-from automator.reclaim.snapshot import InputError, documents, flatten
 
 
 class SnapshotNamespaces:

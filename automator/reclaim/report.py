@@ -5,7 +5,6 @@ service's log lines and the Events' messages all come from here, with the number
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,29 +12,10 @@ from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError
+from automator.reclaim.formats import fmt_logged, fmt_measure, json_measure
 from automator.reclaim.model import AnnotationWarning, Decision, Plan, PlannerConfig, UsageWindow, Victim
 from steward_common.conventions import RECLAIM_ANNOTATION
 from steward_common.printable import printable, printable_lines
-
-# Number formats. Verdicts, `explain` and the CLI text print measures to three significant digits (0.01,
-# 0.42); log lines and Events print activity with three decimals (0.000), as the demo and docs/reclaim.md
-# quote them; JSON carries numbers rounded to four decimals. Each format is defined once, here.
-
-
-def fmt_measure(value: float | None) -> str:
-    """A measured activity or core count in verdicts, explain and the CLI's text."""
-    return "unknown" if value is None else f"{value:.3g}"
-
-
-def fmt_logged(value: float | None, unit: str = "") -> str:
-    """A measured activity or core count in log lines and Events."""
-    return "unknown" if value is None else f"{value:.3f}{unit}"
-
-
-def json_measure(value: float | None) -> float | None:
-    """A measure in JSON: rounded, and null when unknown or not finite."""
-    return None if value is None or not math.isfinite(value) else round(value, 4)
-
 
 # --- JSON (CLI `plan --output json`, the service's /decisions) -------------------------------------------
 

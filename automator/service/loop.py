@@ -14,11 +14,12 @@ from typing import Any
 
 from automator.metrics import AutomatorMetrics
 from automator.objects.cluster import ClusterState
+from automator.objects.files import InputError
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, Mode, UsageSource
 from automator.reclaim.model import PlannerConfig
-from automator.reclaim.snapshot import InputError, load_cluster
+from automator.reclaim.snapshot import load_cluster
 from automator.service.actuator import ActuatorState, PassResult, run_pass
 
 # A pass older than this many intervals makes a leader unready.

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from automator.objects.files import InputError
 from automator.objects.keys import ObjectKey
 from automator.reclaim.model import PodUsage
-from automator.reclaim.snapshot import InputError, load_cluster, load_usage
+from automator.reclaim.snapshot import load_cluster, load_usage
 from tests.automator import k8s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from automator.objects.files import InputError
 from automator.objects.keys import ObjectKey
-from automator.reclaim.snapshot import InputError, load_usage
+from automator.reclaim.snapshot import load_usage
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
 
 
