@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
-from typing import Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias
 
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
@@ -87,6 +88,16 @@ class KubeAdapter(Protocol):
     def event(
         self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None
     ) -> None: ...
+
+
+class ContainerUsage(NamedTuple):
+    """A container's memory on one GPU, as Prometheus has it (the DRA check's usage)."""
+
+    namespace: str
+    pod: str
+    container: str
+    gpu_uuid: str
+    memory_bytes: Decimal | None  # None: unknown, never compared
 
 
 # The usage query's types, named once for the port and its implementations.

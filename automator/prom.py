@@ -25,9 +25,8 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from automator.dra.model import ContainerUsage
 from automator.objects.keys import ObjectKey
-from automator.ports import PrometheusUnavailable, Usage, When, Windows
+from automator.ports import ContainerUsage, PrometheusUnavailable, Usage, When, Windows
 from automator.reclaim.model import PodUsage
 from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
 from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS

@@ -31,9 +31,10 @@ from automator.dra.load import (
     parse_usage,
     read_objects,
 )
-from automator.dra.model import ContainerUsage, Records, Report
+from automator.dra.model import Records, Report
 from automator.dra.report import json_text
 from automator.objects.cache import RecordCache
+from automator.ports import ContainerUsage
 from steward_common.gc_pause import gc_paused
 from tests.automator.fixtures.dra import builders as b
 
