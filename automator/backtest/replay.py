@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import takewhile
 from typing import Any
 
 from automator.backtest.cluster import Evidence, Frame, IndexedFrame, Overlay, cluster_at, has_data, indexed
@@ -39,8 +40,6 @@ from automator.reclaim.annotations import reclaim_annotations
 from automator.reclaim.class_settings import class_settings
 from automator.reclaim.cluster_index import SettingsCache, classes_by_name
 from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
-
-HOUR_SECONDS = 3600
 
 # (windows, evaluation time, recent window seconds) -> usage, as PrometheusAdapter.usage answers
 UsageFn = Callable[[Mapping[ObjectKey, UsageWindow], int, int], Mapping[ObjectKey, PodUsage]]
@@ -154,22 +153,14 @@ class Replay:
             return
         now = datetime.fromtimestamp(t, tz=UTC)
         budget = config.max_evictions_per_pass
-        if self.policy.max_evictions_per_hour is not None:
-            budget = min(budget, max(0, self.policy.max_evictions_per_hour - self._evictions_last_hour(t)))
+        if self.policy.max_evictions_per_hour is not None:  # a sliding hour, as the service keeps it
+            last_hour = sum(1 for _ in takewhile(lambda e: t - e.at < 3600, reversed(self.evictions)))
+            budget = min(budget, max(0, self.policy.max_evictions_per_hour - last_hour))
         plan = planner.plan(cluster, known, config, now, budget=budget)
         new = self._commit(t, now, cluster, plan.decisions)
         self._regret(t, new, lookahead)
         regret = sum(1 for e in new if e.regret)
         self.timeline.append((float(t), idle_gpus(cluster, known, config), len(new), regret))
-
-    def _evictions_last_hour(self, t: int) -> int:
-        """The evictions of the hour before t (--max-evictions-per-hour's sliding window)."""
-        count = 0
-        for e in reversed(self.evictions):  # in the order they were made
-            if t - e.at >= HOUR_SECONDS:
-                break
-            count += 1
-        return count
 
     def _no_data(self, t: int) -> None:
         self.steps_without_data += 1

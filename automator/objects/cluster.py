@@ -30,7 +30,7 @@ class ClusterState:
         priority_classes: Iterable[PriorityClass | JsonObj],
         pdbs: Iterable[PodDisruptionBudget | JsonObj],
     ) -> ClusterState:
-        """The listing of objects given as they are read (or as records), each decoded into its record."""
+        """The listing of objects as read (or records), each decoded into its record."""
         return cls(
             node_records(nodes),
             pod_records(pods),

@@ -3,8 +3,8 @@
 Orchestration over two ports (automator/ports.py: KubeAdapter, UsageSource), so it runs the same against the
 live adapters (kube.py, prom.py), the snapshot file and the test fakes, and imports none of them. The
 decisions are the planner's; every message it logs or writes is report.py's. Acting on them is
-enforcer.py's (the writes eviction.py's), the memory between passes and the cooldown annotations
-cooldown.py's.
+enforcer.py's (the writes eviction.py's), the memory between passes cooldown.py's, the reclaim
+annotations reclaim/annotations.py's.
 """
 
 from __future__ import annotations
