@@ -43,9 +43,6 @@ from typing import NamedTuple
 
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import JsonObj, ObjectKey
-from automator.objects.node import node_records
-from automator.objects.pdb import pdb_records
-from automator.objects.pod import pod_records
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.objects.resources import rfc3339
 from steward_common.conventions import NAMESPACE_LABEL, NEVER_RECLAIM_LABEL, POD_LABEL
@@ -316,7 +313,7 @@ def cluster_at(
     reader's objects are."""
     classes = priority_class_records(priority_classes)
     nodes, pods, pdbs = objects_at(frame, classes, gpu_resources, overlay, evidence)
-    return ClusterState(node_records(nodes), pod_records(pods), classes, pdb_records(pdbs))
+    return ClusterState.from_objects(nodes, pods, classes, pdbs)
 
 
 def objects_at(
