@@ -20,8 +20,10 @@ from automator import settings
 from automator.backtest import cli as backtest_cli
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
-from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.resources import FieldError, parse_time
+from automator.reclaim.model import PlannerConfig, PodUsage
 from steward_common.printable import printable
 
 # The planner, its report and the snapshot readers are imported by the commands that use them, so `--help`
@@ -29,7 +31,7 @@ from steward_common.printable import printable
 
 
 def _now(text: str | None) -> datetime:
-    from automator.reclaim.snapshot import InputError
+    from automator.objects.files import InputError
 
     if text is None:
         return datetime.now(UTC)
@@ -39,8 +41,11 @@ def _now(text: str | None) -> datetime:
         raise InputError(str(exc)) from exc
 
 
-def _load(args: argparse.Namespace) -> tuple[ClusterState, dict[PodKey, PodUsage], PlannerConfig, datetime]:
-    from automator.reclaim.snapshot import InputError, load_cluster, load_usage
+def _load(
+    args: argparse.Namespace,
+) -> tuple[ClusterState, dict[ObjectKey, PodUsage], PlannerConfig, datetime]:
+    from automator.objects.files import InputError
+    from automator.reclaim.snapshot import load_cluster, load_usage
 
     try:
         config = settings.planner_config(args)
@@ -57,7 +62,7 @@ _T = TypeVar("_T")
 def _read(name: str, reader: Callable[[Path], _T]) -> _T:
     """reader(Path(name)); what a hostile file makes Python itself refuse (nesting past the recursion
     limit, a number past its digit limit) is bad input naming the file, like any other, not a traceback."""
-    from automator.reclaim.snapshot import InputError
+    from automator.objects.files import InputError
 
     try:
         return reader(Path(name))
@@ -79,12 +84,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from automator.objects.files import InputError
     from automator.reclaim import report
     from automator.reclaim.planner import plan
-    from automator.reclaim.snapshot import InputError
 
     try:
-        key = PodKey.parse(args.pod)
+        key = ObjectKey.parse(args.pod)
     except ValueError as exc:
         raise InputError(f"NAMESPACE/POD: {exc}") from exc
     cluster, usage, config, now = _load(args)
@@ -158,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return keda_cli.run(args)
     if args.command not in ("plan", "explain"):
         return _run(args)
-    from automator.reclaim.snapshot import InputError
+    from automator.objects.files import InputError
 
     try:
         return _cmd_plan(args) if args.command == "plan" else _cmd_explain(args)

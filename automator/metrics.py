@@ -12,8 +12,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.objects.model import Mode, PassOutcome, Unresolved
-from automator.ports import EvictionOutcome
+from automator.ports import EvictionOutcome, Mode, PassOutcome
+from automator.reclaim.model import Unresolved
 from steward_common.conventions import UnresolvedReason
 
 PREFIX: Final = "gpu_steward_automator_"

@@ -8,11 +8,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
-from typing import Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias
 
-from automator.objects.model import ClusterState, PodKey, PodUsage, UsageWindow
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
+from automator.reclaim.model import PodUsage, UsageWindow
+
+
+# Enums are the only home of these value sets: metrics pre-create their label values from them.
+class Mode(StrEnum):
+    DRY_RUN = "dry-run"
+    ENFORCE = "enforce"
+
+
+class PassOutcome(StrEnum):
+    """How a reclaim pass ended (the `result` label of gpu_steward_automator_passes_total)."""
+
+    OK = "ok"
+    PROMETHEUS_UNAVAILABLE = "prometheus_unavailable"
+    KUBERNETES_ERROR = "kubernetes_error"
+    CLOCK_SKEW = "clock_skew"  # Prometheus' clock more than 120 s from ours: no eviction
+    ERROR = "error"
 
 
 class EvictionOutcome(StrEnum):
@@ -52,24 +71,38 @@ class PrometheusUnavailable(Exception):
 class KubeAdapter(Protocol):
     def snapshot(self) -> ClusterState: ...
 
-    def get_pod(self, pod: PodKey) -> Pod | None:
+    def get_pod(self, pod: ObjectKey) -> Pod | None:
         """The pod as the API has it now; None when it does not exist (KubernetesUnavailable: unknown)."""
         ...
 
-    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+    def evict(self, pod: ObjectKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         """policy/v1 Eviction with deleteOptions.preconditions.uid; dry_run: the server's dry run only."""
         ...
 
-    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+    def annotate_preemptor(
+        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+    ) -> None:
         """Merge-patch the automator's own annotations (uid: the patch fails if the pod was replaced)."""
         ...
 
-    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None: ...
+    def event(
+        self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None
+    ) -> None: ...
+
+
+class ContainerUsage(NamedTuple):
+    """A container's memory on one GPU, as Prometheus has it (the DRA check's usage)."""
+
+    namespace: str
+    pod: str
+    container: str
+    gpu_uuid: str
+    memory_bytes: Decimal | None  # None: unknown, never compared
 
 
 # The usage query's types, named once for the port and its implementations.
-Windows: TypeAlias = Mapping[PodKey, UsageWindow]  # each pod's windows
-Usage: TypeAlias = dict[PodKey, PodUsage]  # each pod Prometheus knows (a pod it lacks: unknown)
+Windows: TypeAlias = Mapping[ObjectKey, UsageWindow]  # each pod's windows
+Usage: TypeAlias = dict[ObjectKey, PodUsage]  # each pod Prometheus knows (a pod it lacks: unknown)
 When: TypeAlias = datetime | None
 
 

@@ -25,9 +25,9 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from automator.dra.model import ContainerUsage
-from automator.objects.model import PodKey, PodUsage
-from automator.ports import PrometheusUnavailable, Usage, When, Windows
+from automator.objects.keys import ObjectKey
+from automator.ports import ContainerUsage, PrometheusUnavailable, Usage, When, Windows
+from automator.reclaim.model import PodUsage
 from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
 from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS
 from steward_common.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
@@ -81,7 +81,7 @@ def _regex(values: Iterable[str]) -> str:
     return '"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def activity_samples_query(pods: Iterable[PodKey], seconds: int) -> str:
+def activity_samples_query(pods: Iterable[ObjectKey], seconds: int) -> str:
     """The raw samples (each with its own time) of these pods' recorded activity over the last `seconds`:
     one query for many pods (the caller keeps only the exact namespace/pod pairs)."""
     keys = list(pods)
@@ -108,19 +108,19 @@ def _value(sample: Mapping[str, Any], query: str) -> float:
     return value
 
 
-def _key(sample: Mapping[str, Any], query: str) -> PodKey:
+def _key(sample: Mapping[str, Any], query: str) -> ObjectKey:
     metric = sample.get("metric") or {}
     ns, pod = metric.get(NAMESPACE_LABEL), metric.get(POD_LABEL)
     if not ns or not pod:
         raise PrometheusUnavailable(f"sample without namespace/pod labels {metric!r} for {query!r}")
-    return PodKey(str(ns), str(pod))
+    return ObjectKey(str(ns), str(pod))
 
 
 def _pod_values(
-    result: list[dict[str, Any]], query: str, bad: set[PodKey], stat: str | None = None
-) -> dict[PodKey, float]:
+    result: list[dict[str, Any]], query: str, bad: set[ObjectKey], stat: str | None = None
+) -> dict[ObjectKey, float]:
     """Value per pod of the samples whose stat label is `stat`; a non-finite one puts its pod in `bad`."""
-    values: dict[PodKey, float] = {}
+    values: dict[ObjectKey, float] = {}
     for sample in result:
         if (sample.get("metric") or {}).get(STAT_LABEL) != stat:
             continue
@@ -138,8 +138,8 @@ def parse_gpu_result(
     query: str,
     window_seconds: int,
     rule_interval: float,
-    bad: set[PodKey] | None = None,
-) -> dict[PodKey, PodUsage]:
+    bad: set[ObjectKey] | None = None,
+) -> dict[ObjectKey, PodUsage]:
     """Pods with both an average and a sample count; anything else stays unknown (absent)."""
     bad = set() if bad is None else bad
     averages = _pod_values(result, query, bad)
@@ -152,14 +152,14 @@ def parse_gpu_result(
 
 
 def parse_cpu_result(
-    result: list[dict[str, Any]], query: str, bad: set[PodKey] | None = None
-) -> dict[PodKey, float]:
+    result: list[dict[str, Any]], query: str, bad: set[ObjectKey] | None = None
+) -> dict[ObjectKey, float]:
     return _pod_values(result, query, set() if bad is None else bad)
 
 
 def parse_recent_result(
-    result: list[dict[str, Any]], query: str, bad: set[PodKey], max_age: float = math.inf
-) -> tuple[dict[PodKey, float], float]:
+    result: list[dict[str, Any]], query: str, bad: set[ObjectKey], max_age: float = math.inf
+) -> tuple[dict[ObjectKey, float], float]:
     """(recent maximum per pod, Prometheus' evaluation time as a Unix timestamp).
 
     A pod whose newest sample is missing or more than max_age seconds old at that time is left out: its
@@ -174,7 +174,7 @@ def parse_recent_result(
         raise PrometheusUnavailable(str(e)) from e
     maxima = _pod_values(result, query, bad)
     newest = _pod_values(result, query, bad, NEWEST_STAT)
-    fresh: dict[PodKey, float] = {}
+    fresh: dict[ObjectKey, float] = {}
     for key, value in maxima.items():
         age = at - newest[key] if key in newest else math.inf
         if age > max_age:
@@ -314,24 +314,24 @@ class PrometheusAdapter:
             return {}
         if any(w.gpu_seconds <= 0 for w in windows.values()):
             raise ValueError("GPU window must be > 0 s (a [0s] window reads as idle)")
-        bad: set[PodKey] = set()
+        bad: set[ObjectKey] = set()
         q = recent_query(recent_seconds)
         answer = self._query(q, f"recent {recent_seconds}s", at)
         recent, prom_time = parse_recent_result(answer, q, bad, FRESH_RULE_INTERVALS * self.rule_interval)
         if now is not None:
             self.clock_skew_seconds = prom_time - now.timestamp()
-        gpu_by_window: dict[int, dict[PodKey, PodUsage]] = {}
+        gpu_by_window: dict[int, dict[ObjectKey, PodUsage]] = {}
         for seconds in sorted({w.gpu_seconds for w in windows.values()}):
             q = gpu_query(seconds)
             gpu_by_window[seconds] = parse_gpu_result(
                 self._query(q, f"GPU {seconds}s", prom_time), q, seconds, self.rule_interval, bad
             )
-        cpu_by_window: dict[int, dict[PodKey, float]] = {}
+        cpu_by_window: dict[int, dict[ObjectKey, float]] = {}
         for seconds in sorted({w.cpu_seconds for w in windows.values() if w.cpu_seconds > 0}):
             q = cpu_query(seconds)
             cpu_by_window[seconds] = parse_cpu_result(self._query(q, f"CPU {seconds}s", prom_time), q, bad)
 
-        usage: dict[PodKey, PodUsage] = {}
+        usage: dict[ObjectKey, PodUsage] = {}
         for key, window in windows.items():
             gpu = gpu_by_window[window.gpu_seconds].get(key)
             if gpu is None or key in bad:
@@ -343,15 +343,15 @@ class PrometheusAdapter:
         return usage
 
     def activity_after(
-        self, pods: Iterable[PodKey], start: float, seconds: int
-    ) -> dict[PodKey, list[tuple[float, float]]]:
+        self, pods: Iterable[ObjectKey], start: float, seconds: int
+    ) -> dict[ObjectKey, list[tuple[float, float]]]:
         """Each pod's recorded activity samples (time, value) in (start, start + seconds], in time order; a
         pod without samples is left out, a non-finite sample is dropped (unknown, not busy)."""
         keys = set(pods)
         if not keys:
             return {}
         q = activity_samples_query(keys, seconds)
-        found: dict[PodKey, list[tuple[float, float]]] = {}
+        found: dict[ObjectKey, list[tuple[float, float]]] = {}
         for series in self._query(q, f"activity {seconds}s", start + seconds):
             key = _key(series, q)
             if key not in keys:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from automator.keda import settings as keda
-from automator.objects.model import Mode, PlannerConfig
 from automator.objects.resources import CPU_AND_MEMORY
+from automator.ports import Mode
+from automator.reclaim.model import PlannerConfig
 from steward_common import settingspec as spec
 from steward_common.conventions import DEFAULT_LEASE_NAME
 from steward_common.series import RULE_INTERVAL_SECONDS

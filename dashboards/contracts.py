@@ -20,7 +20,7 @@ from automator.dra import model as dra_model
 from automator.dra import report as dra_report
 from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import PlannerConfig
+from automator.reclaim.model import PlannerConfig
 from steward_common import metrics as exporter_metrics
 from steward_common import series
 

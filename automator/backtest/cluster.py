@@ -45,10 +45,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import NamedTuple
 
-from automator.objects.model import ClusterState, JsonObj, PodKey
-from automator.objects.node import node_records
-from automator.objects.pdb import pdb_records
-from automator.objects.pod import pod_records
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.objects.resources import rfc3339
 from steward_common.conventions import (
@@ -158,12 +156,12 @@ def _quantity(value: float) -> str:
     return f"{Decimal(repr(value)).normalize():f}"
 
 
-def _key(labels: Mapping[str, str]) -> PodKey:
-    return PodKey(*_pair(labels))
+def _key(labels: Mapping[str, str]) -> ObjectKey:
+    return ObjectKey(*_pair(labels))
 
 
 def _pair(labels: Mapping[str, str]) -> tuple[str, str]:
-    """A pod's (namespace, name): equal to its PodKey, made without the named tuple's constructor (every
+    """A pod's (namespace, name): equal to its ObjectKey, made without the named tuple's constructor (every
     pod sample of every step)."""
     return (str(labels.get(NAMESPACE_LABEL) or "default"), str(labels.get(POD_LABEL) or ""))
 
@@ -174,7 +172,7 @@ class Overlay:
 
     gone: frozenset[str] = frozenset()  # uids of evicted victims
     placed: Mapping[str, tuple[str, float]] = field(default_factory=dict)  # preemptor uid -> (node, time)
-    annotations: Mapping[PodKey, Mapping[str, str]] = field(default_factory=dict)  # written on preemptors
+    annotations: Mapping[ObjectKey, Mapping[str, str]] = field(default_factory=dict)  # written on preemptors
     # namespace -> simulated evictions whose victims history still shows running
     pdb_consumed: Mapping[str, int] = field(default_factory=dict)
 
@@ -186,7 +184,7 @@ class Evidence:
     by_pod: dict[str, set[str]] = field(default_factory=dict)  # uid -> nodes
     by_owner: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)  # (ns, kind, name) -> nodes
     strict: bool = False  # a pod with no node in history fits no node (else: any untainted node)
-    unplaced: set[PodKey] = field(default_factory=set)  # pending pods planned without such evidence
+    unplaced: set[ObjectKey] = field(default_factory=set)  # pending pods planned without such evidence
 
     def add(self, labels: Mapping[str, str]) -> None:
         node = labels.get("node")
@@ -227,7 +225,7 @@ class IndexedFrame:
         self._by_pod: dict[str, dict[tuple[str, str], _Entries]] = {}
         self._infos: dict[str, Mapping[str, str]] | None = None
         self._history: dict[str, PodHistory] | None = None
-        self._running: dict[tuple[str, ...], set[PodKey]] = {}
+        self._running: dict[tuple[str, ...], set[ObjectKey]] = {}
 
     def by_pod(self, metric: str) -> dict[tuple[str, str], _Entries]:
         found = self._by_pod.get(metric)
@@ -257,7 +255,7 @@ class IndexedFrame:
                 pair = _pair(labels)
                 phase = phases.get(pair)
                 self._history[uid] = PodHistory(
-                    PodKey(*pair),
+                    ObjectKey(*pair),
                     uid,
                     str(labels.get("node") or ""),
                     str(phase[0][0].get("phase")) if phase else "Unknown",
@@ -265,7 +263,7 @@ class IndexedFrame:
                 )
         return self._history
 
-    def running_gpu_pods(self, gpu_resources: Sequence[str]) -> set[PodKey]:
+    def running_gpu_pods(self, gpu_resources: Sequence[str]) -> set[ObjectKey]:
         """The pods history shows bound, not finished and requesting GPUs (whatever the simulation did to
         them): the exporter has data for the step if it has some for any of them."""
         names = tuple(gpu_resources)
@@ -318,7 +316,7 @@ def _resources(
 class PodHistory:
     """A pod as history shows it at one step (before the simulation's changes)."""
 
-    key: PodKey
+    key: ObjectKey
     uid: str
     node: str
     phase: str
@@ -349,7 +347,7 @@ def cluster_at(
     reader's objects are."""
     classes = priority_class_records(priority_classes)
     nodes, pods, pdbs = objects_at(frame, classes, gpu_resources, overlay, evidence)
-    return ClusterState(node_records(nodes), pod_records(pods), classes, pdb_records(pdbs))
+    return ClusterState.from_objects(nodes, pods, classes, pdbs)
 
 
 def objects_at(

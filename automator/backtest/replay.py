@@ -25,23 +25,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import takewhile
 from typing import Any
 
 from automator.backtest.cluster import Evidence, Frame, IndexedFrame, Overlay, cluster_at, has_data, indexed
-from automator.objects.class_settings import class_settings
-from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import FieldError
 from automator.ports import PrometheusUnavailable
 from automator.reclaim import planner
+from automator.reclaim.annotations import reclaim_annotations
+from automator.reclaim.class_settings import class_settings
 from automator.reclaim.cluster_index import SettingsCache, classes_by_name
-from automator.service.cooldown import ActuatorState, reclaim_annotations
+from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
 
 # (windows, evaluation time, recent window seconds) -> usage, as PrometheusAdapter.usage answers
-UsageFn = Callable[[Mapping[PodKey, UsageWindow], int, int], Mapping[PodKey, PodUsage]]
+UsageFn = Callable[[Mapping[ObjectKey, UsageWindow], int, int], Mapping[ObjectKey, PodUsage]]
 # (pods, eviction time, look-ahead seconds) -> each pod's (time, activity) samples after it
-LookaheadFn = Callable[[Iterable[PodKey], float, int], Mapping[PodKey, Sequence[tuple[float, float]]]]
+LookaheadFn = Callable[[Iterable[ObjectKey], float, int], Mapping[ObjectKey, Sequence[tuple[float, float]]]]
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,11 @@ class Policy:
 @dataclass
 class Eviction:
     at: float
-    victim: PodKey
+    victim: ObjectKey
     uid: str
     gpus: int
     node: str
-    preemptor: PodKey
+    preemptor: ObjectKey
     threshold: float
     regret: bool = False
     busy_again_after: float | None = None
@@ -71,7 +74,7 @@ class Eviction:
 @dataclass
 class Wait:
     at: float
-    preemptor: PodKey
+    preemptor: ObjectKey
     uid: str
     last_seen: float = 0.0
     saved: float | None = None  # None: still waiting in history
@@ -91,7 +94,7 @@ def gpu_hours(gpus: int, at: float, ended: float) -> float:
     return gpus * max(0.0, ended - at) / 3600.0
 
 
-def idle_gpus(cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig) -> int:
+def idle_gpus(cluster: ClusterState, usage: Mapping[ObjectKey, PodUsage], config: PlannerConfig) -> int:
     """GPUs of bound pods whose known activity is at or below their class's threshold (unknown: not idle)."""
     settings = SettingsCache(classes_by_name(cluster.priority_classes), config)
     total = 0
@@ -114,10 +117,9 @@ class Replay:
     evidence: Evidence
     step_seconds: int
     lookahead_seconds: int
-    state: ActuatorState = field(default_factory=ActuatorState)
     gone: set[str] = field(default_factory=set)
     placed: dict[str, tuple[str, float]] = field(default_factory=dict)
-    annotations: dict[PodKey, dict[str, str]] = field(default_factory=dict)
+    annotations: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)
     evictions: list[Eviction] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     steps: int = 0
@@ -152,10 +154,9 @@ class Replay:
             return
         now = datetime.fromtimestamp(t, tz=UTC)
         budget = config.max_evictions_per_pass
-        if self.policy.max_evictions_per_hour is not None:
-            budget = min(
-                budget, max(0, self.policy.max_evictions_per_hour - self.state.evictions_last_hour(now))
-            )
+        if self.policy.max_evictions_per_hour is not None:  # a sliding hour, as the service keeps it
+            last_hour = sum(1 for _ in takewhile(lambda e: t - e.at < 3600, reversed(self.evictions)))
+            budget = min(budget, max(0, self.policy.max_evictions_per_hour - last_hour))
         plan = planner.plan(cluster, known, config, now, budget=budget)
         new = self._commit(t, now, cluster, plan.decisions)
         self._regret(t, new, lookahead)
@@ -224,7 +225,6 @@ class Replay:
                     gang=v.gang,
                 )
                 self.gone.add(e.uid)
-                self.state.evictions.append(now)
                 new.append(e)
         self.evictions.extend(new)
         return new

@@ -18,12 +18,14 @@ from automator.backtest.cli import BacktestError, Options
 from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, IndexedFrame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import report_json, report_text, timelines
-from automator.objects.model import JsonObj, PodKey, PodUsage, UsageWindow
+from automator.objects.files import InputError
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.ports import PrometheusUnavailable
 from automator.prom import PrometheusAdapter
 from automator.reclaim.cluster_index import is_reclaim_class
-from automator.reclaim.snapshot import InputError, load_cluster
+from automator.reclaim.model import PodUsage, UsageWindow
+from automator.reclaim.snapshot import load_cluster
 from steward_common.conventions import NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from steward_common.printable import printable
 
@@ -61,13 +63,13 @@ def run_backtest(
     evidence.strict = strict_placement
     replays = [Replay(p, priority_classes, evidence, step, lookahead) for p in policies]
 
-    def usage(windows: Mapping[PodKey, UsageWindow], at: int, recent: int) -> Mapping[PodKey, PodUsage]:
+    def usage(windows: Mapping[ObjectKey, UsageWindow], at: int, recent: int) -> Mapping[ObjectKey, PodUsage]:
         when = datetime.fromtimestamp(at, tz=UTC)
         return prom.usage(windows, at=when, recent_seconds=recent, now=when)
 
     def lookahead_samples(
-        pods: Iterable[PodKey], at: float, seconds: int
-    ) -> Mapping[PodKey, Sequence[tuple[float, float]]]:
+        pods: Iterable[ObjectKey], at: float, seconds: int
+    ) -> Mapping[ObjectKey, Sequence[tuple[float, float]]]:
         return prom.activity_after(pods, at, seconds)
 
     opt_out_seen = False

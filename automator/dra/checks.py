@@ -21,7 +21,6 @@ from automator.dra.model import (
     USAGE_OVER_CLAIM,
     Allocation,
     Claim,
-    ContainerUsage,
     Device,
     DeviceId,
     DeviceReport,
@@ -31,7 +30,8 @@ from automator.dra.model import (
     Report,
 )
 from automator.dra.policy import consumption_problems, fmt
-from automator.objects.gc_pause import gc_paused
+from automator.ports import ContainerUsage
+from steward_common.gc_pause import gc_paused
 
 MEMORY = "memory"  # the capacity measured usage is compared with (HAMi's name; bytes)
 _ZERO = Decimal(0)

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from automator.dra.checks import check
     from automator.dra.load import DraInputError, load_cluster_file, load_usage_file
     from automator.dra.report import json_text, to_text
-    from automator.objects.gc_pause import gc_paused
+    from steward_common.gc_pause import gc_paused
 
     try:
         with gc_paused():  # parsing a List makes many objects per item and no garbage cycles

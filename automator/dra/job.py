@@ -31,14 +31,13 @@ from automator.dra.metrics import DraCheckMetrics, DraCollector
 from automator.dra.model import (
     USAGE_OVER_CLAIM,
     CheckOutcome,
-    ContainerUsage,
     EventOutcome,
     Report,
 )
 from automator.dra.report import EVENT_COMPONENT, events, to_json
 from automator.objects.cache import RecordCache
-from automator.objects.gc_pause import gc_paused
-from automator.ports import KubernetesUnavailable, PrometheusUnavailable
+from automator.ports import ContainerUsage, KubernetesUnavailable, PrometheusUnavailable
+from steward_common.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,14 @@ from typing import Any
 from automator.dra.fields import MAX_AMOUNT, MAX_INT, new, quantity, unparsable_finding
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_slices import DEVICE_PLUGIN_GPU, SliceLoader, parse_slice
-from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Node, Pod, Records
+from automator.dra.model import UNPARSABLE, Finding, Node, Pod, Records
 from automator.objects.cache import RecordCache, version_key
 from automator.objects.fields import Unparsable, is_name
-from automator.objects.gc_pause import gc_paused
+from automator.objects.files import InputError, documents, flatten
 from automator.objects.node import node_record
 from automator.objects.pod import pod_record
-from automator.reclaim.snapshot import InputError, documents, flatten
+from automator.ports import ContainerUsage
+from steward_common.gc_pause import gc_paused
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 
@@ -37,7 +38,7 @@ KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
 Entry = tuple[str, Any, tuple[Finding, ...], str]
 
 # Input that is not a set of objects at all; the message names the file and the place. The same error as
-# the snapshot loader's, whose List flattening is reused.
+# the kubectl file reader's (objects/files.py), whose List flattening is reused.
 DraInputError = InputError
 
 

@@ -142,14 +142,6 @@ class Node:
     device_plugin_gpus: dict[str, Decimal]  # allocatable device-plugin GPU resources above zero
 
 
-class ContainerUsage(NamedTuple):
-    namespace: str
-    pod: str
-    container: str
-    gpu_uuid: str
-    memory_bytes: Decimal | None  # None: unknown, never compared
-
-
 @dataclass(frozen=True, slots=True)
 class Finding:
     kind: str

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from automator.keda.workloads import Namespace
-from automator.objects.model import JsonObj, PodKey
+from automator.objects.files import InputError, documents, flatten
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.pod import pod_record
 from automator.objects.workload import workload_record
 from automator.ports import KubernetesUnavailable
-from automator.reclaim.snapshot import InputError, documents, flatten
 
 
 class SnapshotNamespaces:
@@ -23,7 +23,7 @@ class SnapshotNamespaces:
             for d, doc in enumerate(documents(self.path)):
                 for obj, _where in flatten(doc, f"{self.path} document {d}"):
                     kind = obj.get("kind")
-                    if kind in by_kind and PodKey.of(obj).namespace == name:
+                    if kind in by_kind and ObjectKey.of(obj).namespace == name:
                         by_kind[str(kind)].append(obj)
         except InputError as e:
             raise KubernetesUnavailable(str(e)) from e

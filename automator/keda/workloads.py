@@ -10,8 +10,8 @@ from automator.keda.request import Workload
 from automator.keda.values import PodRef
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, parse_time
+from automator.objects.selectors import selector_matches
 from automator.objects.workload import WorkloadObject
-from automator.reclaim.eligibility import selector_matches
 
 
 class UnknownWorkload(LookupError):

@@ -35,9 +35,9 @@ from automator.kube.client import (
     status_message,
 )
 from automator.objects.cache import RecordCache
+from automator.objects.cluster import ClusterState
 from automator.objects.gang import GANG_APIS, GroupObject, group_object
-from automator.objects.gc_pause import gc_paused
-from automator.objects.model import ClusterState, JsonObj, PodKey
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.node import Node, node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder, pod_record
@@ -46,6 +46,7 @@ from automator.objects.resources import FieldError
 from automator.objects.workload import WorkloadObject, workload_record
 from automator.ports import EvictionOutcome, EvictionResult, KubernetesUnavailable
 from steward_common.conventions import COMPONENT, DEFAULT_GPU_RESOURCE, REPORTING_COMPONENT
+from steward_common.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class KubernetesAdapter:
                 log.info("gang group objects not served, skipped: %s", ", ".join(sorted(missing)))
         return records
 
-    def get_pod(self, pod: PodKey) -> Pod | None:
+    def get_pod(self, pod: ObjectKey) -> Pod | None:
         """The record of one pod, None when it does not exist."""
         try:
             resp = self.core.read_namespaced_pod(
@@ -226,7 +227,7 @@ class KubernetesAdapter:
 
     # --- writes ---
 
-    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+    def evict(self, pod: ObjectKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         body: JsonObj = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -255,7 +256,9 @@ class KubernetesAdapter:
             return EvictionResult(EvictionOutcome.UNKNOWN, None, str(e))
         return EvictionResult(EvictionOutcome.OK, 201)
 
-    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+    def annotate_preemptor(
+        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+    ) -> None:
         meta: JsonObj = {"annotations": dict(annotations)}
         if uid:
             meta["uid"] = uid  # a precondition: the patch fails (409) if the pod was replaced
@@ -269,7 +272,7 @@ class KubernetesAdapter:
                 _request_timeout=self.write_timeout,
             )
 
-    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
+    def event(self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
         """A core/v1 Event on a pod (uid included: `kubectl describe` selects Events by it)."""
         now = datetime.now(UTC).replace(microsecond=0)
         body = client.CoreV1Event(

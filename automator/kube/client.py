@@ -15,7 +15,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from automator.objects.model import JsonObj
+from automator.objects.keys import JsonObj
 from automator.ports import KubernetesUnavailable
 
 PAGE_SIZE = 500

@@ -10,7 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from automator.kube.adapter import KubernetesAdapter
 from automator.kube.client import api_call, list_all, objects_of
-from automator.objects.model import JsonObj
+from automator.objects.keys import JsonObj
 from automator.ports import KubernetesUnavailable
 
 DRA_GROUP_VERSION = "resource.k8s.io/v1"

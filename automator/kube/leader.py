@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from automator.objects.model import JsonObj
+from automator.objects.keys import JsonObj
 
 log = logging.getLogger(__name__)
 

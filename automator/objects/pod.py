@@ -16,7 +16,7 @@ import msgspec
 from automator.objects.cache import RecordCache
 from automator.objects.fields import EMPTY, Unparsable, item, list_field, map_field, str_field
 from automator.objects.gang import GangRef, gang_ref
-from automator.objects.model import PodKey
+from automator.objects.keys import ObjectKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
     CPU_AND_MEMORY,
@@ -46,7 +46,7 @@ class ClaimRef(NamedTuple):
 class Pod(msgspec.Struct, frozen=True):
     """An immutable Pod record; `replace` (msgspec.structs.replace) makes a changed copy."""
 
-    key: PodKey
+    key: ObjectKey
     uid: str | None = None
     resource_version: str | None = None
     labels: Mapping[str, Any] = {}
@@ -237,7 +237,7 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
     shapes = Shapes()
     meta = _map(obj.get("metadata"))
     namespace, labels, annotations = shapes.metadata(meta)
-    key = PodKey(str(namespace or "default"), str(meta.get("name") or ""))
+    key = ObjectKey(str(namespace or "default"), str(meta.get("name") or ""))
     spec = shapes.map(obj.get("spec"), "spec")
     shapes.text(spec.get("nodeName"), "spec.nodeName")
     class_name = shapes.text(spec.get("priorityClassName"), "spec.priorityClassName")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from automator.objects.model import JsonObj, PodKey
+from automator.objects.keys import JsonObj, ObjectKey
 
 
 class WorkloadObject(msgspec.Struct, frozen=True):
@@ -16,7 +16,7 @@ class WorkloadObject(msgspec.Struct, frozen=True):
 
 def workload_record(obj: JsonObj) -> WorkloadObject:
     """The record of one apps/v1 object (as the API and kubectl give it)."""
-    key = PodKey.of(obj)
+    key = ObjectKey.of(obj)
     references = (obj.get("metadata") or {}).get("ownerReferences")
     owners = tuple(
         (str(ref.get("kind") or ""), str(ref.get("name") or ""))

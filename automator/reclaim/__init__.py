@@ -1,1 +1,2 @@
-"""The reclaim planner's stages: index, eligibility, fit, splits, ranking, search, reasons, report."""
+"""The reclaim planner: its vocabulary (model), the reclaim annotations, and its stages: index,
+eligibility, fit, splits, ranking, search, reasons, report."""

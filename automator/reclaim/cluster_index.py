@@ -12,22 +12,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from automator.objects.class_settings import ClassSettings, class_settings
+from automator.objects.cluster import ClusterState
 from automator.objects.gang import GangWarning
-from automator.objects.model import (
-    AnnotationWarning,
-    ClusterState,
-    PlannerConfig,
-    PodKey,
-    PodUsage,
-    UsageWindow,
-)
+from automator.objects.keys import ObjectKey
 from automator.objects.node import Node
 from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
 from automator.objects.priority_class import PriorityClass, find_global_default
 from automator.objects.resources import FieldError, Requests
+from automator.reclaim.class_settings import ClassSettings, class_settings
 from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
 from automator.reclaim.gangs import Gang, resolve_gangs
+from automator.reclaim.model import AnnotationWarning, PlannerConfig, PodUsage, UsageWindow
 from steward_common.conventions import RECLAIM_ANNOTATION
 
 # PDBs covering a pod (read only: shared by the pods of a workload), why they protect it, its scope verdict
@@ -38,7 +33,7 @@ _Standing = tuple[list[tuple[str, str]], str | None, tuple[str, str] | None]
 class Candidate:
     """A pod that may be evicted, with what the search and the report need of it."""
 
-    key: PodKey
+    key: ObjectKey
     pod: Pod
     node: str
     req: Requests
@@ -93,7 +88,7 @@ class NodeState:
 
 @dataclass(slots=True)
 class Preemptor:
-    key: PodKey
+    key: ObjectKey
     pod: Pod
     priority: int
     created: datetime
@@ -147,11 +142,11 @@ def is_victim_candidate(pod: Pod) -> bool:
     return bool(pod.node_name) and not pod.finished and not pod.terminating
 
 
-def usage_windows(cluster: ClusterState, config: PlannerConfig) -> dict[PodKey, UsageWindow]:
+def usage_windows(cluster: ClusterState, config: PlannerConfig) -> dict[ObjectKey, UsageWindow]:
     """The usage window every GPU-holding bound pod (potential victim) needs, from its PriorityClass's
     annotations."""
     settings = SettingsCache(classes_by_name(cluster.priority_classes), config)
-    windows: dict[PodKey, UsageWindow] = {}
+    windows: dict[ObjectKey, UsageWindow] = {}
     for pod in cluster.pods:
         if not is_victim_candidate(pod):
             continue
@@ -173,7 +168,7 @@ class ClusterIndex:
     pdbs: PdbIndex
     warnings: list[AnnotationWarning]
     # Pods that still exist with a deletionTimestamp (a preemptor's victims still terminating: cooldown).
-    terminating: frozenset[PodKey] = frozenset()
+    terminating: frozenset[ObjectKey] = frozenset()
     candidates: int = 0
     candidates_usage_unknown: int = 0
     gang_warnings: list[GangWarning] = field(default_factory=list)
@@ -184,7 +179,7 @@ class ClusterIndex:
 @dataclass
 class _Builder:
     cluster: ClusterState
-    usage: Mapping[PodKey, PodUsage]
+    usage: Mapping[ObjectKey, PodUsage]
     config: PlannerConfig
     now: datetime
     classes: dict[str, PriorityClass] = field(default_factory=dict)
@@ -192,14 +187,14 @@ class _Builder:
     pdbs: PdbIndex = field(default_factory=PdbIndex)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     preemptors: list[Preemptor] = field(default_factory=list)
-    class_pods: dict[str, list[PodKey]] = field(default_factory=dict)
+    class_pods: dict[str, list[ObjectKey]] = field(default_factory=dict)
     # (namespace, label items) -> PDBs covering, PDB protection reason, scope verdict
     standing_cache: dict[tuple[str, tuple[Any, ...]], _Standing] = field(default_factory=dict)
-    terminating: set[PodKey] = field(default_factory=set)
+    terminating: set[ObjectKey] = field(default_factory=set)
     candidates: int = 0
     unknown: int = 0
     gpu_resources: tuple[str, ...] = ()
-    gangs: dict[PodKey, Gang] = field(default_factory=dict)
+    gangs: dict[ObjectKey, Gang] = field(default_factory=dict)
     gang_running: dict[Gang, int] = field(default_factory=dict)
 
     def build(self) -> ClusterIndex:
@@ -349,7 +344,7 @@ class _Builder:
 
 
 def index_cluster(
-    cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig, now: datetime
+    cluster: ClusterState, usage: Mapping[ObjectKey, PodUsage], config: PlannerConfig, now: datetime
 ) -> ClusterIndex:
     """Index a snapshot for one pass (nodes in name order, preemptors by priority then age)."""
     return _Builder(cluster, usage, config, now).build()

@@ -8,12 +8,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from automator.objects.class_settings import ClassSettings
-from automator.objects.model import PlannerConfig, PodUsage
 from automator.objects.pdb import PodDisruptionBudget
 from automator.objects.pod import Pod
-from automator.reclaim.fit import requirement_matches
-from automator.reclaim.report import fmt_measure
+from automator.objects.selectors import selector_matches
+from automator.reclaim.class_settings import ClassSettings
+from automator.reclaim.formats import fmt_measure
+from automator.reclaim.model import PlannerConfig, PodUsage
 from steward_common.conventions import (
     NEVER_RECLAIM_LABEL,
     WORD_NAMESPACE_EXCLUDED,
@@ -23,27 +23,6 @@ from steward_common.conventions import (
 )
 
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------
-
-
-LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-
-
-def selector_matches(selector: Mapping[str, Any] | None, pod_labels: Mapping[str, Any]) -> bool:
-    """metav1.LabelSelector: matchLabels AND matchExpressions. A null selector matches nothing (policy/v1),
-    an empty one everything. An unknown operator met raises ValueError: PdbIndex.covering then treats the
-    PDB as protecting, since a PDB wrongly read as not selecting the pod would be unsafe."""
-    if selector is None:
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if pod_labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op = expr.get("key"), expr.get("operator")
-        if op not in LABEL_SELECTOR_OPERATORS:  # Gt/Lt are node-selector only
-            raise ValueError(f"spec.selector.matchExpressions: unknown operator {op!r}")
-        if not requirement_matches(op, key in pod_labels, pod_labels.get(key), expr.get("values") or []):
-            return False
-    return True
 
 
 @dataclass

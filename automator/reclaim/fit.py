@@ -3,44 +3,18 @@ node affinity and NoSchedule/NoExecute taints. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from automator.objects.node import Node
 from automator.objects.pod import Pod
+from automator.objects.selectors import requirement_matches
 
 # Reasons a node is ruled out, used to summarise unresolved preemptors.
 CORDONED = "cordoned"
 NOT_READY = "not Ready"
 SELECTOR = "nodeSelector/affinity mismatch"
 TAINT = "untolerated taint"
-
-
-def _int_label(value: Any) -> int | None:
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
-
-
-def requirement_matches(op: Any, present: bool, value: Any, values: Sequence[Any]) -> bool:
-    """One selector requirement on a label (or field) that is `present` with `value`."""
-    if op == "In":
-        return present and value in values
-    if op == "NotIn":
-        return not present or value not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        left, right = _int_label(value), _int_label(values[0])
-        if left is None or right is None:
-            return False
-        return left > right if op == "Gt" else left < right
-    return False  # unknown operator: does not match (the API server would have rejected it)
 
 
 def _term_matches(term: Mapping[str, Any], node_labels: Mapping[str, Any], name: str) -> bool:

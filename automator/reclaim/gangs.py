@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from automator.objects.gang import GangRef, GangSource, GangWarning, GroupObject
-from automator.objects.model import PodKey
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from steward_common.conventions import WORD_GANG_MALFORMED
 from steward_common.settingspec import shown, whole_number
@@ -28,7 +28,7 @@ MAX_NEEDED = 2**31 - 1
 class Gang:
     name: str  # namespace/name, as output shows it
     source: GangSource
-    members: tuple[PodKey, ...]  # every listed member that is not finished, in name order
+    members: tuple[ObjectKey, ...]  # every listed member that is not finished, in name order
     needed: int | None  # members that must run together; None when malformed
     problem: str | None = None  # why the gang is malformed (the reason its members get)
     counted: bool = False  # needed is the members listed: the group object is not in the snapshot
@@ -59,14 +59,14 @@ def _group_key(pod: Pod, ref: GangRef) -> _GroupKey:
 
 def resolve_gangs(
     pods: Iterable[Pod], groups: Iterable[GroupObject]
-) -> tuple[dict[PodKey, Gang], list[GangWarning]]:
+) -> tuple[dict[ObjectKey, Gang], list[GangWarning]]:
     """Every gang member's gang, and a warning per gang whose group object is not in the snapshot."""
     members: dict[_GroupKey, list[Pod]] = {}
     for pod in pods:
         if pod.gang is not None and not pod.finished:
             members.setdefault(_group_key(pod, pod.gang), []).append(pod)
     objects = {(g.source, g.namespace, g.name): g for g in groups}
-    by_pod: dict[PodKey, Gang] = {}
+    by_pod: dict[ObjectKey, Gang] = {}
     warnings: list[GangWarning] = []
     for (namespace, ref), pods_of in sorted(members.items(), key=lambda kv: (kv[0][0], kv[0][1].name)):
         pods_of.sort(key=lambda p: p.key)
@@ -114,5 +114,5 @@ def _gang(
     return _malformed(name, source, keys, problem) if needed is None else Gang(name, source, keys, needed)
 
 
-def _malformed(name: str, source: GangSource, keys: tuple[PodKey, ...], problem: str | None) -> Gang:
+def _malformed(name: str, source: GangSource, keys: tuple[ObjectKey, ...], problem: str | None) -> Gang:
     return Gang(name, source, keys, None, f"{WORD_GANG_MALFORMED}: gang {name}: {problem}")

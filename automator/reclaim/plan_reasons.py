@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from automator.objects.model import PlannerConfig, PodKey
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.objects.resources import FieldError, Requests, parse_time
+from automator.objects.resources import FieldError, Requests
+from automator.reclaim.annotations import ReclaimMarks
 from automator.reclaim.cluster_index import NodeState
 from automator.reclaim.fit import static_misfit
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.victims import NodeResult
-from steward_common.conventions import (
-    LAST_RECLAIM_ANNOTATION,
-    RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_VICTIMS_ANNOTATION,
-    WORD_COOLDOWN,
-    WORD_GAVE_UP,
-    WORD_NOMINATED,
-)
+from steward_common.conventions import WORD_COOLDOWN, WORD_GAVE_UP, WORD_NOMINATED
 
 # Short names of protection rules for unresolved reasons.
 _SHORT = {
@@ -94,26 +88,21 @@ def nominated(pod: Pod) -> str | None:
 
 
 def cooldown(
-    ann: Mapping[str, Any], now: datetime, config: PlannerConfig, terminating: Collection[PodKey]
+    marks: ReclaimMarks, now: datetime, config: PlannerConfig, terminating: Collection[ObjectKey]
 ) -> str | None:
     """Why the preemptor is in cooldown (reason starting with the word), or None."""
-    raw = ann.get(LAST_RECLAIM_ANNOTATION)
-    if raw is not None:
-        try:
-            last = parse_time(raw, LAST_RECLAIM_ANNOTATION)
-        except FieldError:
-            return (
-                f"{WORD_COOLDOWN}: annotation {LAST_RECLAIM_ANNOTATION} {raw!r} is not an RFC 3339 "
-                "time: treated as in cooldown"
-            )
+    last = marks.last
+    if isinstance(last, FieldError):
+        return f"{WORD_COOLDOWN}: annotation {last.field} {last.message}: treated as in cooldown"
+    if last is not None:
         elapsed = (now - last).total_seconds()
         if elapsed < config.cooldown_seconds:
             remaining = math.ceil(config.cooldown_seconds - elapsed)
             return (
-                f"{WORD_COOLDOWN}: victims were evicted for it {elapsed:.0f} s ago ({raw}); "
+                f"{WORD_COOLDOWN}: victims were evicted for it {elapsed:.0f} s ago ({marks.last_text}); "
                 f"{remaining} s of the {config.cooldown_seconds} s cooldown remain"
             )
-    still = [key for key in victim_keys(ann.get(RECLAIM_VICTIMS_ANNOTATION)) if key in terminating]
+    still = [key for key in marks.victims if key in terminating]
     if still:
         names = ", ".join(str(k) for k in still)
         return (
@@ -123,35 +112,17 @@ def cooldown(
     return None
 
 
-def gave_up(ann: Mapping[str, Any], config: PlannerConfig) -> str | None:
+def gave_up(marks: ReclaimMarks, config: PlannerConfig) -> str | None:
     """Why no more victims are evicted for the preemptor (--max-reclaims-per-preemptor), or None."""
-    raw = ann.get(RECLAIM_COUNT_ANNOTATION)
-    if raw is None:
-        return None
-    limit = config.max_reclaims_per_preemptor
-    try:
-        count = int(str(raw).strip())
-    except ValueError:
-        return (
-            f"{WORD_GAVE_UP}: annotation {RECLAIM_COUNT_ANNOTATION} {raw!r} is not a count: no more victims"
-        )
-    if count >= limit:
+    count, limit = marks.count, config.max_reclaims_per_preemptor
+    if isinstance(count, FieldError):
+        return f"{WORD_GAVE_UP}: annotation {count.field} {count.message}: no more victims"
+    if count is not None and count >= limit:
         return (
             f"{WORD_GAVE_UP}: victims were evicted for it {count} times (--max-reclaims-per-preemptor "
             f"{limit}) and it is still pending: probably a constraint the planner does not model"
         )
     return None
-
-
-def victim_keys(raw: object) -> list[PodKey]:
-    """The reclaim-victims annotation: comma-separated namespace/name; unreadable items are skipped."""
-    keys: list[PodKey] = []
-    for part in str(raw or "").split(","):
-        try:
-            keys.append(PodKey.parse(part.strip()))
-        except ValueError:
-            continue
-    return keys
 
 
 def ruled_out(

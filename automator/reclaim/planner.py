@@ -12,21 +12,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
-from automator.objects.gc_pause import gc_paused
-from automator.objects.model import (
-    ClusterState,
-    CutOff,
-    Decision,
-    Plan,
-    PlannerConfig,
-    PodKey,
-    PodUsage,
-    Unresolved,
-    Verdict,
-    Victim,
-)
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.resources import Requests
 from automator.reclaim import plan_reasons as reasons
+from automator.reclaim.annotations import ReclaimMarks, read_marks
 from automator.reclaim.cluster_index import (
     Candidate,
     ClusterIndex,
@@ -38,17 +28,23 @@ from automator.reclaim.cluster_index import (
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
 from automator.reclaim.fit import scheduling_signature
 from automator.reclaim.gangs import Gang
+from automator.reclaim.model import (
+    CutOff,
+    Decision,
+    Plan,
+    PlannerConfig,
+    PodUsage,
+    Unresolved,
+    Verdict,
+    Victim,
+)
 from automator.reclaim.plan_reasons import StaticFit, static_fit
 from automator.reclaim.ranking import Rankings, tie_key
 from automator.reclaim.report import explain, plan_to_json
 from automator.reclaim.splits import NO_SPLIT, Splits
 from automator.reclaim.victims import NO_VICTIMS, NodeResult, SetKey, search_node
-from steward_common.conventions import (
-    RECLAIM_NODE_ANNOTATION,
-    WORD_BUDGET,
-    WORD_GANG_DOES_NOT_FIT,
-    UnresolvedReason,
-)
+from steward_common.conventions import WORD_BUDGET, WORD_GANG_DOES_NOT_FIT, UnresolvedReason
+from steward_common.gc_pause import gc_paused
 
 # The planner's public functions, wherever they are implemented.
 __all__ = ["explain", "plan", "plan_to_json", "usage_windows"]
@@ -103,7 +99,7 @@ class _Pass:
     index: ClusterIndex
     config: PlannerConfig
     now: datetime
-    exclude: frozenset[PodKey]
+    exclude: frozenset[ObjectKey]
     budget: int  # evictions still allowed this pass
     plan: Plan = field(default_factory=lambda: Plan([], [], [], {}, []))
     budget_stop: str | None = None  # set once a preemptor's victims would exceed the budget
@@ -116,6 +112,7 @@ class _Pass:
     node_pdbs: dict[str, tuple[int, set[tuple[str, str]]]] = field(default_factory=dict)
     verdict_count: int = 0
     trial: _Trial | None = None  # set while a preemptor gang is placed
+    marks: dict[ObjectKey, ReclaimMarks] = field(default_factory=dict)  # each preemptor's, read once
     splits: Splits = field(init=False)
     rankings: Rankings = field(init=False)
 
@@ -128,9 +125,10 @@ class _Pass:
         self.plan.gang_warnings.extend(self.index.gang_warnings)
         self.plan.candidates = self.index.candidates
         self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
+        self.marks = {pre.key: read_marks(pre.pod.annotations) for pre in self.index.preemptors}
         cooling = {
-            pre.key: reasons.cooldown(pre.pod.annotations, self.now, self.config, self.index.terminating)
-            for pre in self.index.preemptors
+            key: reasons.cooldown(marks, self.now, self.config, self.index.terminating)
+            for key, marks in self.marks.items()
         }
         self._reserve(cooling)
         for item in self._order():
@@ -155,7 +153,7 @@ class _Pass:
                 gangs.setdefault(gang, []).append(pre)
         if not gangs:
             return list(singles)
-        items: list[tuple[tuple[int, datetime, PodKey], Preemptor | _PendingGang]] = [
+        items: list[tuple[tuple[int, datetime, ObjectKey], Preemptor | _PendingGang]] = [
             ((-pre.priority, pre.created, pre.key), pre) for pre in singles
         ]
         for gang, members in gangs.items():
@@ -166,13 +164,13 @@ class _Pass:
         items.sort(key=lambda item: item[0])
         return [item for _, item in items]
 
-    def _reserve(self, cooling: Mapping[PodKey, str | None]) -> None:
+    def _reserve(self, cooling: Mapping[ObjectKey, str | None]) -> None:
         """Preemptors in cooldown take their requests on their reclaim-node before anyone is served, as a
         preemptor served earlier in the pass does: the GPUs freed for them are offered to no one else."""
         for pre in self.index.preemptors:
             if cooling[pre.key] is None or pre.req is None:
                 continue
-            node = self.index.nodes.get(str(pre.pod.annotations.get(RECLAIM_NODE_ANNOTATION, "")))
+            node = self.index.nodes.get(self.marks[pre.key].node)
             if node is not None:
                 node.take(pre.req)
                 node.version += 1
@@ -260,7 +258,7 @@ class _Pass:
             return reason, UnresolvedReason.NOMINATED
         if cooldown is not None:
             return cooldown, UnresolvedReason.COOLDOWN
-        reason = reasons.gave_up(pre.pod.annotations, self.config)
+        reason = reasons.gave_up(self.marks[pre.key], self.config)
         return None if reason is None else (reason, UnresolvedReason.GAVE_UP)
 
     def _standing(self, pre: Preemptor, cooldown: str | None) -> bool:
@@ -466,7 +464,7 @@ class _Pass:
         node.version += 1
         self.rankings.changed(node)
 
-    def _place_gang(self, gang: _PendingGang, cooling: Mapping[PodKey, str | None]) -> None:
+    def _place_gang(self, gang: _PendingGang, cooling: Mapping[ObjectKey, str | None]) -> None:
         """A preemptor gang, placed whole or not at all (docs/reclaim.md, "Gangs")."""
         members = gang.members
         self.plan.gang_needs[gang.gang.name] = (gang.gang.needed, self.index.gang_running.get(gang.gang, 0))
@@ -614,10 +612,10 @@ class _Pass:
 
 def plan(
     cluster: ClusterState,
-    usage: Mapping[PodKey, PodUsage],
+    usage: Mapping[ObjectKey, PodUsage],
     config: PlannerConfig,
     now: datetime,
-    exclude: frozenset[PodKey] = frozenset(),
+    exclude: frozenset[ObjectKey] = frozenset(),
     budget: int | None = None,
 ) -> Plan:
     """Plan one pass. exclude: pods never to be chosen as victims (e.g. their eviction was refused);

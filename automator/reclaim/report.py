@@ -5,46 +5,18 @@ service's log lines and the Events' messages all come from here, with the number
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from automator.objects.model import (
-    AnnotationWarning,
-    ClusterState,
-    Decision,
-    Mode,
-    Plan,
-    PlannerConfig,
-    PodKey,
-    UsageWindow,
-    Victim,
-)
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError
+from automator.reclaim.formats import fmt_logged, fmt_measure, json_measure
 from automator.reclaim.gangs import resolve_gangs
+from automator.reclaim.model import AnnotationWarning, Decision, Plan, PlannerConfig, UsageWindow, Victim
 from steward_common.conventions import RECLAIM_ANNOTATION
 from steward_common.printable import printable, printable_lines
-
-# Number formats. Verdicts, `explain` and the CLI text print measures to three significant digits (0.01,
-# 0.42); log lines and Events print activity with three decimals (0.000), as the demo and docs/reclaim.md
-# quote them; JSON carries numbers rounded to four decimals. Each format is defined once, here.
-
-
-def fmt_measure(value: float | None) -> str:
-    """A measured activity or core count in verdicts, explain and the CLI's text."""
-    return "unknown" if value is None else f"{value:.3g}"
-
-
-def fmt_logged(value: float | None, unit: str = "") -> str:
-    """A measured activity or core count in log lines and Events."""
-    return "unknown" if value is None else f"{value:.3f}{unit}"
-
-
-def json_measure(value: float | None) -> float | None:
-    """A measure in JSON: rounded, and null when unknown or not finite."""
-    return None if value is None or not math.isfinite(value) else round(value, 4)
-
 
 # --- JSON (CLI `plan --output json`, the service's /decisions) -------------------------------------------
 
@@ -168,7 +140,7 @@ def plan_to_text(result: Plan) -> str:
 # --- explain -----------------------------------------------------------------------------------------
 
 
-def _as_preemptor(plan: Plan, key: PodKey) -> list[str]:
+def _as_preemptor(plan: Plan, key: ObjectKey) -> list[str]:
     lines: list[str] = []
     for fit in plan.already_fit:
         if fit.preemptor == key:
@@ -198,7 +170,7 @@ def _as_preemptor(plan: Plan, key: PodKey) -> list[str]:
     return lines
 
 
-def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfig | None = None) -> str:
+def explain(plan: Plan, cluster: ClusterState, key: ObjectKey, config: PlannerConfig | None = None) -> str:
     """Why a pod is or is not a victim, or what happens to it as a preemptor. LookupError if unknown."""
     config = config or PlannerConfig()
     pod = next((p for p in cluster.pods if p.key == key), None)
@@ -228,13 +200,13 @@ def explain(plan: Plan, cluster: ClusterState, key: PodKey, config: PlannerConfi
     return printable_lines(lines)
 
 
-def _gang_lines(plan: Plan, cluster: ClusterState, key: PodKey) -> list[str]:
+def _gang_lines(plan: Plan, cluster: ClusterState, key: ObjectKey) -> list[str]:
     """A gang member's gang: its name, the count needed and each member's state in the plan."""
     gang = resolve_gangs(cluster.pods, cluster.groups)[0].get(key)
     if gang is None:
         return []
     needed = gang.problem if gang.needed is None else f"{gang.needed} needed"
-    states: dict[PodKey, str] = {}
+    states: dict[ObjectKey, str] = {}
     for d in plan.decisions:
         states.setdefault(d.preemptor, f"placed on {d.node}")
         for v in d.victims:
@@ -294,8 +266,11 @@ def describe_victim(v: Victim, window: UsageWindow | None) -> str:
     return f"{v.pod} ({v.gpus} GPU, priority {v.priority}, {measured(v, window)}{gang})"
 
 
-def log_plan(log: logging.Logger, plan: Plan, mode: Mode, windows: Mapping[PodKey, UsageWindow]) -> None:
-    verb = "would evict" if mode is Mode.DRY_RUN else "evicting"
+def log_plan(
+    log: logging.Logger, plan: Plan, mode: str, windows: Mapping[ObjectKey, UsageWindow], *, evicting: bool
+) -> None:
+    """The plan's log lines; mode: the pass's mode as logged, evicting: whether it evicts (enforce)."""
+    verb = "evicting" if evicting else "would evict"
     for d in plan.decisions:
         log.info(
             "decision mode=%s preemptor=%s priority=%d gpus=%d node=%s free_before=%d: %s %s",
@@ -339,7 +314,7 @@ def partly_evicted(planned: Decision, evicted: list[Victim]) -> str:
 
 
 def preemptor_event(
-    d: Decision, windows: Mapping[PodKey, UsageWindow], complete: bool, partial_gangs: str = ""
+    d: Decision, windows: Mapping[ObjectKey, UsageWindow], complete: bool, partial_gangs: str = ""
 ) -> str:
     victims = "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims)
     partial = "" if complete else " (partial: an eviction was refused)"
@@ -361,7 +336,7 @@ def victim_event(d: Decision, v: Victim, window: UsageWindow | None, partial_gan
     )
 
 
-def eviction_failed_event(preemptor: PodKey, outcome: str, message: str) -> str:
+def eviction_failed_event(preemptor: ObjectKey, outcome: str, message: str) -> str:
     return printable(f"gpu-steward could not evict it for {preemptor}: {outcome} {message}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from functools import partial
 
-from automator.objects.model import PodKey
+from automator.objects.keys import ObjectKey
 from automator.reclaim.cluster_index import Candidate, NodeState, Unit
 from automator.reclaim.eligibility import verdict_reason, verdict_rule
 from steward_common.conventions import WORD_GANG_MALFORMED, WORD_GANG_MEMBER_PROTECTED
@@ -36,9 +36,9 @@ class Split:
         "units",
     )
 
-    def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[PodKey]) -> None:
+    def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[ObjectKey]) -> None:
         self.priority, self.exclude = priority, exclude
-        self._protected: dict[PodKey, tuple[str, str | Callable[[], str]]] | None = None
+        self._protected: dict[ObjectKey, tuple[str, str | Callable[[], str]]] | None = None
         eligible: list[Candidate] = []
         protected: list[Candidate] = []  # excluded or not eligible (verdict_rule), in the node's order
         not_lower = reclaimable = largest = 0
@@ -70,7 +70,7 @@ class Split:
         self.largest = largest  # the most GPUs one eligible pod frees
 
     @property
-    def protected(self) -> dict[PodKey, tuple[str, str | Callable[[], str]]]:
+    def protected(self) -> dict[ObjectKey, tuple[str, str | Callable[[], str]]]:
         """The protected pods' rules and reasons (or how to write them)."""
         protected = self._protected
         if protected is None:
@@ -88,7 +88,7 @@ class Split:
         return protected
 
 
-def gang_protection(unit: Unit, priority: int, exclude: frozenset[PodKey]) -> tuple[str, str]:
+def gang_protection(unit: Unit, priority: int, exclude: frozenset[ObjectKey]) -> tuple[str, str]:
     """(rule, reason) of every member of a victim gang that is not eligible as a whole: the first member
     (in name order) that is protected, and its rule."""
     gang = unit.gang
@@ -115,7 +115,7 @@ NO_SPLIT = Split([], 0, frozenset())
 class Splits:
     """The splits of one pass, per preemptor priority and node, kept until a decision changes the node."""
 
-    def __init__(self, exclude: frozenset[PodKey]) -> None:
+    def __init__(self, exclude: frozenset[ObjectKey]) -> None:
         self.exclude = exclude
         self.table: dict[int, dict[str, tuple[int, Split]]] = {}
 

@@ -3,8 +3,8 @@
 Orchestration over two ports (automator/ports.py: KubeAdapter, UsageSource), so it runs the same against the
 live adapters (kube.py, prom.py), the snapshot file and the test fakes, and imports none of them. The
 decisions are the planner's; every message it logs or writes is report.py's. Acting on them is
-enforcer.py's (the writes eviction.py's), the memory between passes and the cooldown annotations
-cooldown.py's.
+enforcer.py's (the writes eviction.py's), the memory between passes cooldown.py's, the reclaim
+annotations reclaim/annotations.py's.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from automator.metrics import AutomatorMetrics, unresolved_by_reason
-from automator.objects.model import Mode, PassOutcome, Plan, PlannerConfig
 from automator.objects.resources import rfc3339
 from automator.ports import (
     EvictionOutcome,
     KubeAdapter,
     KubernetesUnavailable,
+    Mode,
+    PassOutcome,
     PrometheusUnavailable,
     UsageSource,
 )
 from automator.reclaim import planner, report
+from automator.reclaim.model import Plan, PlannerConfig
 from automator.service.cooldown import (
     ActuatorState,
     forget_reclaims,
@@ -180,7 +182,7 @@ def _run(
     if limits.max_evictions_per_hour is not None:
         budget = min(budget, max(0, limits.max_evictions_per_hour - state.evictions_last_hour(now)))
     plan = planner.plan(cluster, usage, config, now, budget=budget)
-    report.log_plan(log, plan, mode, windows)
+    report.log_plan(log, plan, mode, windows, evicting=mode is not Mode.DRY_RUN)
     result.plan = plan
     if metrics is not None:
         metrics.reclaimed_gpus_held.set(gpus_held_by_reclaim(cluster, config.gpu_resources))

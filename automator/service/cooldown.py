@@ -1,8 +1,8 @@
-"""What the actuator remembers between passes, and the cooldown annotations it writes on a preemptor.
+"""What the actuator remembers between passes. Pure: no I/O.
 
-Pure: no I/O. The annotations (steward_common/conventions.py) keep a served preemptor in the
-planner's cooldown; the memory is their backstop when patching failed or the next list does not show
-them yet.
+The reclaim annotations written on a served preemptor (read and written by reclaim/annotations.py) keep it
+in the planner's cooldown; the memory is their backstop when patching failed or the next list does not
+show them yet.
 """
 
 from __future__ import annotations
@@ -14,16 +14,12 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from automator.objects.model import ClusterState, Decision, PodKey
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.objects.resources import FieldError, rfc3339
-from steward_common.conventions import (
-    EVICTIONS_ANNOTATION,
-    LAST_RECLAIM_ANNOTATION,
-    RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_NODE_ANNOTATION,
-    RECLAIM_VICTIMS_ANNOTATION,
-)
+from automator.objects.resources import FieldError
+from automator.reclaim.annotations import last_reclaim, reclaim_node, reclaim_victims
+from steward_common.conventions import EVICTIONS_ANNOTATION
 from steward_common.settingspec import whole_number
 
 HOUR = timedelta(hours=1)
@@ -34,15 +30,15 @@ class ActuatorState:
     """What the service remembers between passes (per process; lost on failover, which is harmless)."""
 
     # Warnings already turned into Events: (class, annotation, value, pod).
-    warned: set[tuple[str, str, str, PodKey]] = field(default_factory=set)
+    warned: set[tuple[str, str, str, ObjectKey]] = field(default_factory=set)
     # Preemptors we evicted for, when, and the annotations written (or meant to be): a backstop for the
     # annotations if patching failed or the next list does not show them yet, so a pass never evicts twice
     # for the same preemptor.
-    reclaimed: dict[PodKey, tuple[datetime, dict[str, str]]] = field(default_factory=dict)
+    reclaimed: dict[ObjectKey, tuple[datetime, dict[str, str]]] = field(default_factory=dict)
     # Times of accepted evictions in the last hour (--max-evictions-per-hour, a sliding window).
     evictions: deque[datetime] = field(default_factory=deque)
     # Preemptors already given a gave-up warning Event: (key, uid).
-    gave_up_warned: set[tuple[PodKey, str]] = field(default_factory=set)
+    gave_up_warned: set[tuple[ObjectKey, str]] = field(default_factory=set)
 
     def evictions_last_hour(self, now: datetime) -> int:
         while self.evictions and now - self.evictions[0] >= HOUR:
@@ -90,16 +86,8 @@ def restore_evictions(state: ActuatorState, annotations: Mapping[str, str], now:
     return len(added)
 
 
-def _parse_time(text: str) -> datetime | None:
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
 def with_reclaim_memory(
-    cluster: ClusterState, reclaimed: Mapping[PodKey, tuple[datetime, Mapping[str, str]]]
+    cluster: ClusterState, reclaimed: Mapping[ObjectKey, tuple[datetime, Mapping[str, str]]]
 ) -> ClusterState:
     """The cluster with our remembered reclaim annotations written into preemptors that show older ones."""
     if not reclaimed:
@@ -110,26 +98,11 @@ def with_reclaim_memory(
         if memory is not None:
             when, written = memory
             annotations = pod.annotations
-            seen = _parse_time(str(annotations.get(LAST_RECLAIM_ANNOTATION, "")))
-            if LAST_RECLAIM_ANNOTATION not in annotations or (seen is not None and seen < when):
+            seen = last_reclaim(annotations)
+            if seen is None or (isinstance(seen, datetime) and seen < when):
                 pod = msgspec.structs.replace(pod, annotations={**annotations, **written})
         pods.append(pod)
     return replace(cluster, pods=pods)
-
-
-def reclaim_annotations(preemptor: Pod | None, d: Decision, now: datetime) -> dict[str, str]:
-    """The four annotations written on a preemptor once victims were evicted for it."""
-    annotations = preemptor.annotations if preemptor is not None else {}
-    try:
-        previous = whole_number(str(annotations.get(RECLAIM_COUNT_ANNOTATION, "0")))
-    except ValueError:
-        previous = 0
-    return {
-        LAST_RECLAIM_ANNOTATION: rfc3339(now),
-        RECLAIM_NODE_ANNOTATION: d.node,
-        RECLAIM_VICTIMS_ANNOTATION: ",".join(str(v.pod) for v in d.victims),
-        RECLAIM_COUNT_ANNOTATION: str(max(0, previous) + 1),
-    }
 
 
 def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, cooldown: timedelta) -> None:
@@ -138,8 +111,8 @@ def forget_reclaims(state: ActuatorState, cluster: ClusterState, now: datetime, 
         return
     terminating = {p.key for p in cluster.pods if p.terminating}
     for key, (when, written) in list(state.reclaimed.items()):
-        victims = {v.strip() for v in written.get(RECLAIM_VICTIMS_ANNOTATION, "").split(",")}
-        if now - when >= cooldown and not any(str(t) in victims for t in terminating):
+        victims = reclaim_victims(written)
+        if now - when >= cooldown and not any(t in victims for t in terminating):
             del state.reclaimed[key]
 
 
@@ -152,7 +125,7 @@ def gpus_held_by_reclaim(cluster: ClusterState, gpu_resources: Iterable[str]) ->
         node = pod.node_name
         if not node or pod.finished or pod.terminating:
             continue
-        if str(pod.annotations.get(RECLAIM_NODE_ANNOTATION, "")) != node:
+        if reclaim_node(pod.annotations) != node:
             continue
         try:
             total += pod.requests(gpu_resources).gpus

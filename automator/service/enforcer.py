@@ -15,21 +15,14 @@ from datetime import datetime
 
 import msgspec
 
-from automator.objects.model import (
-    ClusterState,
-    Decision,
-    Plan,
-    PlannerConfig,
-    PodKey,
-    PodUsage,
-    Unresolved,
-    UsageWindow,
-    Victim,
-)
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.ports import EvictionOutcome, EvictionResult
 from automator.reclaim import planner, report
-from automator.service.cooldown import ActuatorState, reclaim_annotations
+from automator.reclaim.annotations import reclaim_annotations
+from automator.reclaim.model import Decision, Plan, PlannerConfig, PodUsage, Unresolved, UsageWindow, Victim
+from automator.service.cooldown import ActuatorState
 from automator.service.eviction import ClusterWriter, Stop
 from steward_common.conventions import (
     REASON_EVICTION_FAILED,
@@ -50,7 +43,7 @@ MAX_WARNING_EVENTS_PER_CLASS = 50
 _GONE = (EvictionOutcome.OK, EvictionOutcome.NOT_FOUND)
 
 
-def simulate(cluster: ClusterState, gone: set[PodKey], placed: Mapping[PodKey, str]) -> ClusterState:
+def simulate(cluster: ClusterState, gone: set[ObjectKey], placed: Mapping[ObjectKey, str]) -> ClusterState:
     """The cluster as a re-plan should see it: evicted pods gone, served preemptors running where planned.
 
     A served preemptor is bound without a PodScheduled=True condition, so the planner neither serves it
@@ -71,8 +64,8 @@ def simulate(cluster: ClusterState, gone: set[PodKey], placed: Mapping[PodKey, s
 class Enforcer:
     writer: ClusterWriter
     cluster: ClusterState
-    usage: Mapping[PodKey, PodUsage]
-    windows: Mapping[PodKey, UsageWindow]
+    usage: Mapping[ObjectKey, PodUsage]
+    windows: Mapping[ObjectKey, UsageWindow]
     config: PlannerConfig
     now: datetime
     state: ActuatorState
@@ -81,12 +74,12 @@ class Enforcer:
     replans: int = 0
     stopped: str | None = None  # why the pass's actions ended early
     # Across re-plans: pods gone, pods never to be chosen again, preemptors placed and their victims.
-    gone: set[PodKey] = field(default_factory=set)
-    exclude: set[PodKey] = field(default_factory=set)
-    placed: dict[PodKey, str] = field(default_factory=dict)
-    evicted_for: dict[PodKey, list[Victim]] = field(default_factory=dict)
-    last_decision: dict[PodKey, Decision] = field(default_factory=dict)
-    skipped: dict[PodKey, Unresolved] = field(default_factory=dict)  # preemptors not acted on, and why
+    gone: set[ObjectKey] = field(default_factory=set)
+    exclude: set[ObjectKey] = field(default_factory=set)
+    placed: dict[ObjectKey, str] = field(default_factory=dict)
+    evicted_for: dict[ObjectKey, list[Victim]] = field(default_factory=dict)
+    last_decision: dict[ObjectKey, Decision] = field(default_factory=dict)
+    skipped: dict[ObjectKey, Unresolved] = field(default_factory=dict)  # preemptors not acted on, and why
 
     def _refused(self, d: Decision, v: Victim, result: EvictionResult, dry_run: bool) -> None:
         """A victim that cannot be evicted now: never chosen again this pass; the caller re-plans."""

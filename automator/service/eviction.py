@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import PodKey, Unresolved
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.ports import EvictionOutcome, EvictionResult, KubeAdapter, KubernetesUnavailable
+from automator.reclaim.model import Unresolved
 from steward_common.conventions import (
     WORD_NOMINATED,
     WORD_PREEMPTOR_CHANGED,
@@ -48,7 +49,7 @@ class ClusterWriter:
     """The pass's writes through the KubeAdapter port, with the pods as the pass listed them."""
 
     kube: KubeAdapter
-    pods: Mapping[PodKey, Pod]
+    pods: Mapping[ObjectKey, Pod]
     metrics: AutomatorMetrics | None
     should_continue: Callable[[], bool]
     actions: list[Action] = field(default_factory=list)
@@ -61,7 +62,7 @@ class ClusterWriter:
         if not self.should_continue():
             raise Stop(f"lost leadership before {before}")
 
-    def event(self, pod: PodKey, type_: str, reason: str, message: str) -> None:
+    def event(self, pod: ObjectKey, type_: str, reason: str, message: str) -> None:
         if not self.should_continue():
             self.actions.append(Action("event", str(pod), "skipped", f"{reason}: not the leader"))
             return
@@ -73,10 +74,10 @@ class ClusterWriter:
             log.error("event %s on %s failed: %s", reason, pod, e)
             self.actions.append(Action("event", str(pod), "error", f"{reason}: {e}"))
 
-    def record(self, kind: str, pod: PodKey, result: str, detail: str = "") -> None:
+    def record(self, kind: str, pod: ObjectKey, result: str, detail: str = "") -> None:
         self.actions.append(Action(kind, str(pod), result, detail))
 
-    def annotate(self, pod: PodKey, written: Mapping[str, str]) -> None:
+    def annotate(self, pod: ObjectKey, written: Mapping[str, str]) -> None:
         """The cooldown annotations on a preemptor; a failure is logged (the memory keeps them)."""
         try:
             self.kube.annotate_preemptor(pod, written, uid=self.uids.get(pod))
@@ -85,7 +86,7 @@ class ClusterWriter:
             log.error("cooldown annotations on %s failed (kept in memory): %s", pod, e)
             self.actions.append(Action("annotate", str(pod), "error", str(e)))
 
-    def evict(self, pod: PodKey, dry_run: bool = False) -> EvictionResult:
+    def evict(self, pod: ObjectKey, dry_run: bool = False) -> EvictionResult:
         try:
             result = self.kube.evict(pod, uid=self.uids.get(pod), dry_run=dry_run)
         except KubernetesUnavailable as e:
@@ -94,7 +95,7 @@ class ClusterWriter:
             self.metrics.evictions.labels(result=str(result.outcome)).inc()
         return result
 
-    def preemptor_changed(self, key: PodKey) -> Unresolved | None:
+    def preemptor_changed(self, key: ObjectKey) -> Unresolved | None:
         """Read the preemptor again just before its victims go: gone, scheduled, nominated or replaced."""
         try:
             now = self.kube.get_pod(key)

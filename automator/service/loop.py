@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey
+from automator.objects.cluster import ClusterState
+from automator.objects.files import InputError
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, UsageSource
-from automator.reclaim.snapshot import InputError, load_cluster
+from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, Mode, UsageSource
+from automator.reclaim.model import PlannerConfig
+from automator.reclaim.snapshot import load_cluster
 from automator.service.actuator import ActuatorState, PassResult, run_pass
 
 # A pass older than this many intervals makes a leader unready.
@@ -35,16 +38,18 @@ class SnapshotKube:
         except (InputError, OSError) as e:
             raise KubernetesUnavailable(f"snapshot {self.path}: {e}") from e
 
-    def get_pod(self, pod: PodKey) -> Pod | None:
+    def get_pod(self, pod: ObjectKey) -> Pod | None:
         return next((p for p in self.snapshot().pods if p.key == pod), None)
 
-    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+    def evict(self, pod: ObjectKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to evict {pod}")
 
-    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+    def annotate_preemptor(
+        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+    ) -> None:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to patch {pod}")
 
-    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
+    def event(self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to write an Event on {pod}")
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from automator.objects.model import ClusterState, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.ports import (
     EvictionOutcome,
@@ -27,6 +28,7 @@ from automator.ports import (
     When,
     Windows,
 )
+from automator.reclaim.model import PodUsage
 from steward_common.conventions import LAST_RECLAIM_ANNOTATION
 
 _STATUS = {
@@ -42,7 +44,7 @@ _STATUS = {
 
 @dataclass(frozen=True)
 class RecordedEvent:
-    pod: PodKey
+    pod: ObjectKey
     type: str
     reason: str
     message: str
@@ -53,30 +55,30 @@ class RecordedEvent:
 class FakeKube:
     cluster: ClusterState
     # Scripted answers, consumed in order per pod; when exhausted the eviction succeeds.
-    eviction_script: dict[PodKey, list[EvictionOutcome]] = field(default_factory=dict)
+    eviction_script: dict[ObjectKey, list[EvictionOutcome]] = field(default_factory=dict)
     fail_snapshot: str | None = None  # a message: snapshot() raises KubernetesUnavailable with it
     fail_writes: bool = False  # annotate/event raise KubernetesUnavailable
     # Pods whose UNKNOWN answer hid an accepted eviction (the pod is then terminating).
-    accepted_silently: set[PodKey] = field(default_factory=set)
-    fail_get: bool | set[PodKey] = False  # get_pod raises KubernetesUnavailable (for these pods)
+    accepted_silently: set[ObjectKey] = field(default_factory=set)
+    fail_get: bool | set[ObjectKey] = False  # get_pod raises KubernetesUnavailable (for these pods)
     dry_run_ok: bool = False  # dry runs always pass (the script then only answers the real evictions)
     # Called with the live objects right after a snapshot was taken: what changes between list and act.
     after_snapshot: Callable[[ClusterState], None] | None = None
     # Called before each write with its kind ("evict", "annotate", "event"): e.g. to lose leadership.
     before_write: Callable[[str], None] | None = None
-    eviction_calls: list[PodKey] = field(default_factory=list)
-    dry_run_calls: list[PodKey] = field(default_factory=list)
+    eviction_calls: list[ObjectKey] = field(default_factory=list)
+    dry_run_calls: list[ObjectKey] = field(default_factory=list)
     uids_sent: list[str | None] = field(default_factory=list)
-    evicted: list[PodKey] = field(default_factory=list)
-    annotations: dict[PodKey, str] = field(default_factory=dict)  # last-reclaim-time written
-    written: dict[PodKey, dict[str, str]] = field(default_factory=dict)  # every annotation written
+    evicted: list[ObjectKey] = field(default_factory=list)
+    annotations: dict[ObjectKey, str] = field(default_factory=dict)  # last-reclaim-time written
+    written: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)  # every annotation written
     events: list[RecordedEvent] = field(default_factory=list)
-    get_calls: list[PodKey] = field(default_factory=list)
+    get_calls: list[ObjectKey] = field(default_factory=list)
 
-    def _pod(self, key: PodKey) -> Pod | None:
+    def _pod(self, key: ObjectKey) -> Pod | None:
         return next((p for p in self.cluster.pods if p.key == key), None)
 
-    def _change(self, key: PodKey, **fields: Any) -> None:
+    def _change(self, key: ObjectKey, **fields: Any) -> None:
         """The live pod changed (records are immutable: a changed copy takes its place)."""
         pods = self.cluster.pods
         i = next(i for i, p in enumerate(pods) if p.key == key)
@@ -94,17 +96,17 @@ class FakeKube:
             self.after_snapshot(self.cluster)
         return taken
 
-    def get_pod(self, pod: PodKey) -> Pod | None:
+    def get_pod(self, pod: ObjectKey) -> Pod | None:
         self.get_calls.append(pod)
         if self.fail_get is True or (isinstance(self.fail_get, set) and pod in self.fail_get):
             raise KubernetesUnavailable(f"get pod {pod}: fake failure")
         return self._pod(pod)
 
-    def _terminate(self, pod: PodKey, obj: Pod) -> None:
+    def _terminate(self, pod: ObjectKey, obj: Pod) -> None:
         self.evicted.append(pod)
         self._change(pod, terminating=True)
 
-    def evict(self, pod: PodKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
+    def evict(self, pod: ObjectKey, uid: str | None = None, dry_run: bool = False) -> EvictionResult:
         self._write("evict")
         obj = self._pod(pod)
         if dry_run:
@@ -134,7 +136,9 @@ class FakeKube:
         retry = 5.0 if outcome is EvictionOutcome.THROTTLED else None
         return EvictionResult(outcome, _STATUS[outcome], f"fake {outcome}", retry)
 
-    def annotate_preemptor(self, pod: PodKey, annotations: Mapping[str, str], uid: str | None = None) -> None:
+    def annotate_preemptor(
+        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+    ) -> None:
         self._write("annotate")
         if self.fail_writes:
             raise KubernetesUnavailable(f"patch pod {pod}: fake failure")
@@ -144,7 +148,7 @@ class FakeKube:
         if obj is not None:
             self._change(pod, annotations={**obj.annotations, **annotations})
 
-    def event(self, pod: PodKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
+    def event(self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
         self._write("event")
         if self.fail_writes:
             raise KubernetesUnavailable(f"event on {pod}: fake failure")
@@ -155,7 +159,7 @@ class FakeKube:
 class FakePrometheus:
     """Known usage per pod; counts queries as the real adapter does (one per distinct window)."""
 
-    data: dict[PodKey, PodUsage] = field(default_factory=dict)
+    data: dict[ObjectKey, PodUsage] = field(default_factory=dict)
     down: str | None = None  # a reason: usage() raises PrometheusUnavailable with it
     skew: float = 0.0  # Prometheus' clock minus the caller's `now`
     nonfinite: int = 0  # pods reported as having NaN/Inf samples

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.resources import rfc3339
+from automator.reclaim.model import PodUsage
 from steward_common.conventions import DEFAULT_GPU_RESOURCE, PLUGIN_PREFIX, RECLAIM_ANNOTATION
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -152,28 +155,41 @@ def held_node(name: str, pod_name: str, gpus: int = 4) -> tuple[JsonObj, JsonObj
     return node(name, gpus=gpus), pod(pod_name, gpus=gpus, node_name=name)
 
 
-def cluster(*objs: JsonObj) -> ClusterState:
-    kinds: dict[str, list[JsonObj]] = {"Node": [], "Pod": [], "PriorityClass": [], "PodDisruptionBudget": []}
-    groups: list[JsonObj] = []  # PodGroups and Workloads
+def _by_kind(objs: Iterable[JsonObj]) -> dict[str, list[JsonObj]]:
+    # groups: PodGroups and Workloads, the objects of any other kind
+    kinds: dict[str, list[JsonObj]] = {
+        "Node": [], "Pod": [], "PriorityClass": [], "PodDisruptionBudget": [], "groups": []
+    }  # fmt: skip
     for obj in objs:
-        kinds.get(obj["kind"], groups).append(obj)
+        kinds.get(obj["kind"], kinds["groups"]).append(obj)
+    return kinds
+
+
+def cluster_objects(*objs: JsonObj) -> list[JsonObj]:
+    """The objects with the "reclaim" class added unless given, grouped by kind."""
+    kinds = _by_kind(objs)
     if not any(pc["metadata"]["name"] == "reclaim" for pc in kinds["PriorityClass"]):
         kinds["PriorityClass"].append(reclaim_class())
-    state = ClusterState(
-        kinds["Node"], kinds["Pod"], kinds["PriorityClass"], kinds["PodDisruptionBudget"], groups
-    )
-    state.objects = [obj for objs in kinds.values() for obj in objs]  # type: ignore[attr-defined]
-    return state
+    return [obj for objs in kinds.values() for obj in objs]
 
 
-def idle(*names: str, activity: float = 0.0, namespace: str = "ml", **kw: Any) -> dict[PodKey, PodUsage]:
+def state(objs: list[JsonObj]) -> ClusterState:
+    """The cluster of the objects as given (cluster_objects' list)."""
+    return ClusterState.from_objects(*_by_kind(objs).values())
+
+
+def cluster(*objs: JsonObj) -> ClusterState:
+    return state(cluster_objects(*objs))
+
+
+def idle(*names: str, activity: float = 0.0, namespace: str = "ml", **kw: Any) -> dict[ObjectKey, PodUsage]:
     """Idle pods; the recent maximum equals the average unless given (gpu_recent_max=...)."""
     kw.setdefault("gpu_recent_max", activity)
-    return {PodKey(namespace, n): PodUsage(activity, **kw) for n in names}
+    return {ObjectKey(namespace, n): PodUsage(activity, **kw) for n in names}
 
 
-def busy(*names: str, activity: float = 0.9, namespace: str = "ml") -> dict[PodKey, PodUsage]:
-    return {PodKey(namespace, n): PodUsage(activity, gpu_recent_max=activity) for n in names}
+def busy(*names: str, activity: float = 0.9, namespace: str = "ml") -> dict[ObjectKey, PodUsage]:
+    return {ObjectKey(namespace, n): PodUsage(activity, gpu_recent_max=activity) for n in names}
 
 
 def pod_group(

@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from automator.objects.model import ClusterState, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.resources import Requests
 from automator.reclaim.cluster_index import Candidate, NodeState, index_cluster
 from automator.reclaim.eligibility import verdict_rule
 from automator.reclaim.fit import static_misfit
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.reclaim.planner import plan
 from automator.reclaim.victims import SetKey, set_key
 
@@ -58,7 +60,7 @@ def brute_force(
 
 
 def oracle_plan(
-    cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig, now: datetime
+    cluster: ClusterState, usage: Mapping[ObjectKey, PodUsage], config: PlannerConfig, now: datetime
 ) -> Outcome:
     index = index_cluster(cluster, usage, config, now)
     evicted: list[tuple[str, str, tuple[str, ...]]] = []
@@ -100,7 +102,7 @@ def oracle_plan(
 
 
 def planner_outcome(
-    cluster: ClusterState, usage: Mapping[PodKey, PodUsage], config: PlannerConfig, now: datetime
+    cluster: ClusterState, usage: Mapping[ObjectKey, PodUsage], config: PlannerConfig, now: datetime
 ) -> Outcome:
     result = plan(cluster, usage, config, now)
     return Outcome(

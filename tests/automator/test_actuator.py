@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.priority_class import priority_class_records
-from automator.ports import EvictionOutcome
+from automator.ports import EvictionOutcome, Mode
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.service.actuator import ActuatorState, run_pass
 from steward_common.conventions import (
     ANN_GPU_IDLE_SECONDS,
@@ -30,7 +33,7 @@ LONG_AGO = NOW - timedelta(hours=2)
 CONFIG = PlannerConfig()
 IDLE = PodUsage(gpu_activity=0.0, coverage=1.0, gpu_recent_max=0.0)
 BUSY = PodUsage(gpu_activity=0.9, coverage=1.0, gpu_recent_max=0.9)
-PRE = PodKey("team", "pending")
+PRE = ObjectKey("team", "pending")
 
 
 def classes(batch_annotations: dict[str, str] | None = None) -> list[JsonObj]:
@@ -52,13 +55,13 @@ def pending(name: str = "pending", gpus: int = 4, created: datetime = LONG_AGO) 
 
 
 def cluster(nodes: list[JsonObj], pods: list[JsonObj], **kw: list[JsonObj]) -> ClusterState:
-    return ClusterState(
+    return ClusterState.from_objects(
         nodes=nodes, pods=pods, priority_classes=kw.get("pcs", classes()), pdbs=kw.get("pdbs", [])
     )
 
 
-def idle_usage(*names: str) -> dict[PodKey, PodUsage]:
-    return {PodKey("ml", n): IDLE for n in names}
+def idle_usage(*names: str) -> dict[ObjectKey, PodUsage]:
+    return {ObjectKey("ml", n): IDLE for n in names}
 
 
 @pytest.fixture
@@ -104,12 +107,12 @@ def test_enforce_evicts_annotates_and_records_events(metrics: AutomatorMetrics) 
     result = run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
 
     assert result.ok and result.acted
-    assert kube.evicted == [PodKey("ml", "a4")]
+    assert kube.evicted == [ObjectKey("ml", "a4")]
     assert kube.annotations == {PRE: k8s.ts(NOW)}
     by_pod = {(e.pod, e.reason): e for e in kube.events}
     pre_event = by_pod[(PRE, REASON_PREEMPTOR)]
     assert "ml/a4" in pre_event.message and "0.000" in pre_event.message and pre_event.type == "Normal"
-    victim_event = by_pod[(PodKey("ml", "a4"), REASON_VICTIM)]
+    victim_event = by_pod[(ObjectKey("ml", "a4"), REASON_VICTIM)]
     assert "team/pending" in victim_event.message and "GPU activity 0.000 over 1800s" in victim_event.message
     assert victim_event.uid == "uid-ml-a4"  # kubectl describe selects Events by uid
     assert sample(metrics, "evictions_total", result="ok") == 1
@@ -120,7 +123,9 @@ def test_enforce_evicts_annotates_and_records_events(metrics: AutomatorMetrics) 
 def test_prometheus_down_gives_zero_evictions(metrics: AutomatorMetrics) -> None:
     # Even a victim that needs no usage check (minimum-preemptable-priority) is left alone: the pass stops.
     state = eight_gpu_node()
-    state.priority_classes = priority_class_records(classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"}))
+    state = replace(
+        state, priority_classes=priority_class_records(classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"}))
+    )
     kube = FakeKube(state)
     prom = FakePrometheus(idle_usage("a4", "b2", "c2"), down="connection refused")
     result = run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
@@ -136,10 +141,12 @@ def test_prometheus_down_gives_zero_evictions(metrics: AutomatorMetrics) -> None
 def test_same_cluster_with_prometheus_up_does_evict() -> None:
     # The other side of the test above: the same input acts when usage is known.
     state = eight_gpu_node()
-    state.priority_classes = priority_class_records(classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"}))
+    state = replace(
+        state, priority_classes=priority_class_records(classes({ANN_MIN_PREEMPTABLE_PRIORITY: "500"}))
+    )
     kube = FakeKube(state)
     run_pass(kube, FakePrometheus(idle_usage("a4", "b2", "c2")), CONFIG, Mode.ENFORCE, NOW)
-    assert kube.evicted == [PodKey("ml", "a4")]
+    assert kube.evicted == [ObjectKey("ml", "a4")]
 
 
 def test_kubernetes_down_fails_the_pass(metrics: AutomatorMetrics) -> None:
@@ -163,15 +170,18 @@ def test_refused_eviction_replans_onto_another_node(
     refusal: EvictionOutcome, metrics: AutomatorMetrics
 ) -> None:
     # The dry run passes, the real eviction is refused (a race): re-plan onto the other node.
-    kube = FakeKube(two_nodes(), eviction_script={PodKey("ml", "x"): [refusal]}, dry_run_ok=True)
+    kube = FakeKube(two_nodes(), eviction_script={ObjectKey("ml", "x"): [refusal]}, dry_run_ok=True)
     result = run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
 
-    assert kube.eviction_calls == [PodKey("ml", "x"), PodKey("ml", "y")]  # node-a first: names sort first
-    assert kube.evicted == [PodKey("ml", "y")]
+    assert kube.eviction_calls == [
+        ObjectKey("ml", "x"),
+        ObjectKey("ml", "y"),
+    ]  # node-a first: names sort first
+    assert kube.evicted == [ObjectKey("ml", "y")]
     assert result.replans == 1 and sample(metrics, "replans_total") == 1
     assert result.plan is not None and [d.node for d in result.plan.decisions] == ["node-b"]
     failed = [e for e in kube.events if e.reason == REASON_EVICTION_FAILED]
-    assert [(e.pod, e.type) for e in failed] == [(PodKey("ml", "x"), "Warning")]
+    assert [(e.pod, e.type) for e in failed] == [(ObjectKey("ml", "x"), "Warning")]
     assert sample(metrics, "evictions_total", result=str(refusal)) == 1
     assert sample(metrics, "evictions_total", result="ok") == 1
 
@@ -179,7 +189,7 @@ def test_refused_eviction_replans_onto_another_node(
 def test_replans_are_bounded() -> None:
     nodes = [k8s.node(f"node-{i}", 4) for i in range(5)]
     pods = [running(f"v{i}", 4, f"node-{i}") for i in range(5)] + [pending()]
-    script = {PodKey("ml", f"v{i}"): [EvictionOutcome.REFUSED_PDB] for i in range(5)}
+    script = {ObjectKey("ml", f"v{i}"): [EvictionOutcome.REFUSED_PDB] for i in range(5)}
     kube = FakeKube(cluster(nodes, pods), eviction_script=script, dry_run_ok=True)
     usage = idle_usage(*(f"v{i}" for i in range(5)))
     result = run_pass(kube, FakePrometheus(usage), CONFIG, Mode.ENFORCE, NOW, max_replans=2)
@@ -191,17 +201,17 @@ def test_replans_are_bounded() -> None:
 
 
 def test_conflict_is_not_the_pod_judged_skipped_not_retried_not_freed() -> None:
-    kube = FakeKube(two_nodes(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.CONFLICT]})
+    kube = FakeKube(two_nodes(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.CONFLICT]})
     result = run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW)
-    assert kube.eviction_calls == [PodKey("ml", "x"), PodKey("ml", "y")]
-    assert kube.evicted == [PodKey("ml", "y")] and result.replans == 1
+    assert kube.eviction_calls == [ObjectKey("ml", "x"), ObjectKey("ml", "y")]
+    assert kube.evicted == [ObjectKey("ml", "y")] and result.replans == 1
     assert result.plan is not None and [d.node for d in result.plan.decisions] == ["node-b"]
 
 
 def test_not_found_counts_as_freed() -> None:
-    kube = FakeKube(two_nodes(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.NOT_FOUND]})
+    kube = FakeKube(two_nodes(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.NOT_FOUND]})
     result = run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW)
-    assert kube.eviction_calls == [PodKey("ml", "x")] and result.replans == 0
+    assert kube.eviction_calls == [ObjectKey("ml", "x")] and result.replans == 0
     assert PRE in kube.annotations  # victims were (already) gone for it: cooldown starts
     assert result.acted
 
@@ -217,13 +227,13 @@ def test_partial_eviction_is_not_repeated_after_replan() -> None:
             pending(),
         ],
     )
-    script = {PodKey("ml", "q"): [EvictionOutcome.REFUSED_PDB]}
+    script = {ObjectKey("ml", "q"): [EvictionOutcome.REFUSED_PDB]}
     kube = FakeKube(state, eviction_script=script, dry_run_ok=True)
     result = run_pass(kube, FakePrometheus(idle_usage("p", "q", "r", "s")), CONFIG, Mode.ENFORCE, NOW)
 
-    assert kube.eviction_calls.count(PodKey("ml", "p")) == 1
-    assert PodKey("ml", "q") not in kube.evicted
-    assert sorted(kube.evicted) == [PodKey("ml", "p"), PodKey("ml", "r"), PodKey("ml", "s")]
+    assert kube.eviction_calls.count(ObjectKey("ml", "p")) == 1
+    assert ObjectKey("ml", "q") not in kube.evicted
+    assert sorted(kube.evicted) == [ObjectKey("ml", "p"), ObjectKey("ml", "r"), ObjectKey("ml", "s")]
     assert result.plan is not None and result.plan.decisions[0].node == "node-b"
     assert list(kube.annotations) == [PRE]
 
@@ -240,11 +250,11 @@ def test_second_preemptor_gets_other_victims() -> None:
     )
     kube = FakeKube(state)
     result = run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW)
-    assert sorted(kube.evicted) == [PodKey("ml", "x"), PodKey("ml", "y")]
+    assert sorted(kube.evicted) == [ObjectKey("ml", "x"), ObjectKey("ml", "y")]
     assert result.plan is not None
     victims = [v.pod for d in result.plan.decisions for v in d.victims]
     assert len(victims) == len(set(victims)) == 2
-    assert set(kube.annotations) == {PodKey("team", "first"), PodKey("team", "second")}
+    assert set(kube.annotations) == {ObjectKey("team", "first"), ObjectKey("team", "second")}
 
 
 def test_busy_and_pdb_protected_pods_are_not_evicted() -> None:
@@ -254,7 +264,7 @@ def test_busy_and_pdb_protected_pods_are_not_evicted() -> None:
         pdbs=[k8s.pdb("guard", {"matchLabels": {"app": "g"}}, 0)],
     )
     kube = FakeKube(state)
-    usage = {PodKey("ml", "busy"): BUSY, PodKey("ml", "guarded"): IDLE}
+    usage = {ObjectKey("ml", "busy"): BUSY, ObjectKey("ml", "guarded"): IDLE}
     result = run_pass(kube, FakePrometheus(usage), CONFIG, Mode.ENFORCE, NOW)
     assert kube.eviction_calls == []
     assert result.plan is not None and [u.preemptor for u in result.plan.unresolved] == [PRE]
@@ -266,18 +276,18 @@ def test_cooldown_holds_even_when_the_annotation_could_not_be_written() -> None:
     state = ActuatorState()
     prom = FakePrometheus(idle_usage("x", "y"))
     first = run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW, state=state)
-    assert kube.evicted == [PodKey("ml", "x")] and kube.annotations == {}
+    assert kube.evicted == [ObjectKey("ml", "x")] and kube.annotations == {}
     assert any(a.kind == "annotate" and a.result == "error" for a in first.actions)
 
     # The evicted pod is still terminating and the preemptor still pending: without memory, y would go too.
     second = run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW + timedelta(seconds=30), state=state)
-    assert kube.evicted == [PodKey("ml", "x")]
+    assert kube.evicted == [ObjectKey("ml", "x")]
     assert second.plan is not None and PRE in second.plan.skipped_cooldown
 
     # After the cooldown time, x still terminates: still no second set (issue 7), the memory holds.
     later = NOW + timedelta(seconds=CONFIG.cooldown_seconds)
     third = run_pass(kube, prom, CONFIG, Mode.ENFORCE, later, state=state)
-    assert kube.evicted == [PodKey("ml", "x")]
+    assert kube.evicted == [ObjectKey("ml", "x")]
     assert third.plan is not None and PRE in third.plan.skipped_cooldown
     assert state.reclaimed[PRE][0] == NOW
 
@@ -287,7 +297,7 @@ def test_written_annotation_starts_the_cooldown() -> None:
     prom = FakePrometheus(idle_usage("x", "y"))
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW)  # fresh state each pass: only the annotation remembers
     run_pass(kube, prom, CONFIG, Mode.ENFORCE, NOW + timedelta(seconds=60))
-    assert kube.evicted == [PodKey("ml", "x")]
+    assert kube.evicted == [ObjectKey("ml", "x")]
     pod = next(p for p in kube.cluster.pods if p.key.name == "pending")
     assert pod.annotations[LAST_RECLAIM_ANNOTATION] == k8s.ts(NOW)
 
@@ -314,7 +324,7 @@ def test_invalid_annotation_warns_once_on_the_class_pods_in_enforce_only() -> No
             state=shared,
         )
     warnings = [e for e in kube.events if e.reason == REASON_INVALID_ANNOTATION]
-    assert [(e.pod, e.type) for e in warnings] == [(PodKey("ml", "x"), "Warning")]
+    assert [(e.pod, e.type) for e in warnings] == [(ObjectKey("ml", "x"), "Warning")]
     assert "soon" in warnings[0].message and "batch" in warnings[0].message
     assert kube.evicted == []  # a malformed annotation protects the pod
 
@@ -332,5 +342,5 @@ def test_lost_leadership_stops_before_acting() -> None:
 def test_event_failures_do_not_stop_the_pass(metrics: AutomatorMetrics) -> None:
     kube = FakeKube(two_nodes(), fail_writes=True)
     result = run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
-    assert result.ok and kube.evicted == [PodKey("ml", "x")]
+    assert result.ok and kube.evicted == [ObjectKey("ml", "x")]
     assert {a.result for a in result.actions if a.kind == "event"} == {"error"}

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from automator import cli
-from automator.objects.model import JsonObj
+from automator.objects.keys import JsonObj
 from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
 from tests.automator import k8s
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import re
 import shlex
+import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,8 +29,9 @@ from automator.dra.job import DraCheckJob, SnapshotDraCluster
 from automator.keda.kube import NamespaceLister
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import Mode, PlannerConfig, PodKey
-from automator.ports import EvictionOutcome
+from automator.objects.keys import ObjectKey
+from automator.ports import EvictionOutcome, Mode
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.snapshot import load_cluster, load_usage
 from automator.service import main as service
 from steward_common import conventions
@@ -518,7 +520,7 @@ def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Re
     api = client.ApiClient(client.Configuration(host=fake_kube.url))
     kube = KubernetesAdapter(api, identity="replica-0")
     kube.snapshot()
-    pod = PodKey("ml", "train-a")
+    pod = ObjectKey("ml", "train-a")
     assert kube.get_pod(pod) is not None
     assert kube.evict(pod, uid="u-1", dry_run=True).outcome is EvictionOutcome.OK
     assert kube.evict(pod, uid="u-1").outcome is EvictionOutcome.OK
@@ -627,3 +629,18 @@ def test_architecture_note_names_real_contract_homes() -> None:
     assert "steward_common/series.py" in homes
     for home in homes:
         assert (REPO / home).is_file(), home
+
+
+def test_architecture_note_draws_the_import_contracts() -> None:
+    """The layer line, the independent packages and tools/ in docs/architecture.md are the contracts'."""
+    text = (DOCS / "architecture.md").read_text()
+    linter = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contracts = linter["contracts"]
+    (layers,) = [c for c in contracts if c["type"] == "layers" and c["containers"] == ["automator"]]
+    assert f"   {' > '.join(layers['layers'])}\n" in text
+    (independent,) = [c for c in contracts if c["type"] == "independence" and "automator.dra" in c["modules"]]
+    named = ", ".join(m.removeprefix("automator.") + "/" for m in independent["modules"])
+    assert f"{named} are independent of each other" in text
+    assert "tools" in linter["root_packages"] and "never imported by it" in text
+    assert any(c["type"] == "forbidden" and c["forbidden_modules"] == ["tools"] for c in contracts)
+    assert any(c["type"] == "acyclic_siblings" for c in contracts) and "no import circle" in text

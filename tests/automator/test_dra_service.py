@@ -22,7 +22,7 @@ from pytest_httpserver import HTTPServer
 from automator import cli, settings
 from automator.dra.job import STALE_INTERVALS, DraCheckJob, SnapshotDraCluster
 from automator.dra.load import load_usage_file
-from automator.dra.model import KINDS, CheckOutcome, ContainerUsage
+from automator.dra.model import KINDS, CheckOutcome
 from automator.dra.report import (
     CAPACITY_METRIC,
     CHECKS_METRIC,
@@ -32,7 +32,7 @@ from automator.dra.report import (
     USAGE_CHECKED_METRIC,
 )
 from automator.kube import ACTIVE_PODS, DraKubernetesAdapter, KubernetesAdapter
-from automator.ports import KubernetesUnavailable, PrometheusUnavailable
+from automator.ports import ContainerUsage, KubernetesUnavailable, PrometheusUnavailable
 from automator.prom import DRA_USAGE_LABELS, DraMemoryReader, PrometheusAdapter, dra_memory_query
 from automator.service import main as service
 from steward_common.metrics import CONTAINER_MEMORY_USED

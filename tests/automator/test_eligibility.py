@@ -7,19 +7,20 @@ from typing import Any
 
 import pytest
 
-from automator.objects.model import PlannerConfig, PodKey, PodUsage, Verdict
+from automator.objects.keys import ObjectKey
 from automator.objects.pdb import pdb_records
 from automator.objects.pod import pod_record
 from automator.reclaim import eligibility
 from automator.reclaim.eligibility import PdbIndex
+from automator.reclaim.model import PlannerConfig, PodUsage, Verdict
 from automator.reclaim.planner import plan, usage_windows
 from tests.automator import k8s
 
-VICTIM = PodKey("ml", "v")
+VICTIM = ObjectKey("ml", "v")
 
 
 def verdict(
-    *objs: Any, usage: dict[PodKey, PodUsage] | None = None, pre_priority: int = 1000, **victim_kw: Any
+    *objs: Any, usage: dict[ObjectKey, PodUsage] | None = None, pre_priority: int = 1000, **victim_kw: Any
 ) -> Verdict:
     """Plan one 4-GPU preemptor against a full 4-GPU node holding the 4-GPU victim `v`; return v's verdict."""
     victim_kw.setdefault("priority", 100)
@@ -31,7 +32,7 @@ def verdict(
     )
     result = plan(state, k8s.idle("v") if usage is None else usage, PlannerConfig(), k8s.NOW)
     verdicts = result.verdicts[VICTIM]
-    assert len(verdicts) == 1 and verdicts[0].preemptor == PodKey("ml", "p")
+    assert len(verdicts) == 1 and verdicts[0].preemptor == ObjectKey("ml", "p")
     chosen = [v.pod for d in result.decisions for v in d.victims]
     assert (VICTIM in chosen) == verdicts[0].eligible
     return verdicts[0]

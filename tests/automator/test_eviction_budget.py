@@ -12,7 +12,8 @@ import pytest
 from kubernetes import client
 
 from automator.kube import LeaderElector
-from automator.objects.model import Mode, PlannerConfig
+from automator.ports import Mode
+from automator.reclaim.model import PlannerConfig
 from automator.service.actuator import ActuatorState, run_pass
 from automator.service.cooldown import evictions_record, restore_evictions
 from steward_common.conventions import EVICTIONS_ANNOTATION

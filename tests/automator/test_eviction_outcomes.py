@@ -10,19 +10,19 @@ import pytest
 from kubernetes import client
 
 from automator.kube import KubernetesAdapter
-from automator.objects.model import Mode, PlannerConfig
+from automator.ports import Mode
+from automator.reclaim.model import PlannerConfig
 from automator.service.actuator import run_pass
 from tests.automator import k8s
 from tests.automator.fakes import FakePrometheus
-from tests.automator.test_reclaim_safety import two_nodes_cluster
+from tests.automator.test_reclaim_safety import two_nodes_objects
 from tools.fakekube import FakeApiServer
 
 EVICTION = r"/api/v1/namespaces/ml/pods/[^/]+/eviction"
 
 
 def _load(fake_kube: FakeApiServer) -> KubernetesAdapter:
-    state = two_nodes_cluster()
-    for obj in state.objects:
+    for obj in two_nodes_objects():
         fake_kube.put(obj)
     return KubernetesAdapter(client.ApiClient(client.Configuration(host=fake_kube.url)), request_timeout=2)
 

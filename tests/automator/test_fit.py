@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from automator.objects.model import JsonObj, PlannerConfig
+from automator.objects.keys import JsonObj
 from automator.objects.node import node_record
 from automator.objects.pod import pod_record
 from automator.reclaim.fit import affinity_matches, static_misfit, untolerated_taint
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.planner import plan
 from tests.automator import k8s
 

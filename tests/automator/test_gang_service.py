@@ -8,7 +8,8 @@ from typing import Any
 from kubernetes import client
 
 from automator.kube import KubernetesAdapter
-from automator.objects.model import Mode, PlannerConfig
+from automator.ports import Mode
+from automator.reclaim.model import PlannerConfig
 from automator.service.actuator import run_pass
 from steward_common.conventions import GANG_COSCHEDULING_LABEL, LAST_RECLAIM_ANNOTATION
 from tests.automator import k8s

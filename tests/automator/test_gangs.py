@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from automator.objects.model import ClusterState, Plan, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
+from automator.reclaim.model import Plan, PlannerConfig, PodUsage
 from automator.reclaim.planner import plan
 from automator.reclaim.report import explain, plan_to_json, plan_to_text
 from steward_common.conventions import (
@@ -26,7 +28,7 @@ from tests.automator import k8s
 PG = {GANG_COSCHEDULING_LABEL: "big"}
 
 
-def run(state: ClusterState, usage: dict[PodKey, PodUsage], **config: Any) -> Plan:
+def run(state: ClusterState, usage: dict[ObjectKey, PodUsage], **config: Any) -> Plan:
     return plan(state, usage, PlannerConfig(**config), k8s.NOW)
 
 
@@ -227,13 +229,13 @@ def test_a_malformed_count_protects_and_leaves_unresolved(count: Any) -> None:
         "prod/solo": UnresolvedReason.NO_FIT,
     }
     assert all(u.reason.startswith("gang-malformed: gang prod/big") for u in result.unresolved if u.gang)
-    text = explain(result, state, PodKey("research", "v-1"))
+    text = explain(result, state, ObjectKey("research", "v-1"))
     assert "[gang-malformed] gang-malformed: gang research/v" in text
 
 
 def _victim_gang(
     usage_busy: str | None = None, wanted: int = 8
-) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
+) -> tuple[ClusterState, dict[ObjectKey, PodUsage]]:
     """A 2-member idle victim gang on n1 and n2 (4 GPUs each), a single idle 4-GPU pod on n1."""
     gang = {GANG_COSCHEDULING_LABEL: "train"}
     state = k8s.cluster(
@@ -277,7 +279,7 @@ def test_one_busy_member_protects_the_whole_gang() -> None:
     state, usage = _victim_gang(usage_busy="g-1")
     result = run(state, usage)
     assert result.decisions == []
-    text = explain(result, state, PodKey("research", "g-0"))
+    text = explain(result, state, ObjectKey("research", "g-0"))
     assert "gang-member-protected: gang research/train: research/g-1 [6-gpu-busy]" in text
 
 

@@ -15,7 +15,7 @@ import urllib3
 from kubernetes import client
 
 from automator.kube import ACTIVE_PODS, KubernetesAdapter, LeaderElector
-from automator.objects.model import PodKey
+from automator.objects.keys import ObjectKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
 from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATION
 from tests.fakeclock import FakeClock
@@ -145,7 +145,7 @@ def test_evict(
 ) -> None:
     fake_kube.answer("POST", EVICTION, code, body)
 
-    result = kube.evict(PodKey("ml", "a"))
+    result = kube.evict(ObjectKey("ml", "a"))
 
     assert result.outcome is outcome
     if code >= 400:
@@ -162,17 +162,17 @@ def test_evict(
 
 def test_evict_unreachable_is_an_unknown_outcome() -> None:
     adapter = KubernetesAdapter(api_for(f"http://127.0.0.1:{free_port()}"), request_timeout=2)
-    assert adapter.evict(PodKey("ml", "a")).outcome is EvictionOutcome.UNKNOWN
+    assert adapter.evict(ObjectKey("ml", "a")).outcome is EvictionOutcome.UNKNOWN
 
 
 def test_eviction_carries_the_uid_precondition_and_dry_run(
     fake_kube: FakeApiServer, kube: KubernetesAdapter
 ) -> None:
     fake_kube.put(POD_A)
-    assert kube.evict(PodKey("ml", "a"), uid="u-a", dry_run=True).outcome is EvictionOutcome.OK
+    assert kube.evict(ObjectKey("ml", "a"), uid="u-a", dry_run=True).outcome is EvictionOutcome.OK
     pod = fake_kube.pod("ml", "a")
     assert pod is not None and "deletionTimestamp" not in pod["metadata"]  # a dry run changes nothing
-    assert kube.evict(PodKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.OK
+    assert kube.evict(ObjectKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.OK
     dry, real = fake_kube.calls
     assert dry.body["deleteOptions"] == {"preconditions": {"uid": "u-a"}, "dryRun": ["All"]}
     assert real.body["deleteOptions"] == {"preconditions": {"uid": "u-a"}}
@@ -185,7 +185,7 @@ def test_statefulset_pod_recreated_under_the_same_name_is_not_evicted(
 ) -> None:
     """The API server answers 409 when the uid precondition names the pod that was judged, not this one."""
     fake_kube.put({**POD_A, "metadata": {**POD_A["metadata"], "uid": "u-new"}})  # type: ignore[dict-item]
-    result = kube.evict(PodKey("ml", "a"), uid="u-old")
+    result = kube.evict(ObjectKey("ml", "a"), uid="u-old")
     assert result.outcome is EvictionOutcome.CONFLICT and "u-new" in result.message
     pod = fake_kube.pod("ml", "a")
     assert pod is not None and "deletionTimestamp" not in pod["metadata"]
@@ -202,7 +202,7 @@ def test_api_throttling_429_is_not_a_budget_refusal(
         "Too many requests, please try again later.",
         **{"Retry-After": "7"},
     )
-    result = kube.evict(PodKey("ml", "a"), uid="u-a")
+    result = kube.evict(ObjectKey("ml", "a"), uid="u-a")
     assert result.outcome is EvictionOutcome.THROTTLED and result.retry_after == 7
 
 
@@ -216,7 +216,7 @@ def test_budget_429_is_read_from_its_cause(fake_kube: FakeApiServer, kube: Kuber
         details={"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget g needs 2"}]},
         **{"Retry-After": "10"},
     )
-    assert kube.evict(PodKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.REFUSED_PDB
+    assert kube.evict(ObjectKey("ml", "a"), uid="u-a").outcome is EvictionOutcome.REFUSED_PDB
 
 
 def test_the_fakes_own_budget_refusal_is_read_as_one(
@@ -232,14 +232,14 @@ def test_the_fakes_own_budget_refusal_is_read_as_one(
             "status": {"disruptionsAllowed": 0},
         }
     )
-    assert kube.evict(PodKey("ml", "a"), uid="u-a", dry_run=True).outcome is EvictionOutcome.REFUSED_PDB
+    assert kube.evict(ObjectKey("ml", "a"), uid="u-a", dry_run=True).outcome is EvictionOutcome.REFUSED_PDB
 
 
 def test_timeout_after_the_server_accepted_is_unknown_not_refused(fake_kube: FakeApiServer) -> None:
     # The server takes the eviction; its answer comes too late.
     fake_kube.answer("POST", EVICTION, 201, {"kind": "Status", "code": 201}, delay=1.5)
     adapter = KubernetesAdapter(api_for(fake_kube.url), request_timeout=0.3)
-    result = adapter.evict(PodKey("ml", "a"), uid="u-a")
+    result = adapter.evict(ObjectKey("ml", "a"), uid="u-a")
     accepted = fake_kube.requests("POST", EVICTION)
     assert len(accepted) == 1 and result.outcome is EvictionOutcome.UNKNOWN
 
@@ -249,9 +249,9 @@ def test_get_pod_reads_a_plain_record_or_none(fake_kube: FakeApiServer, kube: Ku
     full["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]  # type: ignore[index]
     full["spec"]["volumes"] = [{"name": "data"}]  # type: ignore[index]
     fake_kube.put(full)
-    pod = kube.get_pod(PodKey("ml", "a"))
+    pod = kube.get_pod(ObjectKey("ml", "a"))
     assert pod is not None and pod.uid == "u-a" and pod.node_name == "node-1"
-    assert kube.get_pod(PodKey("ml", "gone")) is None
+    assert kube.get_pod(ObjectKey("ml", "gone")) is None
 
 
 def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
@@ -276,7 +276,7 @@ def test_snapshot_keeps_pending_pods_and_pods_on_gpu_nodes_only(
 def test_annotate_preemptor_is_a_json_merge_patch(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
     fake_kube.put({"kind": "Pod", "metadata": {"name": "p", "namespace": "team", "uid": "u-p"}})
     written = {LAST_RECLAIM_ANNOTATION: "2024-06-01T14:00:05Z", RECLAIM_NODE_ANNOTATION: "node-1"}
-    kube.annotate_preemptor(PodKey("team", "p"), written, uid="u-p")
+    kube.annotate_preemptor(ObjectKey("team", "p"), written, uid="u-p")
     request, *_ = fake_kube.calls
     assert request.content_type == "application/merge-patch+json"
     assert request.body == {"metadata": {"annotations": written, "uid": "u-p"}}
@@ -288,17 +288,17 @@ def test_annotating_a_replaced_preemptor_conflicts(fake_kube: FakeApiServer, kub
     """The uid in the patch is a precondition: a pod recreated under the same name is not annotated."""
     fake_kube.put({"kind": "Pod", "metadata": {"name": "p", "namespace": "team", "uid": "u-new"}})
     with pytest.raises(KubernetesUnavailable, match="patch pod team/p: 409"):
-        kube.annotate_preemptor(PodKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "x"}, uid="u-old")
+        kube.annotate_preemptor(ObjectKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "x"}, uid="u-old")
 
 
 def test_annotate_failure_raises(kube: KubernetesAdapter) -> None:
     with pytest.raises(KubernetesUnavailable, match="patch pod team/p: 404"):
-        kube.annotate_preemptor(PodKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "2024-06-01T00:00:00Z"})
+        kube.annotate_preemptor(ObjectKey("team", "p"), {LAST_RECLAIM_ANNOTATION: "2024-06-01T00:00:00Z"})
 
 
 def test_event_is_a_core_v1_event_on_the_pod(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
-    kube.event(PodKey("ml", "a"), "Normal", "GpuIdleReclaimed", "x" * 2000, uid="u-a")
-    kube.event(PodKey("ml", "a"), "Warning", "InvalidReclaimAnnotation", "bad")
+    kube.event(ObjectKey("ml", "a"), "Normal", "GpuIdleReclaimed", "x" * 2000, uid="u-a")
+    kube.event(ObjectKey("ml", "a"), "Warning", "InvalidReclaimAnnotation", "bad")
     first, second = fake_kube.calls
     assert (first.method, first.path) == ("POST", "/api/v1/namespaces/ml/events")
     body = first.body
@@ -322,7 +322,7 @@ def test_event_is_a_core_v1_event_on_the_pod(fake_kube: FakeApiServer, kube: Kub
 def test_event_failure_raises(fake_kube: FakeApiServer, kube: KubernetesAdapter) -> None:
     fake_kube.fail("POST", "/api/v1/namespaces/ml/events", 403, "Forbidden", "cannot create events")
     with pytest.raises(KubernetesUnavailable, match="event R on ml/a: 403 cannot create events"):
-        kube.event(PodKey("ml", "a"), "Normal", "R", "m")
+        kube.event(ObjectKey("ml", "a"), "Normal", "R", "m")
 
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/gpu-steward/leases"

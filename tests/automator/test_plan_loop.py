@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from automator.objects.model import JsonObj, PlannerConfig
+from automator.objects.keys import JsonObj
 from automator.reclaim import victims as victims_module
 from automator.reclaim.cluster_index import ClusterIndex, index_cluster
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.ranking import _by_tie_key, _single, tie_key
 from tests.automator import k8s
 

@@ -7,14 +7,16 @@ from typing import Any
 
 import pytest
 
-from automator.objects.model import ClusterState, Plan, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
+from automator.reclaim.model import Plan, PlannerConfig, PodUsage
 from automator.reclaim.planner import plan
 from automator.reclaim.report import plan_to_json
 from steward_common.conventions import LAST_RECLAIM_ANNOTATION
 from tests.automator import k8s
 
 
-def run(state: ClusterState, usage: dict[PodKey, PodUsage], **config: Any) -> Plan:
+def run(state: ClusterState, usage: dict[ObjectKey, PodUsage], **config: Any) -> Plan:
     return plan(state, usage, PlannerConfig(**config), k8s.NOW)
 
 
@@ -38,7 +40,7 @@ def test_idle_pod_is_evicted_and_decision_is_complete() -> None:
     assert (decision.preemptor_priority, decision.free_gpus_before) == (1000, 0)
     (victim,) = decision.victims
     assert (victim.pod, victim.gpus, victim.priority, victim.gpu_activity) == (
-        PodKey("ml", "idle"),
+        ObjectKey("ml", "idle"),
         4,
         100,
         0.01,
@@ -51,7 +53,7 @@ def test_preemptor_that_already_fits_evicts_nothing() -> None:
     result = run(state, k8s.idle("idle"))
     assert result.decisions == []  # decisions only hold evictions
     (fit,) = result.already_fit
-    assert fit.preemptor == PodKey("ml", "p") and fit.node == "n1"
+    assert fit.preemptor == ObjectKey("ml", "p") and fit.node == "n1"
     assert fit.victims == () and fit.gpus_freed == 0 and fit.free_gpus_before == 4
     assert plan_to_json(result)["already_fit"] == [
         {"preemptor": "ml/p", "node": "n1", "gpus_requested": 4, "free_gpus_before": 4}
@@ -102,7 +104,7 @@ def test_pdb_protected_pod_is_skipped_for_another_node() -> None:
     )
     result = run(state, k8s.idle("guarded", "free"))
     assert [(d.node, [str(v.pod) for v in d.victims]) for d in result.decisions] == [("b-node", ["ml/free"])]
-    assert result.verdicts[PodKey("ml", "guarded")][0].rule == "0-pdb"
+    assert result.verdicts[ObjectKey("ml", "guarded")][0].rule == "0-pdb"
 
 
 def test_pdb_budget_limits_victims_of_one_set_and_of_the_pass() -> None:
@@ -189,7 +191,7 @@ def test_cooldown(elapsed: int, in_cooldown: bool) -> None:
     pre = k8s.preemptor("p", annotations={LAST_RECLAIM_ANNOTATION: k8s.ago(elapsed)})
     state = k8s.cluster(*k8s.held_node("n1", "v"), pre)
     result = run(state, k8s.idle("v"))
-    assert (result.skipped_cooldown == [PodKey("ml", "p")]) is in_cooldown
+    assert (result.skipped_cooldown == [ObjectKey("ml", "p")]) is in_cooldown
     assert (result.decisions == []) is in_cooldown
     if in_cooldown:
         assert f"{300 - elapsed} s of the 300 s cooldown remain" in result.unresolved[0].reason
@@ -202,7 +204,7 @@ def test_cooldown_length_is_configurable_and_malformed_timestamp_fails_safe() ->
     pre["metadata"]["annotations"][LAST_RECLAIM_ANNOTATION] = "yesterday"
     result = run(state, k8s.idle("v"))
     assert (
-        result.skipped_cooldown == [PodKey("ml", "p")]
+        result.skipped_cooldown == [ObjectKey("ml", "p")]
         and "not an RFC 3339 time" in result.unresolved[0].reason
     )
 
@@ -228,7 +230,7 @@ def test_excluded_pod_is_not_chosen() -> None:
         k8s.preemptor("p"),
     )
     result = plan(
-        state, k8s.idle("v1", "v2"), PlannerConfig(), k8s.NOW, exclude=frozenset({PodKey("ml", "v1")})
+        state, k8s.idle("v1", "v2"), PlannerConfig(), k8s.NOW, exclude=frozenset({ObjectKey("ml", "v1")})
     )
     assert victims(result) == {"ml/p": ["ml/v2"]}
 
@@ -242,7 +244,7 @@ def test_malformed_preemptor_is_unresolved_and_malformed_victim_protected() -> N
     result = run(state, k8s.idle("v"))
     reasons = {str(u.preemptor): u.reason for u in result.unresolved}
     assert "whole number" in reasons["ml/p"] and "spec.containers[0]" in reasons["ml/p"]
-    assert result.verdicts[PodKey("ml", "v")][0].rule == "resources-malformed"
+    assert result.verdicts[ObjectKey("ml", "v")][0].rule == "resources-malformed"
 
 
 def test_gpu_count_uses_init_containers_and_sidecars() -> None:
@@ -273,7 +275,9 @@ def test_json_shape() -> None:
         k8s.preemptor("p"),
         k8s.preemptor("q", gpus=16, created_ago=1),
     )
-    out = plan_to_json(run(state, {PodKey("ml", "v"): PodUsage(0.01234, cpu_cores=0.5, gpu_recent_max=0.02)}))
+    out = plan_to_json(
+        run(state, {ObjectKey("ml", "v"): PodUsage(0.01234, cpu_cores=0.5, gpu_recent_max=0.02)})
+    )
     assert out["decisions"] == [
         {
             "preemptor": "ml/p",
@@ -309,7 +313,7 @@ def test_a_priority_class_name_that_is_a_list_protects_the_pod_and_the_pass_goes
     odd_preemptor["spec"]["priorityClassName"] = ["reclaim"]
     state = k8s.cluster(k8s.node("n1", gpus=4), listed, k8s.preemptor("p", gpus=4), odd_preemptor)
     result = run(state, k8s.idle("v"))
-    assert result.decisions == [] and [u.preemptor for u in result.unresolved] == [PodKey("ml", "p")]
-    (verdict,) = result.verdicts[PodKey("ml", "v")]
+    assert result.decisions == [] and [u.preemptor for u in result.unresolved] == [ObjectKey("ml", "p")]
+    (verdict,) = result.verdicts[ObjectKey("ml", "v")]
     assert verdict.rule == "resources-malformed" and not verdict.eligible
     assert "spec.priorityClassName: ['batch'] is not a string" in verdict.reason

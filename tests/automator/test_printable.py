@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from automator.objects.model import PlannerConfig
 from automator.objects.resources import parse_time
 from automator.reclaim import report
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.planner import plan
 from automator.reclaim.snapshot import load_cluster, load_usage
 from steward_common.printable import PrintableFormatter, printable

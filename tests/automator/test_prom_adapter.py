@@ -14,7 +14,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.ports import PrometheusUnavailable
 from automator.prom import (
     GPU_SERIES,
@@ -25,6 +25,7 @@ from automator.prom import (
     recent_query,
 )
 from automator.reclaim import planner
+from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
 from tests.automator import k8s
 from tools.promserver import Prometheus, free_port, start_backfilled_prometheus
 
@@ -92,49 +93,51 @@ def test_gpu_query_shape_against_real_prometheus(prometheus: Prometheus) -> None
     adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
     long, short = UsageWindow(1800, 0), UsageWindow(600, 0)
     windows = {
-        PodKey("ml", "busy"): long,
-        PodKey("ml", "idle"): long,
-        PodKey("ml", "gappy"): long,
-        PodKey("ml", "recent-idle"): short,
-        PodKey("other", "idle"): long,
-        PodKey("ml", "no-data"): long,
+        ObjectKey("ml", "busy"): long,
+        ObjectKey("ml", "idle"): long,
+        ObjectKey("ml", "gappy"): long,
+        ObjectKey("ml", "recent-idle"): short,
+        ObjectKey("other", "idle"): long,
+        ObjectKey("ml", "no-data"): long,
     }
     usage = adapter.usage(windows, at=AT)
 
     assert adapter.queries_last_call == 3  # the recent window, two distinct GPU windows, no CPU window
-    assert PodKey("ml", "no-data") not in usage  # unknown, not idle
-    assert usage[PodKey("ml", "busy")].gpu_activity == pytest.approx(0.9)
-    assert usage[PodKey("ml", "busy")].coverage == pytest.approx(1.0)
-    assert usage[PodKey("ml", "idle")].gpu_activity == pytest.approx(0.0)
-    assert usage[PodKey("other", "idle")].gpu_activity == pytest.approx(0.02)
+    assert ObjectKey("ml", "no-data") not in usage  # unknown, not idle
+    assert usage[ObjectKey("ml", "busy")].gpu_activity == pytest.approx(0.9)
+    assert usage[ObjectKey("ml", "busy")].coverage == pytest.approx(1.0)
+    assert usage[ObjectKey("ml", "idle")].gpu_activity == pytest.approx(0.0)
+    assert usage[ObjectKey("other", "idle")].gpu_activity == pytest.approx(0.02)
     # 20 samples of a 30 s rule over 1800 s.
-    assert usage[PodKey("ml", "gappy")].coverage == pytest.approx(20 * 30 / 1800)
-    assert usage[PodKey("ml", "recent-idle")].gpu_activity == pytest.approx(0.0)
-    assert usage[PodKey("ml", "recent-idle")].coverage == pytest.approx(1.0)
-    assert usage[PodKey("ml", "busy")].cpu_cores is None  # CPU not asked for
+    assert usage[ObjectKey("ml", "gappy")].coverage == pytest.approx(20 * 30 / 1800)
+    assert usage[ObjectKey("ml", "recent-idle")].gpu_activity == pytest.approx(0.0)
+    assert usage[ObjectKey("ml", "recent-idle")].coverage == pytest.approx(1.0)
+    assert usage[ObjectKey("ml", "busy")].cpu_cores is None  # CPU not asked for
 
     # The same pod over the long window sees the busy past.
-    again = adapter.usage({PodKey("ml", "recent-idle"): long}, at=AT)
-    assert again[PodKey("ml", "recent-idle")].gpu_activity == pytest.approx(0.6 * 40 / 60)
+    again = adapter.usage({ObjectKey("ml", "recent-idle"): long}, at=AT)
+    assert again[ObjectKey("ml", "recent-idle")].gpu_activity == pytest.approx(0.6 * 40 / 60)
 
 
 @pytest.mark.integration
 def test_cpu_query_shape_against_real_prometheus(prometheus: Prometheus) -> None:
     adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
     windows = {
-        PodKey("ml", "idle"): UsageWindow(1800, 600),
-        PodKey("ml", "busy"): UsageWindow(1800, 900),
-        PodKey("other", "idle"): UsageWindow(1800, 600),  # GPU known, CPU unknown
+        ObjectKey("ml", "idle"): UsageWindow(1800, 600),
+        ObjectKey("ml", "busy"): UsageWindow(1800, 900),
+        ObjectKey("other", "idle"): UsageWindow(1800, 600),  # GPU known, CPU unknown
     }
     usage = adapter.usage(windows, at=AT)
     assert adapter.queries_last_call == 4  # the recent window, one GPU window, two CPU windows
-    assert usage[PodKey("ml", "idle")].cpu_cores == pytest.approx(0.5)
-    assert usage[PodKey("ml", "busy")].cpu_cores == pytest.approx(3.0)  # the container="" series is ignored
-    assert usage[PodKey("other", "idle")].cpu_cores is None
-    assert usage[PodKey("other", "idle")].gpu_activity == pytest.approx(0.02)
+    assert usage[ObjectKey("ml", "idle")].cpu_cores == pytest.approx(0.5)
+    assert usage[ObjectKey("ml", "busy")].cpu_cores == pytest.approx(
+        3.0
+    )  # the container="" series is ignored
+    assert usage[ObjectKey("other", "idle")].cpu_cores is None
+    assert usage[ObjectKey("other", "idle")].gpu_activity == pytest.approx(0.02)
 
 
-def _recent_verdicts(usage: dict[PodKey, PodUsage]) -> dict[str, str]:
+def _recent_verdicts(usage: dict[ObjectKey, PodUsage]) -> dict[str, str]:
     """The planner's verdict on each pod as the only victim for a 4-GPU preemptor (one node per pod)."""
     objs: list[JsonObj] = [k8s.preemptor("p", gpus=4)]
     for key in usage:
@@ -148,11 +151,13 @@ def test_pod_busy_for_the_last_60s_or_90s_after_28_idle_minutes_is_protected(pro
     """Issue 7: the 1800 s average (0.033, 0.05) hides a job that just started; the recent max does not."""
     adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
     names = ("burst-60s", "burst-90s", "idle")
-    usage = adapter.usage({PodKey("ml", n): UsageWindow(1800, 0) for n in names}, at=AT, recent_seconds=300)
-    assert usage[PodKey("ml", "burst-60s")].gpu_activity == pytest.approx(2 / 60)
-    assert usage[PodKey("ml", "burst-90s")].gpu_activity == pytest.approx(3 / 60)
-    assert usage[PodKey("ml", "burst-60s")].gpu_recent_max == pytest.approx(1.0)
-    assert usage[PodKey("ml", "idle")].gpu_recent_max == pytest.approx(0.0)
+    usage = adapter.usage(
+        {ObjectKey("ml", n): UsageWindow(1800, 0) for n in names}, at=AT, recent_seconds=300
+    )
+    assert usage[ObjectKey("ml", "burst-60s")].gpu_activity == pytest.approx(2 / 60)
+    assert usage[ObjectKey("ml", "burst-90s")].gpu_activity == pytest.approx(3 / 60)
+    assert usage[ObjectKey("ml", "burst-60s")].gpu_recent_max == pytest.approx(1.0)
+    assert usage[ObjectKey("ml", "idle")].gpu_recent_max == pytest.approx(0.0)
     verdicts = _recent_verdicts(usage)
     assert verdicts == {"burst-60s": "recently-busy", "burst-90s": "recently-busy", "idle": "8-idle"}
 
@@ -160,7 +165,7 @@ def test_pod_busy_for_the_last_60s_or_90s_after_28_idle_minutes_is_protected(pro
 @pytest.mark.integration
 def test_pod_whose_newest_samples_are_missing_is_protected(prometheus: Prometheus) -> None:
     adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
-    key = PodKey("ml", "newest-6m-missing")
+    key = ObjectKey("ml", "newest-6m-missing")
     usage = adapter.usage({key: UsageWindow(1800, 0)}, at=AT, recent_seconds=300)
     assert usage[key].coverage == pytest.approx(0.8) and usage[key].gpu_activity == 0.0
     assert usage[key].gpu_recent_max is None
@@ -172,7 +177,7 @@ def test_windows_end_at_prometheus_time_and_skew_is_measured(prometheus: Prometh
     """With the automator's clock 5 minutes behind, the queries still end at Prometheus' now."""
     adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
     behind = datetime.now(UTC) - timedelta(minutes=5)
-    adapter.usage({PodKey("ml", "idle"): UsageWindow(1800, 0)}, now=behind)
+    adapter.usage({ObjectKey("ml", "idle"): UsageWindow(1800, 0)}, now=behind)
     assert adapter.clock_skew_seconds is not None and 290 < adapter.clock_skew_seconds < 330
 
 
@@ -210,7 +215,7 @@ def test_one_query_per_distinct_window_whatever_the_pod_count(httpserver: HTTPSe
     for pods in (3, 3000):
         httpserver.clear_log()
         windows = {
-            PodKey("ns", f"p{i}"): UsageWindow(gpu_seconds=(1800, 600)[i % 2], cpu_seconds=(0, 300)[i % 2])
+            ObjectKey("ns", f"p{i}"): UsageWindow(gpu_seconds=(1800, 600)[i % 2], cpu_seconds=(0, 300)[i % 2])
             for i in range(pods)
         }
         assert adapter.usage(windows) == {}
@@ -238,11 +243,11 @@ def test_sends_the_evaluation_time(httpserver: HTTPServer) -> None:
         )
     )
     usage = PrometheusAdapter(httpserver.url_for("").rstrip("/")).usage(
-        {PodKey("a", "b"): UsageWindow(60, 0)}, at=AT
+        {ObjectKey("a", "b"): UsageWindow(60, 0)}, at=AT
     )
-    assert usage[PodKey("a", "b")].gpu_activity == 0.25
-    assert usage[PodKey("a", "b")].coverage == 0.5
-    assert usage[PodKey("a", "b")].gpu_recent_max == 0.5
+    assert usage[ObjectKey("a", "b")].gpu_activity == 0.25
+    assert usage[ObjectKey("a", "b")].coverage == 0.5
+    assert usage[ObjectKey("a", "b")].gpu_recent_max == 0.5
 
 
 def test_windows_follow_prometheus_clock_not_ours(httpserver: HTTPServer) -> None:
@@ -250,7 +255,7 @@ def test_windows_follow_prometheus_clock_not_ours(httpserver: HTTPServer) -> Non
     httpserver.expect_request("/api/v1/query").respond_with_handler(answer())
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
     ours = AT - timedelta(minutes=5)  # the automator's clock 5 minutes behind
-    adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)}, now=ours)
+    adapter.usage({ObjectKey("a", "b"): UsageWindow(60, 0)}, now=ours)
     (first, _), (second, _) = httpserver.log
     assert "time" not in first.args and second.args["time"] == f"{T}.000"
     assert adapter.clock_skew_seconds == pytest.approx(300)
@@ -266,9 +271,9 @@ def test_nonfinite_value_makes_only_that_pod_unknown(httpserver: HTTPServer) -> 
     )  # fmt: skip
     httpserver.expect_request("/api/v1/query").respond_with_handler(handler)
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
-    windows = {PodKey("a", p): UsageWindow(60, 0) for p in ("good", "nan", "inf")}
+    windows = {ObjectKey("a", p): UsageWindow(60, 0) for p in ("good", "nan", "inf")}
     usage = adapter.usage(windows, at=AT)
-    assert list(usage) == [PodKey("a", "good")] and adapter.nonfinite_last_call == 2
+    assert list(usage) == [ObjectKey("a", "good")] and adapter.nonfinite_last_call == 2
 
 
 def test_average_without_count_stays_unknown(httpserver: HTTPServer) -> None:
@@ -276,13 +281,13 @@ def test_average_without_count_stays_unknown(httpserver: HTTPServer) -> None:
         answer(({"namespace": "a", "pod": "b"}, "0"))
     )
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
-    assert adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)}) == {}
+    assert adapter.usage({ObjectKey("a", "b"): UsageWindow(60, 0)}) == {}
 
 
 def test_unreachable_prometheus_is_unavailable() -> None:
     adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}", timeout=2)
     with pytest.raises(PrometheusUnavailable, match="failed") as e:
-        adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
+        adapter.usage({ObjectKey("a", "b"): UsageWindow(60, 0)})
     assert adapter.queries_last_call == 1
     # The operator reads the cause, not the URL-encoded query that requests repeats.
     assert "refused" in str(e.value)
@@ -323,7 +328,7 @@ def test_bad_answers_are_unavailable(httpserver: HTTPServer, respond: object) ->
     httpserver.expect_request("/api/v1/query").respond_with_handler(lambda _req: respond())
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
     with pytest.raises(PrometheusUnavailable):
-        adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
+        adapter.usage({ObjectKey("a", "b"): UsageWindow(60, 0)})
 
 
 def test_slow_prometheus_is_unavailable(httpserver: HTTPServer) -> None:
@@ -337,14 +342,14 @@ def test_slow_prometheus_is_unavailable(httpserver: HTTPServer) -> None:
         httpserver.url_for("").rstrip("/"), timeout=0.3, observe_query=durations.append
     )
     with pytest.raises(PrometheusUnavailable, match="timed out"):
-        adapter.usage({PodKey("a", "b"): UsageWindow(60, 0)})
+        adapter.usage({ObjectKey("a", "b"): UsageWindow(60, 0)})
     assert len(durations) == 1  # the failed query is still measured
 
 
 def test_zero_window_is_refused() -> None:
     adapter = PrometheusAdapter(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ValueError, match="> 0"):
-        adapter.usage({PodKey("a", "b"): UsageWindow(0, 0)})
+        adapter.usage({ObjectKey("a", "b"): UsageWindow(0, 0)})
     assert not math.isnan(coverage(1, 30, 60))
 
 
@@ -359,7 +364,7 @@ def test_query_text() -> None:
 def test_pod_whose_newest_4_minutes_are_missing_is_protected(prometheus: Prometheus) -> None:
     """Its 300 s recent window still holds one idle sample, but the newest is 255 s old: not fresh."""
     adapter = PrometheusAdapter(prometheus.url, rule_interval=RULE_INTERVAL)
-    stale, fresh = PodKey("ml", "newest-4m-missing"), PodKey("ml", "one-missed")
+    stale, fresh = ObjectKey("ml", "newest-4m-missing"), ObjectKey("ml", "one-missed")
     usage = adapter.usage(
         {stale: UsageWindow(1800, 0), fresh: UsageWindow(1800, 0)}, at=AT, recent_seconds=300
     )

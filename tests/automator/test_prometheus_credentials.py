@@ -19,15 +19,14 @@ from werkzeug import Request, Response
 from automator.prom import redact_url
 from automator.service import main as service
 from automator.settings import SettingError
-from tests.automator.test_service import cluster, resolved
+from tests.automator.test_service import cluster_objects, resolved
 
 PASSWORD = "hunter2"
 
 
 def _snapshot(tmp_path: Path) -> Path:
-    state = cluster()
     path = tmp_path / "cluster.yaml"
-    items = state.objects
+    items = cluster_objects()
     path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
 

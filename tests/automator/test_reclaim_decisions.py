@@ -6,14 +6,16 @@ from typing import Any
 
 import pytest
 
-from automator.objects.model import ClusterState, JsonObj, Plan, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.reclaim.model import Plan, PlannerConfig, PodUsage
 from automator.reclaim.planner import plan
 from automator.reclaim.report import plan_to_json
 from steward_common.conventions import RECLAIM_ANNOTATION
 from tests.automator import k8s
 
 
-def run(state: ClusterState, usage: dict[PodKey, PodUsage]) -> Plan:
+def run(state: ClusterState, usage: dict[ObjectKey, PodUsage]) -> Plan:
     return plan(state, usage, PlannerConfig(), k8s.NOW)
 
 
@@ -76,7 +78,7 @@ def test_2_a_terminating_pending_pod_is_never_a_preemptor(terminating: bool) -> 
     result = run(state, k8s.idle("v"))
     if terminating:
         assert result.decisions == [] and result.unresolved == [] and result.already_fit == []
-        assert PodKey("ml", "v") not in result.verdicts
+        assert ObjectKey("ml", "v") not in result.verdicts
     else:
         assert [str(d.preemptor) for d in result.decisions] == ["ml/p"]
 

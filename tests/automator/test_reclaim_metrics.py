@@ -9,10 +9,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from automator.metrics import AutomatorMetrics, MetricSpec, declare, unresolved_by_reason
-from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey, Unresolved
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import pod_record
-from automator.ports import EvictionOutcome
+from automator.ports import EvictionOutcome, Mode
 from automator.reclaim import planner
+from automator.reclaim.model import PlannerConfig, Unresolved
 from automator.service.actuator import run_pass
 from automator.service.cooldown import gpus_held_by_reclaim
 from steward_common import conventions
@@ -24,7 +26,7 @@ from tests.automator.test_docs_consistency import SERVICE_DOC, code_spans, secti
 
 NOW = k8s.NOW
 CONFIG = PlannerConfig()
-PRE = PodKey("ml", "pre")
+PRE = ObjectKey("ml", "pre")
 
 
 def reclaimed(m: AutomatorMetrics) -> float | None:
@@ -47,7 +49,7 @@ def metrics() -> AutomatorMetrics:
 def test_accepted_evictions_count_their_victims_gpus(metrics: AutomatorMetrics) -> None:
     kube = FakeKube(eight_gpu_node())
     run_pass(kube, FakePrometheus(idle_usage("a4", "b2", "c2")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
-    assert kube.evicted == [PodKey("ml", "a4")]
+    assert kube.evicted == [ObjectKey("ml", "a4")]
     assert reclaimed(metrics) == 4
 
 
@@ -59,13 +61,13 @@ def test_dry_run_reclaims_nothing(metrics: AutomatorMetrics) -> None:
 
 def test_refused_and_already_gone_victims_are_not_reclaimed(metrics: AutomatorMetrics) -> None:
     # x refused by a PodDisruptionBudget, then y accepted: 4 GPUs, not 8.
-    script = {PodKey("ml", "x"): [EvictionOutcome.REFUSED_PDB]}
+    script = {ObjectKey("ml", "x"): [EvictionOutcome.REFUSED_PDB]}
     kube = FakeKube(two_nodes(), eviction_script=script, dry_run_ok=True)
     run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics)
-    assert kube.evicted == [PodKey("ml", "y")] and reclaimed(metrics) == 4
+    assert kube.evicted == [ObjectKey("ml", "y")] and reclaimed(metrics) == 4
     # A victim already gone (404) was freed by someone else: nothing reclaimed by this automator.
     gone = AutomatorMetrics(CollectorRegistry())
-    kube = FakeKube(two_nodes(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.NOT_FOUND]})
+    kube = FakeKube(two_nodes(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.NOT_FOUND]})
     run_pass(kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=gone)
     assert reclaimed(gone) == 0
 
@@ -81,7 +83,9 @@ def test_gpus_held_by_reclaim_count_only_pods_running_where_the_automator_made_r
         k8s.pod("plain", gpus=8, node_name="n1"),  # never reclaimed for
         k8s.pod("broken", gpus="lots", node_name="n1", annotations=here),  # unreadable: counts 0
     ]
-    cluster = ClusterState(nodes=[k8s.node("n1"), k8s.node("n2")], pods=pods, priority_classes=[], pdbs=[])
+    cluster = ClusterState.from_objects(
+        nodes=[k8s.node("n1"), k8s.node("n2")], pods=pods, priority_classes=[], pdbs=[]
+    )
     assert gpus_held_by_reclaim(cluster, CONFIG.gpu_resources) == 4
 
 
@@ -134,7 +138,7 @@ def test_a_pass_sets_the_gauge_by_reason(metrics: AutomatorMetrics) -> None:
 
 
 def test_preemptors_left_when_the_actions_stop_are_interrupted(metrics: AutomatorMetrics) -> None:
-    script = {PodKey("ml", n): [EvictionOutcome.REFUSED_PDB] for n in ("x", "y")}
+    script = {ObjectKey("ml", n): [EvictionOutcome.REFUSED_PDB] for n in ("x", "y")}
     kube = FakeKube(two_nodes(), eviction_script=script, dry_run_ok=True)
     result = run_pass(
         kube, FakePrometheus(idle_usage("x", "y")), CONFIG, Mode.ENFORCE, NOW, metrics=metrics, max_replans=1
@@ -181,7 +185,7 @@ def test_the_planner_gives_each_unresolved_preemptor_its_reason(expected: Unreso
 
 
 def test_counts_cover_every_reason() -> None:
-    other = PodKey("a", "b")
+    other = ObjectKey("a", "b")
     unresolved = [
         Unresolved(PRE, "x", UnresolvedReason.INTERRUPTED),
         Unresolved(other, "y", UnresolvedReason.NO_FIT),

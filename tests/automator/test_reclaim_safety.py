@@ -19,8 +19,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import ClusterState, JsonObj, Mode, PlannerConfig, PodKey, PodUsage
-from automator.ports import EvictionOutcome
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.ports import EvictionOutcome, Mode
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.service.actuator import ActuatorState, run_pass, skew_verdict
 from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
@@ -37,7 +39,7 @@ from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.automator.test_contract_scenarios import Cli, evicted, unresolved, usage
 
 NOW = k8s.NOW
-PRE = PodKey("ml", "p")
+PRE = ObjectKey("ml", "p")
 
 
 @pytest.fixture
@@ -95,14 +97,18 @@ def test_pod_whose_newest_samples_are_missing_is_not_evicted(
         assert "[recent-usage-unknown]" in run.explain("ml/v", objs, pods)
 
 
-def two_nodes_cluster() -> ClusterState:
-    return k8s.cluster(
+def two_nodes_objects() -> list[JsonObj]:
+    return k8s.cluster_objects(
         k8s.node("node-a", 4),
         k8s.node("node-b", 4),
         k8s.pod("x", 4, "node-a"),
         k8s.pod("y", 4, "node-b"),
         k8s.preemptor("p"),
     )
+
+
+def two_nodes_cluster() -> ClusterState:
+    return k8s.state(two_nodes_objects())
 
 
 @pytest.mark.parametrize(
@@ -209,7 +215,7 @@ def test_leadership_lost_between_two_evictions_stops_every_write() -> None:
         kube, FakePrometheus(k8s.idle("a", "b")), PlannerConfig(), Mode.ENFORCE, NOW,
         should_continue=lambda: not kube.evicted,  # the lease is lost right after the first eviction
     )  # fmt: skip
-    assert kube.evicted == [PodKey("ml", "a")]  # checked again before b: not evicted
+    assert kube.evicted == [ObjectKey("ml", "a")]  # checked again before b: not evicted
     assert kube.written == {} and kube.events == []  # no write after leadership is lost
     assert "lost leadership" in result.reason
 
@@ -304,7 +310,7 @@ def test_hourly_eviction_budget_is_kept_across_passes() -> None:
     later = NOW + timedelta(minutes=31)
     run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, later, state=state,
              max_evictions_per_hour=60)  # fmt: skip
-    assert kube.evicted == [PodKey("ml", "x")] and state.evictions_last_hour(later) == 1
+    assert kube.evicted == [ObjectKey("ml", "x")] and state.evictions_last_hour(later) == 1
 
 
 @pytest.mark.parametrize(("count", "gives_up"), [("3", True), ("2", False), ("lots", True)])
@@ -369,30 +375,30 @@ def test_statefulset_pod_recreated_under_the_same_name_is_not_evicted() -> None:
     kube = FakeKube(state, after_snapshot=recreate_x)
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
     assert kube.uids_sent[0] == "uid-ml-x"
-    assert PodKey("ml", "x") not in kube.evicted  # 409: skipped, not counted as freed
-    assert kube.evicted == [PodKey("ml", "y")] and result.replans == 1
+    assert ObjectKey("ml", "x") not in kube.evicted  # 409: skipped, not counted as freed
+    assert kube.evicted == [ObjectKey("ml", "y")] and result.replans == 1
 
 
 @pytest.mark.parametrize("accepted", [True, False])
 def test_unknown_outcome_ends_the_pass_and_cools_the_preemptor(accepted: bool) -> None:
     # Whether or not the server took it, a pod still running now may be evicted by the request later.
-    kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
+    kube = FakeKube(two_nodes_cluster(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
     if accepted:
-        kube.accepted_silently.add(PodKey("ml", "x"))
+        kube.accepted_silently.add(ObjectKey("ml", "x"))
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
-    assert kube.eviction_calls == [PodKey("ml", "x")]  # y is not evicted while x's fate is unknown
+    assert kube.eviction_calls == [ObjectKey("ml", "x")]  # y is not evicted while x's fate is unknown
     assert result.replans == 0 and "no known outcome" in result.reason
     # Taken as evicted: the preemptor enters cooldown (annotations name x), so no second victim follows.
     assert kube.written[PRE][RECLAIM_VICTIMS_ANNOTATION] == "ml/x"
 
 
 def test_unknown_outcome_keeps_the_preemptor_waiting_next_pass() -> None:
-    kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
+    kube = FakeKube(two_nodes_cluster(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.UNKNOWN]})
     state = ActuatorState()
     usage = FakePrometheus(k8s.idle("x", "y"))
     run_pass(kube, usage, PlannerConfig(), Mode.ENFORCE, NOW, state=state)
     later = run_pass(kube, usage, PlannerConfig(), Mode.ENFORCE, NOW + timedelta(seconds=30), state=state)
-    assert kube.eviction_calls == [PodKey("ml", "x")] and not later.acted
+    assert kube.eviction_calls == [ObjectKey("ml", "x")] and not later.acted
 
 
 def test_preemptor_that_cannot_be_read_again_gets_nothing() -> None:
@@ -426,25 +432,27 @@ def test_preemptor_is_read_again_before_its_victims_go(change: str | None) -> No
 
 
 def test_api_throttling_ends_the_pass_instead_of_excluding_the_victim() -> None:
-    kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.THROTTLED]})
+    kube = FakeKube(two_nodes_cluster(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.THROTTLED]})
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
-    assert kube.eviction_calls == [] and kube.dry_run_calls == [PodKey("ml", "x")]
+    assert kube.eviction_calls == [] and kube.dry_run_calls == [ObjectKey("ml", "x")]
     assert result.replans == 0 and "throttling" in result.reason and "Retry-After 5" in result.reason
 
 
 def test_budget_refusal_excludes_the_victim_and_replans() -> None:
-    kube = FakeKube(two_nodes_cluster(), eviction_script={PodKey("ml", "x"): [EvictionOutcome.REFUSED_PDB]})
+    kube = FakeKube(
+        two_nodes_cluster(), eviction_script={ObjectKey("ml", "x"): [EvictionOutcome.REFUSED_PDB]}
+    )
     result = run_pass(kube, FakePrometheus(k8s.idle("x", "y")), PlannerConfig(), Mode.ENFORCE, NOW)
-    assert kube.evicted == [PodKey("ml", "y")] and result.replans == 1
+    assert kube.evicted == [ObjectKey("ml", "y")] and result.replans == 1
 
 
 def test_decision_is_evicted_whole_or_not_at_all() -> None:
     state = k8s.cluster(
         k8s.node("n1", 4), k8s.pod("a", 2, "n1"), k8s.pod("b", 2, "n1"), k8s.preemptor("p", gpus=4)
     )
-    kube = FakeKube(state, eviction_script={PodKey("ml", "b"): [EvictionOutcome.REFUSED_PDB]})
+    kube = FakeKube(state, eviction_script={ObjectKey("ml", "b"): [EvictionOutcome.REFUSED_PDB]})
     run_pass(kube, FakePrometheus(k8s.idle("a", "b")), PlannerConfig(), Mode.ENFORCE, NOW)
-    assert kube.dry_run_calls == [PodKey("ml", "a"), PodKey("ml", "b")]
+    assert kube.dry_run_calls == [ObjectKey("ml", "a"), ObjectKey("ml", "b")]
     assert kube.evicted == []  # b's dry run was refused: a is not evicted for nothing
 
 
@@ -524,5 +532,5 @@ def test_usage_file_reads_the_recent_maximum(tmp_path: Path) -> None:
                                               "gpu_recent_max": 0.5}, {"namespace": "a", "name": "c",
                                                                        "gpu_activity": 0.0}]}))  # fmt: skip
     got = load_usage(path)
-    assert got[PodKey("a", "b")] == PodUsage(0.0, 1.0, None, 0.5)
-    assert got[PodKey("a", "c")].gpu_recent_max is None
+    assert got[ObjectKey("a", "b")] == PodUsage(0.0, 1.0, None, 0.5)
+    assert got[ObjectKey("a", "c")].gpu_recent_max is None

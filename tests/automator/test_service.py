@@ -18,8 +18,10 @@ from werkzeug import Request, Response
 
 from automator import settings
 from automator.metrics import AutomatorMetrics
-from automator.objects.model import ClusterState, Mode, PlannerConfig, PodKey, PodUsage
-from automator.ports import KubernetesUnavailable
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.ports import KubernetesUnavailable, Mode
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.service import main as service
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
@@ -28,14 +30,18 @@ from tests.fakeclock import Clock
 NOW = k8s.NOW
 
 
-def cluster() -> ClusterState:
-    return k8s.cluster(
+def cluster_objects() -> list[JsonObj]:
+    return k8s.cluster_objects(
         k8s.node("node-a", 4),
         k8s.pod("idle", 4, "node-a", priority=None, priority_class="batch", cpu="1", memory="1Gi"),
         k8s.preemptor("pending", 4, None, "urgent", namespace="team", cpu="1", memory="1Gi"),
         k8s.priority_class("batch", 100),
         k8s.reclaim_class("urgent", 1000),
     )
+
+
+def cluster() -> ClusterState:
+    return k8s.state(cluster_objects())
 
 
 class Leader:
@@ -53,7 +59,7 @@ def make_service(
     clock = Clock(NOW)
     svc = service.Service(
         kube=kube,
-        prom=prom or FakePrometheus({PodKey("ml", "idle"): PodUsage(0.0, 1.0, gpu_recent_max=0.0)}),
+        prom=prom or FakePrometheus({ObjectKey("ml", "idle"): PodUsage(0.0, 1.0, gpu_recent_max=0.0)}),
         config=PlannerConfig(),
         mode=mode,
         interval=30,
@@ -150,7 +156,7 @@ def test_decisions_endpoint_in_enforce() -> None:
     assert {"kind": "evict", "pod": "ml/idle", "result": "ok", "detail": "for team/pending"} in body[
         "actions"
     ]
-    assert kube.evicted == [PodKey("ml", "idle")]
+    assert kube.evicted == [ObjectKey("ml", "idle")]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -253,9 +259,8 @@ def test_good_flags_have_no_problems() -> None:
 
 def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: HTTPServer) -> None:
     """`run --cluster-snapshot`: the cluster from the file, usage from Prometheus over HTTP, dry-run."""
-    state = cluster()
     snapshot = tmp_path / "cluster.yaml"
-    items = state.objects
+    items = cluster_objects()
     snapshot.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
 
     def prometheus(request: Request) -> Response:
@@ -304,7 +309,7 @@ def test_wiring_with_a_snapshot_file_and_prometheus(tmp_path: Path, httpserver: 
 def test_snapshot_kube_refuses_to_write(tmp_path: Path) -> None:
     kube = service.SnapshotKube(tmp_path / "missing.yaml", ("nvidia.com/gpu",))
     with pytest.raises(RuntimeError, match="dry-run only"):
-        kube.evict(PodKey("a", "b"))
+        kube.evict(ObjectKey("a", "b"))
     with pytest.raises(KubernetesUnavailable, match=r"missing\.yaml"):
         kube.snapshot()
 

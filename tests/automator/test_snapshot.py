@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from automator.objects.model import PodKey, PodUsage
-from automator.reclaim.snapshot import InputError, load_cluster, load_usage
+from automator.objects.files import InputError
+from automator.objects.keys import ObjectKey
+from automator.reclaim.model import PodUsage
+from automator.reclaim.snapshot import load_cluster, load_usage
 from tests.automator import k8s
 
 FIXTURES = Path(__file__).parent / "fixtures" / "docs_example"
@@ -35,7 +37,7 @@ def test_multi_document_yaml_nested_lists_and_other_kinds(tmp_path: Path) -> Non
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     state = load_cluster(path)
-    assert [p.key for p in state.pods] == [PodKey("ml", "a"), PodKey("ml", "b")]
+    assert [p.key for p in state.pods] == [ObjectKey("ml", "a"), ObjectKey("ml", "b")]
     assert len(state.nodes) == 1 and state.priority_classes == [] and state.pdbs == []
 
 
@@ -73,8 +75,8 @@ def test_usage_defaults_and_nulls(tmp_path: Path) -> None:
         "- {namespace: ml, name: b, gpu_activity: null, coverage: 0.5, cpu_cores: 2}\n"
     )
     assert load_usage(path) == {
-        PodKey("ml", "a"): PodUsage(0.5, 1.0, None),
-        PodKey("ml", "b"): PodUsage(None, 0.5, 2.0),
+        ObjectKey("ml", "a"): PodUsage(0.5, 1.0, None),
+        ObjectKey("ml", "b"): PodUsage(None, 0.5, 2.0),
     }
 
 

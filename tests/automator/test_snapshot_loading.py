@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from automator.objects.model import JsonObj, PlannerConfig
-from automator.reclaim import snapshot
+from automator.objects import files as snapshot
+from automator.objects.files import InputError, documents, is_json
+from automator.objects.keys import JsonObj
+from automator.reclaim.model import PlannerConfig
 from automator.reclaim.planner import plan
-from automator.reclaim.snapshot import InputError, documents, is_json, load_cluster, load_usage
+from automator.reclaim.snapshot import load_cluster, load_usage
 from tests.automator import k8s
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]

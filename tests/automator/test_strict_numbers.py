@@ -7,12 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from automator.objects.class_settings import class_settings
-from automator.objects.model import Decision, PlannerConfig, PodKey
+from automator.objects.keys import ObjectKey
 from automator.objects.pod import pod_record
 from automator.objects.priority_class import priority_class_record
 from automator.objects.resources import FieldError, parse_time
-from automator.service.cooldown import reclaim_annotations
+from automator.reclaim.annotations import reclaim_annotations
+from automator.reclaim.class_settings import class_settings
+from automator.reclaim.model import Decision, PlannerConfig
 from steward_common import settingspec as spec
 from steward_common.conventions import ANN_TOLERATION_SECONDS, RECLAIM_COUNT_ANNOTATION
 
@@ -50,7 +51,7 @@ def test_a_hostile_reclaim_count_starts_again(count: str) -> None:
     preemptor = {
         "metadata": {"name": "p", "namespace": "ml", "annotations": {RECLAIM_COUNT_ANNOTATION: count}}
     }
-    decision = Decision(PodKey("ml", "p"), 1000, 1, "gpu-a", (), 1, 0)
+    decision = Decision(ObjectKey("ml", "p"), 1000, 1, "gpu-a", (), 1, 0)
     written = reclaim_annotations(pod_record(preemptor), decision, datetime(2025, 6, 1, tzinfo=UTC))
     assert written[RECLAIM_COUNT_ANNOTATION] == "1"
 

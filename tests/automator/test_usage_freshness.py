@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from automator.objects.model import PodKey
-from automator.reclaim.snapshot import InputError, load_usage
+from automator.objects.files import InputError
+from automator.objects.keys import ObjectKey
+from automator.reclaim.snapshot import load_usage
 from steward_common.series import MAX_SAMPLE_AGE_SECONDS
 
 
@@ -33,7 +34,7 @@ def test_a_stale_newest_sample_makes_recent_usage_unknown(
     path = _usage(
         tmp_path, f"{top}pods:\n- {{namespace: ml, name: a, gpu_activity: 0.0, gpu_recent_max: 0.0{extra}}}\n"
     )
-    usage = load_usage(path)[PodKey("ml", "a")]
+    usage = load_usage(path)[ObjectKey("ml", "a")]
     assert usage.gpu_activity == 0.0
     assert (usage.gpu_recent_max is not None) is known
 

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.reclaim import planner as planner_module
 from automator.reclaim import victims as victims_module
 from automator.reclaim.cluster_index import index_cluster
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.reclaim.planner import plan
 from tests.automator import k8s
 from tests.automator.oracle import brute_force, fits, oracle_plan, planner_outcome
@@ -173,14 +175,14 @@ def test_a_search_cut_off_skips_the_node_and_is_reported(monkeypatch: pytest.Mon
     assert [(str(c.preemptor), c.node) for c in result.search_cut_off] == [("ml/p", "ts")]
 
 
-def _random_cluster(seed: int) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
+def _random_cluster(seed: int) -> tuple[ClusterState, dict[ObjectKey, PodUsage]]:
     rng = random.Random(seed)
     objs: list[JsonObj] = [
         k8s.reclaim_class("reclaim", 1000),
         k8s.reclaim_class("reclaim-high", 2000),
         k8s.victim_class("scavenger", 10, minimum_preemptable_priority="1500"),
     ]
-    usage: dict[PodKey, PodUsage] = {}
+    usage: dict[ObjectKey, PodUsage] = {}
     for n in range(rng.randrange(1, 6)):
         name = f"node-{n}"
         model = rng.choice(("a100", "h100"))
@@ -209,7 +211,7 @@ def _random_cluster(seed: int) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
             )
             roll = rng.random()
             if roll < 0.7:
-                usage[PodKey("ml", pod_name)] = PodUsage(0.0 if roll < 0.5 else 0.9)
+                usage[ObjectKey("ml", pod_name)] = PodUsage(0.0 if roll < 0.5 else 0.9)
     objs.append(k8s.pdb("pdb-a", {"matchLabels": {"app": "a"}}, rng.choice((0, 1, 3))))
     for i in range(rng.randrange(1, 7)):
         high = rng.random() < 0.3
@@ -268,7 +270,7 @@ def test_dominance_pruning_keeps_the_same_set(seed: int, monkeypatch: pytest.Mon
     assert with_cut == planner_outcome(state, usage, PlannerConfig(), k8s.NOW)
 
 
-def _full_plan(state: ClusterState, usage: dict[PodKey, PodUsage], config: PlannerConfig) -> list[Any]:
+def _full_plan(state: ClusterState, usage: dict[ObjectKey, PodUsage], config: PlannerConfig) -> list[Any]:
     result = plan(state, usage, config, k8s.NOW)
     return [result.decisions, result.already_fit, result.unresolved, result.search_cut_off]
 

@@ -25,8 +25,10 @@ from typing import Any, cast
 from kubernetes import client
 
 from automator.kube import KubernetesAdapter
-from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj
 from automator.objects.pod import pod_record
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.reclaim.planner import plan, usage_windows
 from steward_common.conventions import RECLAIM_ANNOTATION
 

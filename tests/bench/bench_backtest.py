@@ -32,8 +32,10 @@ from automator import cli
 from automator.backtest.cli import policies
 from automator.backtest.run import BacktestResult, run_backtest
 from automator.kube.adapter import KubernetesAdapter
-from automator.objects.model import JsonObj, Mode, PlannerConfig, PodKey, UsageWindow
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.ports import Mode
 from automator.prom import PrometheusAdapter
+from automator.reclaim.model import PlannerConfig, UsageWindow
 from automator.reclaim.snapshot import load_cluster
 from automator.service.actuator import run_pass
 from steward_common.series import POD_ACTIVITY
@@ -400,7 +402,7 @@ class _AtTime:
 
     def usage(
         self,
-        windows: Mapping[PodKey, UsageWindow],
+        windows: Mapping[ObjectKey, UsageWindow],
         at: Any = None,
         recent_seconds: int = 300,
         now: Any = None,

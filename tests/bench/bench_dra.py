@@ -31,10 +31,11 @@ from automator.dra.load import (
     parse_usage,
     read_objects,
 )
-from automator.dra.model import ContainerUsage, Records, Report
+from automator.dra.model import Records, Report
 from automator.dra.report import json_text
 from automator.objects.cache import RecordCache
-from automator.objects.gc_pause import gc_paused
+from automator.ports import ContainerUsage
+from steward_common.gc_pause import gc_paused
 from tests.automator.fixtures.dra import builders as b
 
 DEVICES_PER_NODE = 8
@@ -289,7 +290,7 @@ def _goals(small: dict[str, Any], large: dict[str, Any]) -> list[str]:
         "msgspec when that gives json.dumps' exact text (automator/dra/report.py `json_text`). Cyclic "
         "garbage collection is paused "
         "during a pass (the records hold no cycles), and what the pass made is frozen for the collector "
-        "(`gc.freeze`) before it is enabled again (automator/objects/gc_pause.py).",
+        "(`gc.freeze`) before it is enabled again (steward_common/gc_pause.py).",
     ]
 
 

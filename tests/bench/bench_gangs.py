@@ -11,7 +11,9 @@ import random
 import time
 from typing import Any
 
-from automator.objects.model import ClusterState, JsonObj, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.reclaim.model import PodUsage
 from automator.reclaim.planner import plan
 from steward_common.conventions import GANG_COSCHEDULING_LABEL
 from tests.bench.bench_planner import NOW, UNBUDGETED, generate_objects
@@ -36,7 +38,7 @@ def _chunks(pods: list[JsonObj], rng: random.Random, low: int, high: int) -> lis
 
 def gang_objects(
     seed: int = 4,
-) -> tuple[list[JsonObj], list[JsonObj], dict[PodKey, PodUsage], dict[str, int]]:
+) -> tuple[list[JsonObj], list[JsonObj], dict[ObjectKey, PodUsage], dict[str, int]]:
     """(objects with gang keys, the same objects without them, usage, counts)."""
     (nodes, pods, classes, pdbs), usage = generate_objects(NODES, PREEMPTORS, seed)
     rng = random.Random(seed)
@@ -67,7 +69,9 @@ def _state(objects: list[JsonObj]) -> ClusterState:
     kinds: dict[str, list[JsonObj]] = {"Node": [], "Pod": [], "PriorityClass": [], "PodDisruptionBudget": []}
     for obj in objects:
         kinds[obj["kind"]].append(obj)
-    return ClusterState(kinds["Node"], kinds["Pod"], kinds["PriorityClass"], kinds["PodDisruptionBudget"])
+    return ClusterState.from_objects(
+        kinds["Node"], kinds["Pod"], kinds["PriorityClass"], kinds["PodDisruptionBudget"]
+    )
 
 
 def measure() -> dict[str, Any]:

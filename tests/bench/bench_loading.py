@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from automator.objects.model import JsonObj, PodKey, PodUsage
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.reclaim.model import PodUsage
 from tests.bench.bench_planner import NOW, generate_objects
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +160,7 @@ def _full(obj: JsonObj, i: int) -> JsonObj:
 
 def dump_items(
     full: bool, nodes: int = NODES, preemptors: int = PREEMPTORS
-) -> tuple[list[JsonObj], dict[PodKey, PodUsage]]:
+) -> tuple[list[JsonObj], dict[ObjectKey, PodUsage]]:
     """The planner benchmark's cluster as the objects of a dump (classes, nodes, PDBs, pods; lean or full
     pods), and its usage."""
     (nodes_, pods_, classes, pdbs), usage = generate_objects(nodes, preemptors)

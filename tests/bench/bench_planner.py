@@ -12,7 +12,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from automator.objects.model import ClusterState, JsonObj, PlannerConfig, PodKey, PodUsage
+from automator.objects.cluster import ClusterState
+from automator.objects.keys import JsonObj, ObjectKey
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.reclaim.planner import plan, usage_windows
 from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,
@@ -76,21 +78,22 @@ def _pod(name: str, ns: str, gpus: int, node: str | None, cls: str, prio: int, r
     return pod
 
 
-def generate(nodes: int, preemptors: int, seed: int = 4) -> tuple[ClusterState, dict[PodKey, PodUsage]]:
+def generate(nodes: int, preemptors: int, seed: int = 4) -> tuple[ClusterState, dict[ObjectKey, PodUsage]]:
     """nodes x 8 GPUs, 8 pods per node (GPU pods filling the node, CPU-only pods for the rest)."""
     objects, usage = generate_objects(nodes, preemptors, seed)
-    return ClusterState(*objects), usage
+    return ClusterState.from_objects(*objects), usage
 
 
 Objects = tuple[list[JsonObj], list[JsonObj], list[JsonObj], list[JsonObj]]  # nodes, pods, classes, PDBs
 
 
-def generate_objects(nodes: int, preemptors: int, seed: int = 4) -> tuple[Objects, dict[PodKey, PodUsage]]:
+def generate_objects(nodes: int, preemptors: int, seed: int = 4) -> tuple[Objects, dict[ObjectKey, PodUsage]]:
     """generate's cluster as the objects it is made of."""
     rng = random.Random(seed)
-    state = ClusterState([], [], [], [])  # its lists filled below
+    node_objs: list[JsonObj] = []
     pods: list[JsonObj] = []
-    state.priority_classes = [
+    pdb_objs: list[JsonObj] = []
+    class_objs = [
         _pc("reclaim-high", 2000, {RECLAIM_ANNOTATION: "true"}),
         _pc("reclaim", 1000, {RECLAIM_ANNOTATION: "true"}),
         _pc("batch", 100, {ANN_GPU_IDLE_SECONDS: "1800", ANN_GPU_IDLE_THRESHOLD: "0.05"}),
@@ -99,11 +102,11 @@ def generate_objects(nodes: int, preemptors: int, seed: int = 4) -> tuple[Object
         _pc("prod", 5000, {}),
     ]
     classes = [("batch", 100)] * 6 + [("interactive", 200)] * 2 + [("scavenger", 10), ("prod", 5000)]
-    usage: dict[PodKey, PodUsage] = {}
+    usage: dict[ObjectKey, PodUsage] = {}
     for n in range(nodes):
         name = f"node-{n:05}"
         model = MODELS[n % len(MODELS)]
-        state.nodes.append(
+        node_objs.append(
             {
                 "kind": "Node",
                 "metadata": {"name": name, "labels": {"gpu": model}},
@@ -122,11 +125,11 @@ def generate_objects(nodes: int, preemptors: int, seed: int = 4) -> tuple[Object
                 activity = rng.uniform(0, 0.05) if roll < 0.5 else rng.uniform(0.2, 1.0)
                 # the recent window's maximum: a tenth of the idle pods just became busy (issue 7)
                 recent = 1.0 if roll < 0.05 else min(1.0, activity * 1.5)
-                usage[PodKey.of(pod)] = PodUsage(
+                usage[ObjectKey.of(pod)] = PodUsage(
                     activity, rng.choice((1.0, 1.0, 0.9, 0.5)), rng.uniform(0, 2), recent
                 )
     for i in range(nodes // 25):
-        state.pdbs.append(
+        pdb_objs.append(
             {
                 "kind": "PodDisruptionBudget",
                 "metadata": {"name": f"pdb-{i}", "namespace": f"team-{i % 20}"},
@@ -140,7 +143,7 @@ def generate_objects(nodes: int, preemptors: int, seed: int = 4) -> tuple[Object
         if i % 2:
             pod["spec"]["nodeSelector"] = {"gpu": MODELS[i % len(MODELS)]}
         pods.append(pod)
-    return (state.nodes, pods, state.priority_classes, state.pdbs), usage
+    return (node_objs, pods, class_objs, pdb_objs), usage
 
 
 def _distinct_windows(state: ClusterState) -> int:

@@ -29,10 +29,11 @@ from pathlib import Path
 
 from automator.kube import KubernetesAdapter
 from automator.objects import resources
-from automator.objects.gc_pause import gc_paused
-from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.pod import pod_record
+from automator.reclaim.model import PlannerConfig, PodUsage
 from automator.reclaim.planner import plan, usage_windows
+from steward_common.gc_pause import gc_paused
 from steward_common.quantity import parse_quantity
 from tests.bench.bench_automator_memory import stand_in
 from tests.bench.bench_loading import dump_items, plan_args, write_dump
@@ -92,7 +93,7 @@ def _by_kind(items: list[JsonObj]) -> dict[str, list[JsonObj]]:
     return out
 
 
-def one_pass(adapter: KubernetesAdapter, usage: dict[PodKey, PodUsage]) -> tuple[Pass, tuple[object, ...]]:
+def one_pass(adapter: KubernetesAdapter, usage: dict[ObjectKey, PodUsage]) -> tuple[Pass, tuple[object, ...]]:
     """What a pass of the service does from the list calls to the plan (automator/service/actuator.py),
     Prometheus' answer (the usage) given; and the plan's decisions and unresolved preemptors."""
     started = time.process_time()
@@ -109,7 +110,7 @@ def one_pass(adapter: KubernetesAdapter, usage: dict[PodKey, PodUsage]) -> tuple
 
 
 def service_passes(
-    rounds: int, kinds: dict[str, list[JsonObj]], usage: dict[PodKey, PodUsage]
+    rounds: int, kinds: dict[str, list[JsonObj]], usage: dict[ObjectKey, PodUsage]
 ) -> tuple[list[Pass], list[Pass], dict[str, int]]:
     """(the first passes, the unchanged passes, objects listed per kind), alternated round by round."""
     pods = kinds["Pod"]

@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from automator.dra.job import DraCheckJob, SnapshotDraCluster
 from automator.dra.load import load_usage_file
-from automator.dra.model import ContainerUsage
 from automator.keda.metrics import KedaMetrics
 from automator.metrics import AutomatorMetrics
+from automator.ports import ContainerUsage
 from dashboards import contracts
 from tests.dashboards.queries import PanelQuery, panel_queries, variable_queries
 from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from automator.objects.model import PlannerConfig
 from automator.prom import gpu_query
+from automator.reclaim.model import PlannerConfig
 from steward_common import series
 
 ROOT = Path(__file__).resolve().parents[2]

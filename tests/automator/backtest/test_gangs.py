@@ -9,8 +9,9 @@ from automator.backtest import cluster as c
 from automator.backtest.cluster import Evidence, Frame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import policy_json
-from automator.objects.model import PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.keys import ObjectKey
 from automator.objects.priority_class import priority_class_records
+from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
 from tests.automator.backtest.frames import FrameBuilder
 from tests.automator.backtest.test_reconstruction import CLASSES
 
@@ -32,7 +33,7 @@ def _frame() -> Frame:
     return b.frame()
 
 
-def _idle(windows: Mapping[PodKey, UsageWindow], at: int, recent: int) -> Mapping[PodKey, PodUsage]:
+def _idle(windows: Mapping[ObjectKey, UsageWindow], at: int, recent: int) -> Mapping[ObjectKey, PodUsage]:
     return {key: IDLE for key in windows}
 
 
@@ -54,9 +55,9 @@ def test_the_gang_keys_are_read_back_into_the_pods() -> None:
 
 def test_an_evicted_victim_gang_is_one_eviction_of_its_members() -> None:
     def one_busy(
-        pods: Iterable[PodKey], at: float, seconds: int
-    ) -> Mapping[PodKey, Sequence[tuple[float, float]]]:
-        return {PodKey("ml", "w-1"): [(at + 60, 0.9)]}
+        pods: Iterable[ObjectKey], at: float, seconds: int
+    ) -> Mapping[ObjectKey, Sequence[tuple[float, float]]]:
+        return {ObjectKey("ml", "w-1"): [(at + 60, 0.9)]}
 
     replay = _replay()
     replay.step(T0, _frame(), _idle, one_busy)

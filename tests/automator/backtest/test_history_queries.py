@@ -12,7 +12,7 @@ from werkzeug import Request, Response
 
 from automator.backtest import history
 from automator.backtest.cluster import KSM_QUERIES
-from automator.objects.model import PodKey
+from automator.objects.keys import ObjectKey
 from automator.ports import PrometheusUnavailable
 from automator.prom import PrometheusAdapter
 
@@ -63,7 +63,7 @@ def test_a_failing_or_slow_prometheus_is_an_error(httpserver: HTTPServer) -> Non
     httpserver.clear()
     httpserver.expect_request("/api/v1/query").respond_with_handler(slow)
     with pytest.raises(PrometheusUnavailable, match="timed out"):
-        adapter.activity_after([PodKey("ml", "a")], 0.0, 1800)
+        adapter.activity_after([ObjectKey("ml", "a")], 0.0, 1800)
 
 
 def test_look_ahead_samples_keep_only_the_pods_asked(httpserver: HTTPServer) -> None:
@@ -74,8 +74,8 @@ def test_look_ahead_samples_keep_only_the_pods_asked(httpserver: HTTPServer) -> 
     body = {"status": "success", "data": {"resultType": "matrix", "result": series}}
     httpserver.expect_request("/api/v1/query").respond_with_json(body)
     adapter = PrometheusAdapter(httpserver.url_for("").rstrip("/"))
-    found = adapter.activity_after([PodKey("ml", "a"), PodKey("other", "b")], 90.0, 1800)
-    assert found == {PodKey("ml", "a"): [(100.0, 0.0), (130.0, 0.5)]}
+    found = adapter.activity_after([ObjectKey("ml", "a"), ObjectKey("other", "b")], 90.0, 1800)
+    assert found == {ObjectKey("ml", "a"): [(100.0, 0.0), (130.0, 0.5)]}
     request = httpserver.log[-1][0]
     assert request.args["time"] == "1890.000"
     assert request.args["query"].endswith('{namespace=~"ml|other", pod=~"a|b"}[1800s]')

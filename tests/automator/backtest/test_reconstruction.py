@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 from automator.backtest import cluster as c
 from automator.backtest.cluster import Evidence, Overlay, cluster_at, has_data, pods_in_history
-from automator.objects.model import JsonObj, PlannerConfig, PodKey, PodUsage
+from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.pod import pod_record
 from automator.reclaim import planner
+from automator.reclaim.model import PlannerConfig, PodUsage
 from steward_common.conventions import DEFAULT_GPU_RESOURCE, NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from tests.automator.backtest.frames import FrameBuilder
 
@@ -50,14 +51,14 @@ def _basic() -> FrameBuilder:
     )
 
 
-def _pods(state: object) -> dict[PodKey, JsonObj]:
-    return {PodKey.of(p): p for p in state.pods}  # type: ignore[attr-defined]
+def _pods(state: object) -> dict[ObjectKey, JsonObj]:
+    return {ObjectKey.of(p): p for p in state.pods}  # type: ignore[attr-defined]
 
 
 def test_pods_as_kubectl_shows_them() -> None:
     state = c.objects_at(_basic().frame(), CLASSES, GPUS, Overlay(), _evidence(("uid-p", "gpu-1")))
     pods = _pods(state)
-    idle, pending = pods[PodKey("ml", "idle")], pods[PodKey("hi", "p")]
+    idle, pending = pods[ObjectKey("ml", "idle")], pods[ObjectKey("hi", "p")]
     assert idle["metadata"]["uid"] == "uid-idle"
     assert idle["spec"]["nodeName"] == "gpu-1" and idle["status"]["phase"] == "Running"
     assert idle["spec"]["priority"] == 100 and idle["spec"]["priorityClassName"] == "low"
@@ -74,25 +75,25 @@ def test_pods_as_kubectl_shows_them() -> None:
 
 def test_the_planner_plans_over_it() -> None:
     state = cluster_at(_basic().frame(), CLASSES, GPUS, Overlay(), _evidence(("uid-p", "gpu-1")))
-    result = planner.plan(state, {PodKey("ml", "idle"): IDLE}, PlannerConfig(), NOW)
+    result = planner.plan(state, {ObjectKey("ml", "idle"): IDLE}, PlannerConfig(), NOW)
     [decision] = result.decisions
-    assert decision.preemptor == PodKey("hi", "p") and decision.node == "gpu-1"
-    assert [v.pod for v in decision.victims] == [PodKey("ml", "idle")]
+    assert decision.preemptor == ObjectKey("hi", "p") and decision.node == "gpu-1"
+    assert [v.pod for v in decision.victims] == [ObjectKey("ml", "idle")]
 
 
 def _victims(
     frame: c.Frame, overlay: Overlay | None = None, evidence: Evidence | None = None
-) -> list[PodKey]:
+) -> list[ObjectKey]:
     state = cluster_at(frame, CLASSES, GPUS, overlay or Overlay(), evidence or _evidence(("uid-p", "gpu-1")))
-    result = planner.plan(state, {PodKey("ml", "idle"): IDLE}, PlannerConfig(), NOW)
+    result = planner.plan(state, {ObjectKey("ml", "idle"): IDLE}, PlannerConfig(), NOW)
     return [v.pod for d in result.decisions for v in d.victims]
 
 
 def test_a_preemptor_uses_only_nodes_history_shows_it_or_its_owner_on() -> None:
     assert _victims(_basic().frame(), evidence=Evidence(strict=True)) == []  # strict, no evidence: no node
     loose = Evidence()
-    assert _victims(_basic().frame(), evidence=loose) == [PodKey("ml", "idle")]  # no evidence: any node
-    assert loose.unplaced == {PodKey("hi", "p")}  # and the report will name it
+    assert _victims(_basic().frame(), evidence=loose) == [ObjectKey("ml", "idle")]  # no evidence: any node
+    assert loose.unplaced == {ObjectKey("hi", "p")}  # and the report will name it
     assert _victims(_basic().frame(), evidence=_evidence(("uid-p", "gpu-2"))) == []
     owner = FrameBuilder().node("gpu-1").pod("ml", "idle", 8, node="gpu-1", created=T0)
     owner.pod("hi", "p", 8, cls="high", created=T0 + 3600, owner=("Job", "train"))
@@ -107,14 +108,14 @@ def test_a_preemptor_uses_only_nodes_history_shows_it_or_its_owner_on() -> None:
             "created_by_name": "train",
         }
     )
-    assert _victims(owner.frame(), evidence=sibling) == [PodKey("ml", "idle")]
+    assert _victims(owner.frame(), evidence=sibling) == [ObjectKey("ml", "idle")]
 
 
 def test_a_tainted_node_is_untolerated() -> None:
     frame = _basic().add(c.NODE_TAINT, 1, node="gpu-1", key="gpu", value="a100", effect="NoSchedule").frame()
     assert _victims(frame) == []
     prefer = _basic().add(c.NODE_TAINT, 1, node="gpu-1", key="x", effect="PreferNoSchedule").frame()
-    assert _victims(prefer) == [PodKey("ml", "idle")]
+    assert _victims(prefer) == [ObjectKey("ml", "idle")]
 
 
 def test_a_cordoned_or_not_ready_node_takes_no_preemptor() -> None:
@@ -127,17 +128,17 @@ def test_a_pdb_covers_its_whole_namespace() -> None:
     zero = _basic().add(c.PDB_ALLOWED, 0, namespace="ml", poddisruptionbudget="other-app").frame()
     assert _victims(zero) == []
     one = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="other-app").frame()
-    assert _victims(one) == [PodKey("ml", "idle")]
+    assert _victims(one) == [ObjectKey("ml", "idle")]
     # a simulated eviction whose victim history still shows running keeps consuming it
     assert _victims(one, Overlay(pdb_consumed={"ml": 1})) == []
     twice = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="app", instance="ksm-0")
     twice.add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="app", instance="ksm-1")
-    assert _victims(twice.frame()) == [PodKey("ml", "idle")]  # one PDB, scraped from two replicas
+    assert _victims(twice.frame()) == [ObjectKey("ml", "idle")]  # one PDB, scraped from two replicas
     two = _basic().add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="a")
     two.add(c.PDB_ALLOWED, 1, namespace="ml", poddisruptionbudget="b")
     assert _victims(two.frame()) == []  # two PDBs both cover every pod: the Eviction API would refuse
     elsewhere = _basic().add(c.PDB_ALLOWED, 0, namespace="web", poddisruptionbudget="web").frame()
-    assert _victims(elsewhere) == [PodKey("ml", "idle")]
+    assert _victims(elsewhere) == [ObjectKey("ml", "idle")]
 
 
 def test_the_opt_out_label_is_read_from_kube_pod_labels() -> None:
@@ -146,7 +147,7 @@ def test_the_opt_out_label_is_read_from_kube_pod_labels() -> None:
     )
     assert c.OPT_OUT_LABEL == "label_gpu_steward_io_never_reclaim"
     state = c.objects_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
-    assert _pods(state)[PodKey("ml", "idle")]["metadata"]["labels"] == {NEVER_RECLAIM_LABEL: "true"}
+    assert _pods(state)[ObjectKey("ml", "idle")]["metadata"]["labels"] == {NEVER_RECLAIM_LABEL: "true"}
     assert _victims(frame.frame()) == []
 
 
@@ -154,11 +155,11 @@ def test_the_overlay_removes_victims_places_preemptors_and_writes_annotations() 
     overlay = Overlay(
         gone=frozenset({"uid-idle"}),
         placed={"uid-p": ("gpu-1", T0 + 4000)},
-        annotations={PodKey("hi", "p"): {"gpu-steward.io/reclaim-count": "1"}},
+        annotations={ObjectKey("hi", "p"): {"gpu-steward.io/reclaim-count": "1"}},
     )
     pods = _pods(c.objects_at(_basic().frame(), CLASSES, GPUS, overlay, Evidence()))
-    assert set(pods) == {PodKey("hi", "p")}
-    placed = pods[PodKey("hi", "p")]
+    assert set(pods) == {ObjectKey("hi", "p")}
+    placed = pods[ObjectKey("hi", "p")]
     assert placed["spec"]["nodeName"] == "gpu-1" and placed["status"]["phase"] == "Running"
     assert pod_record(placed).scheduled == datetime.fromtimestamp(T0 + 4000, tz=UTC)
     assert placed["metadata"]["annotations"] == {"gpu-steward.io/reclaim-count": "1"}
@@ -175,7 +176,7 @@ def test_a_pod_shown_twice_is_the_bound_one() -> None:
         .frame()
     )
     state = c.objects_at(frame, CLASSES, GPUS, Overlay(), Evidence())
-    [p] = [pod for pod in state.pods if PodKey.of(pod) == PodKey("hi", "p")]
+    [p] = [pod for pod in state.pods if ObjectKey.of(pod) == ObjectKey("hi", "p")]
     assert p["spec"]["nodeName"] == "gpu-1"
     assert pods_in_history(frame)["uid-p"].node == "gpu-1"  # bound: it holds its GPUs (outcomes read it)
 
@@ -213,7 +214,7 @@ def test_unreadable_samples_fail_safe() -> None:
     frame.pod("hi", "p", 8, cls="high", created=T0 + 3600)
     frame.add(c.POD_DELETION, nan, namespace="ml", pod="other", uid="uid-other")
     state = c.objects_at(frame.frame(), CLASSES, GPUS, Overlay(), Evidence())
-    idle = _pods(state)[PodKey("ml", "idle")]
+    idle = _pods(state)[ObjectKey("ml", "idle")]
     assert "creationTimestamp" not in idle["metadata"]
     assert pod_record(idle).scheduled is None  # an unreadable start time: not yet scheduled (protected)
     assert pods_in_history(frame.frame())["uid-idle"].start_time is None
@@ -222,7 +223,7 @@ def test_unreadable_samples_fail_safe() -> None:
     deleting.add(c.POD_DELETION, nan, namespace="ml", pod="idle", uid="uid-idle")
     deleting.pod("hi", "p", 8, cls="high", created=T0 + 3600)
     assert (
-        _pods(c.objects_at(deleting.frame(), CLASSES, GPUS, Overlay(), Evidence()))[PodKey("ml", "idle")][
+        _pods(c.objects_at(deleting.frame(), CLASSES, GPUS, Overlay(), Evidence()))[ObjectKey("ml", "idle")][
             "metadata"
         ]["deletionTimestamp"]
         == "1970-01-01T00:00:00Z"

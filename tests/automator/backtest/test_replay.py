@@ -10,9 +10,10 @@ import pytest
 from automator.backtest.cluster import Evidence, Frame
 from automator.backtest.replay import Policy, Replay, busy_again_after, gpu_hours
 from automator.backtest.report import policy_json, report_json, report_text
-from automator.objects.model import PlannerConfig, PodKey, PodUsage, UsageWindow
+from automator.objects.keys import ObjectKey
 from automator.objects.priority_class import priority_class_records
 from automator.ports import PrometheusUnavailable
+from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
 from steward_common.conventions import RECLAIM_COUNT_ANNOTATION
 from tests.automator.backtest.frames import FrameBuilder
 from tests.automator.backtest.test_reconstruction import CLASSES
@@ -20,7 +21,7 @@ from tests.automator.backtest.test_reconstruction import CLASSES
 T0 = 1_780_000_000
 STEP = 300
 IDLE = PodUsage(0.0, 1.0, None, 0.0)
-VICTIM, PREEMPTOR = PodKey("ml", "idle"), PodKey("hi", "p")
+VICTIM, PREEMPTOR = ObjectKey("ml", "idle"), ObjectKey("hi", "p")
 
 
 def _evidence() -> Evidence:
@@ -39,11 +40,13 @@ def _frame(
     return b.frame()
 
 
-def _idle(windows: Mapping[PodKey, UsageWindow], at: int, recent: int) -> Mapping[PodKey, PodUsage]:
+def _idle(windows: Mapping[ObjectKey, UsageWindow], at: int, recent: int) -> Mapping[ObjectKey, PodUsage]:
     return {key: IDLE for key in windows}
 
 
-def _quiet(pods: Iterable[PodKey], at: float, seconds: int) -> Mapping[PodKey, Sequence[tuple[float, float]]]:
+def _quiet(
+    pods: Iterable[ObjectKey], at: float, seconds: int
+) -> Mapping[ObjectKey, Sequence[tuple[float, float]]]:
     return {}
 
 
@@ -95,10 +98,10 @@ def test_missing_data_is_counted_and_evicts_nothing() -> None:
     replay = _replay()
     replay.step(T0, FrameBuilder().node("gpu-1").frame(), _idle, _quiet)  # no kube_pod_info
 
-    def stale(windows: Mapping[PodKey, UsageWindow], at: int, recent: int) -> Mapping[PodKey, PodUsage]:
+    def stale(windows: Mapping[ObjectKey, UsageWindow], at: int, recent: int) -> Mapping[ObjectKey, PodUsage]:
         return {key: PodUsage(0.0, 1.0, None, None) for key in windows}  # no fresh sample
 
-    def down(windows: Mapping[PodKey, UsageWindow], at: int, recent: int) -> Mapping[PodKey, PodUsage]:
+    def down(windows: Mapping[ObjectKey, UsageWindow], at: int, recent: int) -> Mapping[ObjectKey, PodUsage]:
         raise PrometheusUnavailable("connection refused")
 
     replay.step(T0 + STEP, _frame(), stale, _quiet)
@@ -128,8 +131,8 @@ def test_the_hourly_budget_carries_across_steps() -> None:
 
 def test_regret_from_the_look_ahead() -> None:
     def busy(
-        pods: Iterable[PodKey], at: float, seconds: int
-    ) -> Mapping[PodKey, Sequence[tuple[float, float]]]:
+        pods: Iterable[ObjectKey], at: float, seconds: int
+    ) -> Mapping[ObjectKey, Sequence[tuple[float, float]]]:
         return {VICTIM: [(at + 15, 0.0), (at + 615, 0.5)]}
 
     replay = _replay()
@@ -138,8 +141,8 @@ def test_regret_from_the_look_ahead() -> None:
     assert e.regret and e.busy_again_after == 615
 
     def unreadable(
-        pods: Iterable[PodKey], at: float, seconds: int
-    ) -> Mapping[PodKey, Sequence[tuple[float, float]]]:
+        pods: Iterable[ObjectKey], at: float, seconds: int
+    ) -> Mapping[ObjectKey, Sequence[tuple[float, float]]]:
         raise PrometheusUnavailable("timed out")
 
     unknown = _replay()
@@ -160,8 +163,8 @@ def test_busy_again_after() -> None:
 
 def test_text_report_names_the_regret_evictions() -> None:
     def busy(
-        pods: Iterable[PodKey], at: float, seconds: int
-    ) -> Mapping[PodKey, Sequence[tuple[float, float]]]:
+        pods: Iterable[ObjectKey], at: float, seconds: int
+    ) -> Mapping[ObjectKey, Sequence[tuple[float, float]]]:
         return {VICTIM: [(at + 60, 1.0)]}
 
     replay = _replay()

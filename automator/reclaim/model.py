@@ -1,66 +1,16 @@
-"""Plain data shared by the planner (pure), the snapshot adapter, the live adapters and the CLI."""
+"""The planner's vocabulary: its settings, the usage it reads, and the plan it makes (decisions, verdicts,
+unresolved preemptors). Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
 
+from automator.objects.gang import GangWarning
+from automator.objects.keys import ObjectKey
 from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
 from steward_common.series import IDLE_THRESHOLD
-
-if TYPE_CHECKING:
-    from automator.objects.gang import GangWarning, GroupObject
-    from automator.objects.node import Node
-    from automator.objects.pdb import PodDisruptionBudget
-    from automator.objects.pod import Pod
-    from automator.objects.priority_class import PriorityClass
-
-# A Kubernetes object as the API / kubectl JSON gives it (camelCase keys).
-JsonObj = dict[str, Any]
-
-
-# Enums are the only home of these value sets: metrics pre-create their label values from them.
-class Mode(StrEnum):
-    DRY_RUN = "dry-run"
-    ENFORCE = "enforce"
-
-
-class PassOutcome(StrEnum):
-    """How a reclaim pass ended (the `result` label of gpu_steward_automator_passes_total)."""
-
-    OK = "ok"
-    PROMETHEUS_UNAVAILABLE = "prometheus_unavailable"
-    KUBERNETES_ERROR = "kubernetes_error"
-    CLOCK_SKEW = "clock_skew"  # Prometheus' clock more than 120 s from ours: no eviction
-    ERROR = "error"
-
-
-class PodKey(NamedTuple):
-    """A pod's namespace and name (a tuple: built, hashed and compared in C, as a pass does for every
-    pod); str() is "namespace/name"."""
-
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @classmethod
-    def parse(cls, text: str) -> PodKey:
-        """Parse "namespace/name"; ValueError otherwise."""
-        parts = text.split("/")
-        if len(parts) != 2 or not parts[0] or not parts[1]:
-            raise ValueError(f"expected NAMESPACE/NAME, got {text!r}")
-        return cls(parts[0], parts[1])
-
-    @classmethod
-    def of(cls, obj: JsonObj) -> PodKey:
-        """Key of a Kubernetes object from its metadata (namespace defaults to "default")."""
-        meta = obj.get("metadata") or {}
-        return cls(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
 
 
 @dataclass(frozen=True)
@@ -71,32 +21,6 @@ class PodUsage:
     # Highest GPU activity over the recent window (--recent-window, the same for every pod), 0-1;
     # None = no sample in that window (the pod is then protected: recent-usage-unknown).
     gpu_recent_max: float | None = None
-
-
-@dataclass
-class ClusterState:
-    """One listing of the cluster. Built from objects or records: each object is decoded into its record
-    here, once, so every reader of a pass reads records."""
-
-    nodes: list[Node]
-    pods: list[Pod]
-    priority_classes: list[PriorityClass]
-    pdbs: list[PodDisruptionBudget]
-    # PodGroups and Workloads: how many members each gang needs (objects/gang.py)
-    groups: list[GroupObject] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        from automator.objects.gang import group_objects
-        from automator.objects.node import node_records
-        from automator.objects.pdb import pdb_records
-        from automator.objects.pod import pod_records  # the records are built on PodKey, defined here
-        from automator.objects.priority_class import priority_class_records
-
-        self.nodes = node_records(self.nodes)
-        self.pods = pod_records(self.pods)
-        self.priority_classes = priority_class_records(self.priority_classes)
-        self.pdbs = pdb_records(self.pdbs)
-        self.groups = group_objects(self.groups)
 
 
 @dataclass(frozen=True)
@@ -123,7 +47,7 @@ class UsageWindow:
 
 @dataclass(frozen=True)
 class Victim:
-    pod: PodKey
+    pod: ObjectKey
     gpus: int
     priority: int
     gpu_activity: float | None
@@ -135,7 +59,7 @@ class Victim:
 
 @dataclass(frozen=True)
 class Decision:
-    preemptor: PodKey
+    preemptor: ObjectKey
     preemptor_priority: int
     gpus_requested: int
     node: str
@@ -147,7 +71,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class Unresolved:
-    preemptor: PodKey
+    preemptor: ObjectKey
     reason: str  # the text the plan, report and logs show
     kind: UnresolvedReason  # the bounded reason (the metric's `reason` label), set where the text is made
     gang: str | None = None
@@ -157,7 +81,7 @@ class Unresolved:
 class CutOff:
     """A node whose victim-set search ran out of budget: skipped for that preemptor (never a larger set)."""
 
-    preemptor: PodKey
+    preemptor: ObjectKey
     node: str
     reason: str
 
@@ -168,7 +92,7 @@ class AnnotationWarning:
     annotation: str
     value: str
     message: str
-    pods: tuple[PodKey, ...]  # pods of that class (where to emit the warning Event)
+    pods: tuple[ObjectKey, ...]  # pods of that class (where to emit the warning Event)
 
 
 class Verdict:
@@ -177,7 +101,9 @@ class Verdict:
 
     __slots__ = ("_reason", "eligible", "preemptor", "rule")
 
-    def __init__(self, preemptor: PodKey, eligible: bool, rule: str, reason: str | Callable[[], str]) -> None:
+    def __init__(
+        self, preemptor: ObjectKey, eligible: bool, rule: str, reason: str | Callable[[], str]
+    ) -> None:
         self.preemptor = preemptor
         self.eligible = eligible
         # e.g. "0-pdb", "1-minimum-preemptable-priority", "2-toleration-negative", ..., "8-idle"
@@ -191,7 +117,7 @@ class Verdict:
             self._reason = self._reason()
         return self._reason
 
-    def _fields(self) -> tuple[PodKey, bool, str, str]:
+    def _fields(self) -> tuple[ObjectKey, bool, str, str]:
         return (self.preemptor, self.eligible, self.rule, self.reason)
 
     def __eq__(self, other: object) -> bool:
@@ -213,14 +139,14 @@ class Plan:
     unresolved: list[Unresolved]
     warnings: list[AnnotationWarning]
     # per candidate victim, per preemptor considered: why eligible / protected (for explain and logs)
-    verdicts: dict[PodKey, list[Verdict]]
-    skipped_cooldown: list[PodKey]
+    verdicts: dict[ObjectKey, list[Verdict]]
+    skipped_cooldown: list[ObjectKey]
     # Preemptors that fit on a node as it is: nothing is evicted for them (victims always empty); they
     # take their GPUs on that node for the rest of the pass. `decisions` only holds decisions that evict.
     already_fit: list[Decision] = field(default_factory=list)
     search_cut_off: list[CutOff] = field(default_factory=list)
     # Preemptors that reached --max-reclaims-per-preemptor this pass (a warning Event each).
-    gave_up: list[PodKey] = field(default_factory=list)
+    gave_up: list[ObjectKey] = field(default_factory=list)
     # Candidate victims (GPU pods on nodes) and how many of them had unknown usage (alert: rules not loaded).
     candidates: int = 0
     candidates_usage_unknown: int = 0

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from automator.objects.model import AnnotationWarning, PlannerConfig, UsageWindow
 from automator.objects.priority_class import PriorityClass
+from automator.reclaim.model import AnnotationWarning, PlannerConfig, UsageWindow
 from steward_common.conventions import (
     ANN_CPU_IDLE_SECONDS,
     ANN_CPU_IDLE_THRESHOLD,
