@@ -283,6 +283,17 @@ def test_one_busy_member_protects_the_whole_gang() -> None:
     assert "gang-member-protected: gang research/train: research/g-1 [6-gpu-busy]" in text
 
 
+def _two_full_nodes(*objs: dict[str, Any]) -> ClusterState:
+    """Two 8-GPU nodes each held by one 8-GPU research pod (a on n1, b on n2), and the objects given."""
+    return k8s.cluster(
+        k8s.node("n1"),
+        k8s.node("n2"),
+        k8s.pod("a", gpus=8, node_name="n1", namespace="research"),
+        k8s.pod("b", gpus=8, node_name="n2", namespace="research"),
+        *objs,
+    )
+
+
 def test_gang_members_in_cooldown_hold_the_whole_gang() -> None:
     members = [
         _member(
@@ -293,11 +304,7 @@ def test_gang_members_in_cooldown_hold_the_whole_gang() -> None:
         ),
         _member("big-1", "", labels={GANG_COSCHEDULING_LABEL: "big"}),
     ]
-    state = k8s.cluster(
-        k8s.node("n1"),
-        k8s.node("n2"),
-        k8s.pod("a", gpus=8, node_name="n1", namespace="research"),
-        k8s.pod("b", gpus=8, node_name="n2", namespace="research"),
+    state = _two_full_nodes(
         *members,
         k8s.pod_group("big", 2, namespace="prod"),
     )
@@ -308,11 +315,7 @@ def test_gang_members_in_cooldown_hold_the_whole_gang() -> None:
 
 
 def test_the_budget_counts_the_gangs_victims_together() -> None:
-    state = k8s.cluster(
-        k8s.node("n1"),
-        k8s.node("n2"),
-        k8s.pod("a", gpus=8, node_name="n1", namespace="research"),
-        k8s.pod("b", gpus=8, node_name="n2", namespace="research"),
+    state = _two_full_nodes(
         _member("big-0", "", labels={GANG_COSCHEDULING_LABEL: "big"}),
         _member("big-1", "", labels={GANG_COSCHEDULING_LABEL: "big"}),
         k8s.pod_group("big", 2, namespace="prod"),
@@ -324,11 +327,7 @@ def test_the_budget_counts_the_gangs_victims_together() -> None:
 
 
 def test_members_beyond_the_count_are_served_after_the_gang_as_single_pods() -> None:
-    state = k8s.cluster(
-        k8s.node("n1"),
-        k8s.node("n2"),
-        k8s.pod("a", gpus=8, node_name="n1", namespace="research"),
-        k8s.pod("b", gpus=8, node_name="n2", namespace="research"),
+    state = _two_full_nodes(
         *[_member(f"big-{i}", "", labels={GANG_COSCHEDULING_LABEL: "big"}) for i in range(3)],
         k8s.pod_group("big", 2, namespace="prod"),
     )
@@ -339,11 +338,7 @@ def test_members_beyond_the_count_are_served_after_the_gang_as_single_pods() -> 
 
 def test_a_gang_beside_single_pods_keeps_its_place_by_its_lowest_priority() -> None:
     # the single preemptor (priority 900) comes before the gang (lowest member priority 800)
-    state = k8s.cluster(
-        k8s.node("n1"),
-        k8s.node("n2"),
-        k8s.pod("a", gpus=8, node_name="n1", namespace="research"),
-        k8s.pod("b", gpus=8, node_name="n2", namespace="research"),
+    state = _two_full_nodes(
         _member("big-0", "", priority=1000, labels={GANG_COSCHEDULING_LABEL: "big"}),
         _member("big-1", "", priority=800, labels={GANG_COSCHEDULING_LABEL: "big"}),
         k8s.preemptor("solo", gpus=8, namespace="prod", priority=900),
