@@ -1,5 +1,6 @@
 """The install manifests: every kustomization renders with kubectl's own kustomize, every built-in object
-validates against the Kubernetes 1.34 schemas, the overlays do what they say, and generated files are current.
+validates against the Kubernetes 1.33-1.37 schemas, the overlays do what they say, and generated files are
+current.
 
 Custom resources (Prometheus Operator, KEDA) have no schema here (no network to fetch the published CRDs):
 they are listed in NOT_VALIDATED and checked only for their apiVersion/kind/metadata shape.
@@ -22,6 +23,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 KUBERNETES_VERSION = "1.34.0"
+# The releases the manifests are validated against (docs/install.md): every object against each.
+KUBERNETES_VERSIONS = ("1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
 KUSTOMIZATIONS = [
     "",
     "overlays/enforce",
@@ -62,7 +65,8 @@ def _validate(obj: dict[str, Any]) -> None:
     assert isinstance(name, str) and name, f"{key}: metadata.name"
     if key in NOT_VALIDATED:
         return
-    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
