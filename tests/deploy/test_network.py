@@ -44,7 +44,41 @@ def _admitted(policy: dict[str, Any], namespace: str, pod_labels: dict[str, str]
 
 
 PROMETHEUS = ("monitoring", {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"})
-KEDA = ("keda", {"app.kubernetes.io/name": "keda-operator", "app": "keda-operator"})
+# KEDA's operator pod as each way of installing KEDA labels it (the pod template's labels, not the
+# Deployment's): its Helm chart (kedacore/charts keda/templates/manager/deployment.yaml) and its release
+# manifests (config/manager/manager.yaml, also what the OLM operator installs), and the other pods of KEDA's
+# namespace, which must stay out.
+KEDA_OPERATOR_PODS = {
+    "helm": {
+        "app": "keda-operator",
+        "name": "keda-operator",
+        "app.kubernetes.io/name": "keda-operator",
+        "app.kubernetes.io/component": "operator",
+        "app.kubernetes.io/instance": "keda",
+        "app.kubernetes.io/part-of": "keda-operator",
+        "app.kubernetes.io/managed-by": "Helm",
+    },
+    "release-manifests": {"app": "keda-operator", "name": "keda-operator"},
+}
+KEDA_OTHER_PODS = {
+    "helm-webhooks": {
+        "app": "keda-admission-webhooks",
+        "name": "keda-admission-webhooks",
+        "app.kubernetes.io/name": "keda-admission-webhooks",
+        "app.kubernetes.io/part-of": "keda-operator",
+    },
+    "helm-metrics-server": {
+        "app": "keda-operator-metrics-apiserver",
+        "app.kubernetes.io/name": "keda-operator-metrics-apiserver",
+        "app.kubernetes.io/part-of": "keda-operator",
+    },
+    "release-webhooks": {"app": "keda-admission-webhooks", "name": "keda-admission-webhooks"},
+    "release-metrics-server": {
+        "app": "keda-operator-metrics-apiserver",
+        "name": "keda-operator-metrics-apiserver",
+    },
+}
+KEDA = ("keda", KEDA_OPERATOR_PODS["release-manifests"])
 
 
 @pytest.mark.parametrize("path", OVERLAYS)
@@ -55,14 +89,17 @@ def test_each_client_reaches_the_ports_it_uses_and_no_other(path: str) -> None:
     service = _one(objects, "Service", "gpu-steward-automator")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == set(served)
     keda_ports = {"http"} | ({"grpc", "keda-tls"} & set(served))
-    assert _admitted(policy, *KEDA) == keda_ports
+    for install, labels in KEDA_OPERATOR_PODS.items():
+        assert _admitted(policy, "keda", labels) == keda_ports, install
+    for pod, labels in KEDA_OTHER_PODS.items():
+        assert _admitted(policy, "keda", labels) == set(), pod
     assert _admitted(policy, *PROMETHEUS) == {"http"}
     for monitor in [o for o in objects if o["kind"] == "ServiceMonitor"]:
         if monitor["metadata"]["name"] == "gpu-steward-automator":
             assert {e["port"] for e in monitor["spec"]["endpoints"]} <= _admitted(policy, *PROMETHEUS)
     # Anyone else: nothing (another tenant's pod, or a pod in KEDA's namespace that is not the operator).
     assert _admitted(policy, "team-a", {"app.kubernetes.io/name": "prometheus"}) == set()
-    assert _admitted(policy, "keda", {"app.kubernetes.io/name": "keda-admission-webhooks"}) == set()
+    assert _admitted(policy, "team-a", KEDA_OPERATOR_PODS["helm"]) == set()
 
 
 def test_tls_overlay_serves_tls_from_a_secret() -> None:
@@ -91,3 +128,27 @@ def test_an_overlay_changes_the_namespaces_with_one_patch(tmp_path: Path) -> Non
     assert _admitted(policy, "prometheus", PROMETHEUS[1]) == {"http"}
     assert _admitted(policy, "autoscaling", KEDA[1]) == {"http", "grpc", "keda-tls"}
     assert _admitted(policy, *PROMETHEUS) == _admitted(policy, *KEDA) == set()
+
+
+def _shell_blocks(text: str) -> list[list[str]]:
+    """The code blocks of a Markdown text (sh or untagged), as stripped lines."""
+    blocks = text.split("```")[1::2]
+    return [[line.strip() for line in block.splitlines()[1:]] for block in blocks]
+
+
+def test_the_docs_check_the_automator_through_a_port_forward() -> None:
+    # The policy admits no pod but Prometheus and KEDA's operator: a documented `curl` to the automator from
+    # inside the cluster would be refused. Each one reaches it through `kubectl port-forward` of that block.
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    checked = 0
+    for path in [*docs.glob("*.md"), docs.parent / "README.md"]:
+        for block in _shell_blocks(path.read_text()):
+            forwarded = any("port-forward" in line and "gpu-steward-automator" in line for line in block)
+            for line in block:
+                if not line.startswith("curl"):
+                    continue
+                assert "gpu-steward-automator." not in line, (path.name, line)
+                if "localhost:8080" in line or "127.0.0.1:8080" in line:
+                    assert forwarded, (path.name, line)
+                    checked += 1
+    assert checked >= 2  # docs/keda.md's data check and docs/automator.md's /decisions
