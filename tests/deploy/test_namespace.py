@@ -22,10 +22,10 @@ from tests.deploy.test_scope import CLUSTER_SCOPED
 
 DEFAULT = "gpu-steward"
 NAMESPACES = ["gpu-ops", "team-gpu-system"]
-# With the Prometheus Operator every component but no-operator; without it, no-operator.
+# Every component: with the Prometheus Operator, and without it (no-operator, with a placement).
 SETS = {
-    "operator": ["stack", "enforce", "keda-grpc", "keda-tls"],
-    "no-operator": ["stack", "no-operator"],
+    "operator": ["stack", "enforce", "keda-grpc", "keda-tls", "keda-mtls", "keda-token"],
+    "no-operator": ["stack", "no-operator", "placement-hami"],
 }
 # `gpu-steward` as a word of its own (not part of gpu-steward-automator, gpu-steward.io, /gpu-steward/).
 WORD = re.compile(r"(?<![\w./-])gpu-steward(?![\w/-]|\.io)")
