@@ -1,6 +1,7 @@
-"""The automator's NetworkPolicy admits each client on the ports it uses, in every overlay: Prometheus on the
-port the ServiceMonitor scrapes, KEDA's operator on the metrics-api, gRPC and TLS ports that are served, and
-each served port is in the Service. An overlay changes a client's namespace with one patch."""
+"""The NetworkPolicies admit each client on the ports it uses, in every overlay: on the automator, Prometheus
+on the port the ServiceMonitor scrapes, KEDA's operator on the metrics-api, gRPC and TLS ports that are
+served, and each served port is in the Service; on the exporter, Prometheus alone on `metrics`. An overlay
+changes a client's namespace with one patch."""
 
 from __future__ import annotations
 
@@ -97,6 +98,19 @@ def test_each_client_reaches_the_ports_it_uses_and_no_other(path: str) -> None:
     for monitor in [o for o in objects if o["kind"] == "ServiceMonitor"]:
         if monitor["metadata"]["name"] == "gpu-steward-automator":
             assert {e["port"] for e in monitor["spec"]["endpoints"]} <= _admitted(policy, *PROMETHEUS)
+    # The exporter: Prometheus on the port its scrape jobs name, KEDA and everyone else nothing.
+    exporter = _one(objects, "NetworkPolicy", "gpu-steward-exporter")
+    (daemonset,) = [o for o in objects if o["kind"] == "DaemonSet"]
+    assert exporter["spec"]["podSelector"]["matchLabels"].items() <= (
+        daemonset["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert _admitted(exporter, *PROMETHEUS) == {"metrics"}
+    for labels in KEDA_OPERATOR_PODS.values():
+        assert _admitted(exporter, "keda", labels) == set()
+    assert _admitted(exporter, "team-a", PROMETHEUS[1]) == set()
+    for monitor in [o for o in objects if o["kind"] == "ServiceMonitor"]:
+        if monitor["metadata"]["name"] == "gpu-steward-exporter":
+            assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics"}
     # Anyone else: nothing (another tenant's pod, or a pod in KEDA's namespace that is not the operator).
     assert _admitted(policy, "team-a", {"app.kubernetes.io/name": "prometheus"}) == set()
     assert _admitted(policy, "team-a", KEDA_OPERATOR_PODS["helm"]) == set()
@@ -128,6 +142,9 @@ def test_an_overlay_changes_the_namespaces_with_one_patch(tmp_path: Path) -> Non
     assert _admitted(policy, "prometheus", PROMETHEUS[1]) == {"http"}
     assert _admitted(policy, "autoscaling", KEDA[1]) == {"http", "grpc", "keda-tls"}
     assert _admitted(policy, *PROMETHEUS) == _admitted(policy, *KEDA) == set()
+    exporter = _one(objects, "NetworkPolicy", "gpu-steward-exporter")
+    assert _admitted(exporter, "prometheus", PROMETHEUS[1]) == {"metrics"}
+    assert _admitted(exporter, *PROMETHEUS) == set()
 
 
 def _shell_blocks(text: str) -> list[list[str]]:
