@@ -81,6 +81,16 @@ def test_bad_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str])
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["Gpu_Steward", "has space", "x..y", "trailing-", "a" * 254, ""])
+def test_a_secret_name_the_api_would_refuse_exits_2_naming_it(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["keda", "scaledobject", "--namespace", "ml", "--deployment", "api", "--profile", "training"]
+    assert main([*argv, "--secret", name]) == 2
+    assert "--secret" in capsys.readouterr().err
+    assert main([*argv, "--secret", "team.gpu-steward-keda"]) == 0  # a dotted name is an object name too
+
+
 def test_api_key_and_selector(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["keda", "scaledobject", "--namespace", "ml", "--selector", "app=trainer", "--profile", "training"]
     assert main([*argv, "--scale-target", "StatefulSet/trainer", "--auth", "apiKey"]) == 0
