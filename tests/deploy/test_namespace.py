@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy.test_crds import SCHEMAS, _check, _crds
 from tests.deploy.test_manifests import DEPLOY, _validate, render
 from tests.deploy.test_scope import CLUSTER_SCOPED
 
@@ -96,6 +97,7 @@ def test_every_reference_to_the_namespace_follows_the_overlay(tmp_path: Path, co
         if WORD.search(text) and not _project_name(path)
     }
     assert len(references) >= 5, references  # objects' namespaces, subjects, the policy's account, ...
+    crds = _crds() if SCHEMAS.is_dir() else None  # upstream's CRDs, where ../shared has them
     for namespace in NAMESPACES:
         objects = overlay(tmp_path, components, namespace)
         assert {_key(o) for o in objects} == (set(default) - {("Namespace", DEFAULT)}) | {
@@ -103,6 +105,8 @@ def test_every_reference_to_the_namespace_follows_the_overlay(tmp_path: Path, co
         }
         for obj in objects:
             _validate(obj)
+            if crds is not None:
+                _check(f"namespace {namespace}", obj, crds)
             assert ("namespace" in obj["metadata"]) != (obj["kind"] in CLUSTER_SCOPED), _key(obj)
             if "namespace" in obj["metadata"]:
                 assert obj["metadata"]["namespace"] == namespace, _key(obj)
