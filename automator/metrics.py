@@ -25,6 +25,14 @@ MODES: tuple[str, ...] = tuple(Mode)
 
 Metric = Counter | Gauge | Histogram
 
+# The labels the Prometheus Operator gives every target of a ServiceMonitor (and `job`, `instance` any
+# Prometheus): a metric's own label of one of these names would be renamed exported_<name> on the way in
+# (the automator's ServiceMonitor keeps honorLabels false), so no table may use one.
+TARGET_LABELS: Final = frozenset({"job", "instance", "namespace", "service", "pod", "container", "endpoint"})
+# The KEDA requests' label naming how KEDA asked: `http` (the metrics-api endpoint) or `grpc` (the
+# external scaler).
+TRANSPORT_LABEL: Final = "transport"
+
 
 @dataclass(frozen=True)
 class MetricSpec:
@@ -43,7 +51,11 @@ def declare(owner: object, registry: CollectorRegistry, prefix: str, table: Iter
     """Create every metric of `table` on `registry` and set it as `owner`'s attribute of the same name.
 
     The owner's class annotates each attribute with its type (for mypy); a table that names an attribute
-    the class does not declare, or leaves one out, is a bug caught here."""
+    the class does not declare, or leaves one out, is a bug caught here, and so is a label that a scrape
+    would rename (TARGET_LABELS)."""
+    taken = {(spec.name, label) for spec in table for label in spec.labels if label in TARGET_LABELS}
+    if taken:
+        raise TypeError(f"{type(owner).__name__}: labels that are target labels: {sorted(taken)}")
     declared = {
         name
         for cls in type(owner).__mro__

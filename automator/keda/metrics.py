@@ -6,7 +6,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.metrics import MetricSpec, declare
+from automator.metrics import TRANSPORT_LABEL, MetricSpec, declare
 
 PREFIX: Final = "gpu_steward_automator_keda_"
 # Label values of `status`: HTTP codes, and the gRPC codes the scaler answers with.
@@ -26,8 +26,8 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
         "requests",
         Counter,
         "requests",
-        "KEDA requests by endpoint (http, grpc) and status (HTTP code or gRPC code).",
-        ("endpoint", "status"),
+        "KEDA requests by transport (http, grpc) and status (HTTP code or gRPC code).",
+        (TRANSPORT_LABEL, "status"),
     ),
     MetricSpec(
         "refresh_duration",
@@ -90,6 +90,6 @@ class KedaMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         declare(self, registry, PREFIX, TABLE)
         for status in HTTP_STATUSES:
-            self.requests.labels(endpoint="http", status=status)
+            self.requests.labels("http", status)
         for status in GRPC_STATUSES:
-            self.requests.labels(endpoint="grpc", status=status)
+            self.requests.labels("grpc", status)
