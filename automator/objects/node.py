@@ -1,5 +1,5 @@
 """The Node record: what the planner reads of a Node (name, labels, cordon, readiness, taints, allocatable),
-decoded once (`node_record`). Pure. A malformed allocatable amount is carried as its FieldError: the node
+decoded once (`node_record`). Pure. A malformed allocatable amount is carried as its FieldProblem: the node
 is then unplannable, as today."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from automator.objects.resources import FieldError, Requests, floored, whole
+from automator.objects.resources import FieldError, FieldProblem, Requests, floored, whole
 from automator.objects.shapes import Shapes
 
 
@@ -23,12 +23,12 @@ class Node(msgspec.Struct, frozen=True):
     not_ready: bool = False
     taints: Any = None  # spec.taints as given
     # status.allocatable as given (GPU resources are read by the planner's resource names), and its cpu
-    # (millicores) and memory (bytes) rounded down; a FieldError in place of what failed
+    # (millicores) and memory (bytes) rounded down; a FieldProblem in place of what failed
     allocatable: Mapping[str, Any] = {}
-    cpu_m: int | FieldError = 0
-    memory: int | FieldError = 0
-    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
-    allocatable_error: str | None = None  # status or status.allocatable of a wrong shape
+    cpu_m: int | FieldProblem = 0
+    memory: int | FieldProblem = 0
+    shape_error: FieldProblem | None = None  # the first field of a wrong shape (objects/shapes.py)
+    allocatable_error: FieldProblem | None = None  # status or status.allocatable of a wrong shape
 
     def offers(self, gpu_resources: Iterable[str]) -> Requests:
         """What the node offers (whole GPUs of these resources, cpu, memory); FieldError when malformed."""
@@ -40,9 +40,9 @@ class Node(msgspec.Struct, frozen=True):
         return Requests(gpus, _amount(self.cpu_m), _amount(self.memory))
 
 
-def _amount(value: int | FieldError) -> int:
-    if isinstance(value, FieldError):
-        raise FieldError(value.field, value.message)  # a new one: the record's is raised every pass
+def _amount(value: int | FieldProblem) -> int:
+    if isinstance(value, FieldProblem):
+        raise value.error()
     return value
 
 
@@ -50,11 +50,11 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _floored(allocatable: Mapping[str, Any], name: str, scale: int) -> int | FieldError:
+def _floored(allocatable: Mapping[str, Any], name: str, scale: int) -> int | FieldProblem:
     try:
         return floored(allocatable.get(name, 0), scale, f"status.allocatable.{name}")
     except FieldError as exc:
-        return exc
+        return exc.found
 
 
 def _not_ready(conditions: list[Mapping[str, Any]]) -> bool:
@@ -81,7 +81,7 @@ def node_record(obj: Mapping[str, Any]) -> Node:
         fields["memory"] = _floored(allocatable, "memory", 1)
     else:
         allocatable = {}
-        fields["cpu_m"] = FieldError("status.allocatable", "expected a map")
+        fields["cpu_m"] = FieldProblem("status.allocatable", "expected a map")
     return Node(
         str(meta.get("name")),
         labels=labels,

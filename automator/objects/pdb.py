@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from automator.objects.resources import FieldProblem
 from automator.objects.shapes import Shapes
 
 
@@ -18,7 +19,7 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
     # status.disruptionsAllowed; 0 without a status yet (the controller has not observed it: the Eviction
     # API would refuse) or when it is not an integer
     allowed: int = 0
-    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
+    shape_error: FieldProblem | None = None  # the first field of a wrong shape (objects/shapes.py)
 
 
 def pdb_record(obj: Mapping[str, Any]) -> PodDisruptionBudget:

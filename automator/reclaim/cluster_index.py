@@ -253,7 +253,7 @@ class _Builder:
         try:
             priority = pod_priority(pod, self.classes, self.global_default)
             if pod.scheduled_error is not None:
-                raise FieldError(*pod.scheduled_error.split(": ", 1))
+                raise pod.scheduled_error.error()
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
             blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
