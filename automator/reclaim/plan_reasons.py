@@ -19,6 +19,7 @@ from automator.objects.model import PlannerConfig, PodKey
 from automator.objects.pod import Pod
 from automator.objects.resources import FieldError, Requests, parse_time
 from automator.reclaim.cluster_index import NodeState
+from automator.reclaim.eligibility import Rule
 from automator.reclaim.fit import static_misfit
 from automator.reclaim.victims import NodeResult
 from steward_common.conventions import (
@@ -30,20 +31,20 @@ from steward_common.conventions import (
     WORD_NOMINATED,
 )
 
-# Short names of protection rules for unresolved reasons.
-_SHORT = {
-    "0-pdb": "pdb",
-    "annotation-malformed": "malformed annotation",
-    "resources-malformed": "malformed fields",
-    "excluded": "eviction refused",
-    "2-toleration-negative": "never preempted",
-    "3-not-scheduled": "not scheduled",
-    "4-too-young": "too young",
-    "5-usage-unknown": "usage unknown",
-    "5-coverage-low": "low coverage",
-    "6-gpu-busy": "busy",
-    "7-cpu-unknown": "cpu unknown",
-    "7-cpu-busy": "cpu busy",
+# Short names of protection rules for unresolved reasons (the others are named by their word).
+_SHORT: dict[Rule, str] = {
+    Rule.PDB: "pdb",
+    Rule.ANNOTATION_MALFORMED: "malformed annotation",
+    Rule.RESOURCES_MALFORMED: "malformed fields",
+    Rule.EXCLUDED: "eviction refused",
+    Rule.TOLERATION_NEGATIVE: "never preempted",
+    Rule.NOT_SCHEDULED: "not scheduled",
+    Rule.TOO_YOUNG: "too young",
+    Rule.USAGE_UNKNOWN: "usage unknown",
+    Rule.COVERAGE_LOW: "low coverage",
+    Rule.GPU_BUSY: "busy",
+    Rule.CPU_UNKNOWN: "cpu unknown",
+    Rule.CPU_BUSY: "cpu busy",
 }
 
 
@@ -189,7 +190,7 @@ def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], 
 
 
 def protected_summary(result: NodeResult) -> str:
-    counts = Counter(_SHORT.get(rule, rule) for rule, _ in result.split.protected.values())
+    counts = Counter(_SHORT.get(rule, str(rule)) for rule, _ in result.split.protected.values())
     if result.not_lower:
         counts["not lower priority"] += result.not_lower
     if not counts:
