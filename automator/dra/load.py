@@ -135,7 +135,7 @@ def _pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Findi
     node = None if error and error.path in ("spec", "spec.nodeName") else record.node_name or None
     key = f"{namespace}/{name}"
     if error is not None:
-        findings.append(Finding(UNPARSABLE, node, None, None, key, f"Pod {key}: {error}"))
+        findings.append(unparsable_finding(error, f"Pod {key}", node=node, pod=key))
     return Pod(namespace, name, record.uid, node, record.claim_names, record.container_claims)
 
 
@@ -144,7 +144,7 @@ def _node(obj: Mapping[str, Any], name: str, findings: list[Finding]) -> Node:
     allocatable that is not a map, is one `unparsable` finding."""
     record, label = node_record(obj), f"Node {name}"
     if record.allocatable_error is not None:
-        findings.append(Finding(UNPARSABLE, name, None, None, None, f"{label}: {record.allocatable_error}"))
+        findings.append(unparsable_finding(record.allocatable_error, label, node=name))
     gpus: dict[str, Decimal] = {}
     for resource, raw in record.allocatable.items():
         if DEVICE_PLUGIN_GPU.fullmatch(str(resource)):
