@@ -41,9 +41,7 @@ DCGM_CONTAINER_LABELS = ("container", "namespace", "pod", "pod_uid")
 class MetricSpec:
     name: str  # the family name: counters without `_total`
     kind: Kind
-    # as docs/metrics.md shows it; the name's suffix where Prometheus conventions want one ("" for the
-    # automator's, whose table in docs/automator.md has no unit)
-    unit: str
+    unit: str  # as docs/metrics.md shows it (automator's: ""); the name's suffix where Prometheus wants one
     labels: tuple[str, ...]  # in the order the samples carry them
     help: str
     # False for dcgm-exporter's counters, whose names have no `_total` (kept as upstream spells them).

@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from automator.dra.fields import MAX_INT, new, unparsable_finding
+from automator.dra.fields import MAX_INT, new, quantity, unparsable_finding
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_slices import DEVICE_PLUGIN_GPU, SliceLoader, parse_slice
 from automator.dra.model import UNPARSABLE, ContainerUsage, Finding, Node, Pod, Records
@@ -27,7 +27,7 @@ from automator.objects.fields import is_name
 from automator.objects.gc_pause import gc_paused
 from automator.objects.node import node_record
 from automator.objects.pod import pod_record
-from automator.objects.resources import MAX_AMOUNT, FieldError, quantity
+from automator.objects.resources import MAX_AMOUNT, FieldError
 from automator.reclaim.snapshot import InputError, documents, flatten
 
 KINDS = ("ResourceSlice", "ResourceClaim", "DeviceClass", "Pod", "Node")
@@ -149,7 +149,7 @@ def _node(obj: Mapping[str, Any], name: str, findings: list[Finding]) -> Node:
     for resource, raw in record.allocatable.items():
         if DEVICE_PLUGIN_GPU.fullmatch(str(resource)):
             try:
-                amount = quantity(raw, f"status.allocatable.{resource}", bounded=True)
+                amount = quantity(raw, f"status.allocatable.{resource}")
             except FieldError as exc:
                 findings.append(unparsable_finding(exc.found, label, node=name))
                 continue

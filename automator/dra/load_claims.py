@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from automator.dra.fields import new, unparsable_finding
+from automator.dra.fields import new, quantity, unparsable_finding
 from automator.dra.model import Allocation, Claim, DeviceId, Finding, PodConsumer
 from automator.objects.fields import item, list_field, map_field, str_field
-from automator.objects.resources import FieldError, quantity
+from automator.objects.resources import FieldError
 
 _MAX_CONSUMED = 4096  # distinct consumedCapacity maps remembered per load
 NOTHING_CONSUMED: dict[str, Decimal] = {}  # no consumedCapacity: one map for all (never changed)
@@ -49,7 +49,7 @@ class ClaimLoader:
                         devices = map_field(item(allocation), "devices", ".")
                         results = list_field(devices, "results", ".devices.")
                     except FieldError as exc:
-                        raise exc.under("status.allocation") from None
+                        raise exc.found.under("status.allocation").error() from None
             reserved = status.get("reservedFor")
             if reserved is not None and type(reserved) is not list:
                 reserved = list_field(status, "reservedFor", "status.")
@@ -143,7 +143,7 @@ class ClaimLoader:
                 texts = False
             try:
                 # negative amounts parse here and are judged by the invalid-consumption check
-                consumed[str(cap_name)] = quantity(amount, "", negative=True, bounded=True)
+                consumed[str(cap_name)] = quantity(amount, "", negative=True)
             except FieldError as exc:
                 texts = False
                 path = f"status.allocation.devices.results[{index}].consumedCapacity.{cap_name}"

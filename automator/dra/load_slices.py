@@ -10,10 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from automator.dra.fields import unparsable_finding
+from automator.dra.fields import quantity, unparsable_finding
 from automator.dra.model import UNPARSABLE, Capacity, Device, DeviceId, Finding
 from automator.objects.fields import item, list_field, map_field, str_field
-from automator.objects.resources import FieldError, FieldProblem, quantity
+from automator.objects.resources import FieldError, FieldProblem
 
 # A driver counts as a GPU driver (for mixed-mode) when its name says so, as the NVIDIA and HAMi drivers'
 # do ("gpu.nvidia.com", "hami-core-gpu.project-hami.io"), or when a DeviceClass named like a GPU class
@@ -74,31 +74,21 @@ def _parse_capacity(raw: Any, problems: list[FieldProblem]) -> Capacity:
     """One DeviceCapacity. A value that does not parse raises FieldError (relative path); a requestPolicy
     that does not parse is appended to `problems` and leaves the value usable."""
     fields = item(raw)
-    value = quantity(fields.get("value"), "value", bounded=True)
+    value = quantity(fields.get("value"), "value")
     try:
         policy = map_field(fields, "requestPolicy")
         valid = policy.get("validValues")
         if valid is not None:
             if not isinstance(valid, list):
                 raise FieldError("requestPolicy.validValues", "expected a list")
-            values = tuple(
-                quantity(v, f"requestPolicy.validValues[{i}]", bounded=True) for i, v in enumerate(valid)
-            )
+            values = tuple(quantity(v, f"requestPolicy.validValues[{i}]") for i, v in enumerate(valid))
             return Capacity(value, valid_values=values)
         rng = map_field(policy, "validRange", "requestPolicy.")
         if not rng:
             return Capacity(value)
-        low = quantity(rng.get("min"), "requestPolicy.validRange.min", bounded=True)
-        high = (
-            None
-            if rng.get("max") is None
-            else quantity(rng["max"], "requestPolicy.validRange.max", bounded=True)
-        )
-        step = (
-            None
-            if rng.get("step") is None
-            else quantity(rng["step"], "requestPolicy.validRange.step", bounded=True)
-        )
+        low = quantity(rng.get("min"), "requestPolicy.validRange.min")
+        high = None if rng.get("max") is None else quantity(rng["max"], "requestPolicy.validRange.max")
+        step = None if rng.get("step") is None else quantity(rng["step"], "requestPolicy.validRange.step")
         if step is not None and step <= 0:
             raise FieldError("requestPolicy.validRange.step", f"{rng['step']!r} is not > 0")
         return Capacity(value, range_min=low, range_max=high, range_step=step)
@@ -153,7 +143,7 @@ def _uuid(item_: Mapping[str, Any], driver: str) -> str | None:
             try:
                 return str_field(item(attributes[name]), "string", ".")
             except FieldError as exc:
-                raise exc.under(f"attributes.{name}") from None
+                raise exc.found.under(f"attributes.{name}").error() from None
     return None
 
 

@@ -46,6 +46,11 @@ def str_field(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: b
     raise FieldError(prefix + key, f"expected a string, got {type(value).__name__}")
 
 
+def as_map(value: Any) -> Mapping[str, Any]:
+    """A map as decoded from JSON or YAML (always a dict), or none."""
+    return value if isinstance(value, dict) else EMPTY
+
+
 def is_name(value: Any) -> TypeGuard[str]:
     """The common case, checked without a call per field; the helpers above name the field otherwise."""
     return type(value) is str and value != ""

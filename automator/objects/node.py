@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from automator.objects.resources import FieldError, FieldProblem, Requests, floored, whole
+from automator.objects.fields import as_map
+from automator.objects.resources import FieldProblem, Requests, amount, floored, kept, whole
 from automator.objects.shapes import Shapes
 
 
@@ -37,24 +38,7 @@ class Node(msgspec.Struct, frozen=True):
             for name in gpu_resources
             if name in self.allocatable
         )
-        return Requests(gpus, _amount(self.cpu_m), _amount(self.memory))
-
-
-def _amount(value: int | FieldProblem) -> int:
-    if isinstance(value, FieldProblem):
-        raise value.error()
-    return value
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _floored(allocatable: Mapping[str, Any], name: str, scale: int) -> int | FieldProblem:
-    try:
-        return floored(allocatable.get(name, 0), scale, f"status.allocatable.{name}")
-    except FieldError as exc:
-        return exc.found
+        return Requests(gpus, amount(self.cpu_m), amount(self.memory))
 
 
 def _not_ready(conditions: list[Mapping[str, Any]]) -> bool:
@@ -67,7 +51,7 @@ def _not_ready(conditions: list[Mapping[str, Any]]) -> bool:
 def node_record(obj: Mapping[str, Any]) -> Node:
     """The record of one Node object (as the API and kubectl give it)."""
     shapes = Shapes()
-    meta = _map(obj.get("metadata"))
+    meta = as_map(obj.get("metadata"))
     _, labels, _ = shapes.metadata(meta)
     spec = shapes.map(obj.get("spec"), "spec")
     shapes.maps(spec.get("taints"), "spec.taints")
@@ -77,8 +61,8 @@ def node_record(obj: Mapping[str, Any]) -> Node:
     allocatable = status.get("allocatable") or {}
     fields: dict[str, Any] = {}
     if isinstance(allocatable, dict):
-        fields["cpu_m"] = _floored(allocatable, "cpu", 1000)
-        fields["memory"] = _floored(allocatable, "memory", 1)
+        fields["cpu_m"] = kept(floored, allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
+        fields["memory"] = kept(floored, allocatable.get("memory", 0), 1, "status.allocatable.memory")
     else:
         allocatable = {}
         fields["cpu_m"] = FieldProblem("status.allocatable", "expected a map")

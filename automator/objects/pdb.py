@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from automator.objects.fields import as_map
 from automator.objects.resources import FieldProblem
 from automator.objects.shapes import Shapes
 
@@ -25,8 +26,7 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
 def pdb_record(obj: Mapping[str, Any]) -> PodDisruptionBudget:
     """The record of one PodDisruptionBudget object (as the API and kubectl give it)."""
     shapes = Shapes()
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = as_map(obj.get("metadata"))
     namespace, _, _ = shapes.metadata(meta)
     spec = shapes.map(obj.get("spec"), "spec")
     selector = shapes.map(spec.get("selector"), "spec.selector")

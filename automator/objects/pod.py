@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from automator.objects.cache import RecordCache
-from automator.objects.fields import EMPTY, item, list_field, map_field, str_field
+from automator.objects.fields import EMPTY, as_map, item, list_field, map_field, str_field
 from automator.objects.model import PodKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
@@ -22,7 +22,9 @@ from automator.objects.resources import (
     FieldError,
     FieldProblem,
     Requests,
+    amount,
     integer,
+    kept,
     parse_time,
     scaled,
     whole,
@@ -114,21 +116,15 @@ class Pod(msgspec.Struct, frozen=True):
             peak = [0, 0, 0]
             for amounts in self.init_containers:
                 each = _sum(amounts, names)
-                for j, amount in enumerate(each):
-                    peak[j] = max(peak[j], sidecars[j] + amount)
+                for j, value in enumerate(each):
+                    peak[j] = max(peak[j], sidecars[j] + value)
                 if amounts[3]:
-                    for j, amount in enumerate(each):
-                        sidecars[j] += amount
+                    for j, value in enumerate(each):
+                        sidecars[j] += value
             gpus = max(gpus + sidecars[0], peak[0])
             cpu = max(cpu + sidecars[1], peak[1])
             memory = max(memory + sidecars[2], peak[2])
-        return Requests(gpus, cpu + _amount(self.overhead[0]), memory + _amount(self.overhead[1]))
-
-
-def _amount(value: int | FieldProblem) -> int:
-    if isinstance(value, FieldProblem):
-        raise value.error()
-    return value
+        return Requests(gpus, cpu + amount(self.overhead[0]), memory + amount(self.overhead[1]))
 
 
 def _sum(amounts: _Amounts, names: tuple[str, ...]) -> tuple[int, int, int]:
@@ -137,13 +133,8 @@ def _sum(amounts: _Amounts, names: tuple[str, ...]) -> tuple[int, int, int]:
     for name in names:
         count = counts.get(name)
         if count is not None:
-            gpus += _amount(count)
-    return gpus, _amount(cpu), _amount(memory)
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    """A map as decoded from JSON or YAML (always a dict), or none."""
-    return value if isinstance(value, dict) else EMPTY
+            gpus += amount(count)
+    return gpus, amount(cpu), amount(memory)
 
 
 def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
@@ -178,10 +169,7 @@ def _counts(
     for part, amounts in (("requests", requests), ("limits", limits)):
         for name, value in amounts.items():
             if name not in CPU_AND_MEMORY:
-                try:
-                    counts[name] = whole(value, f"{field}.{part}.{name}")
-                except FieldError as exc:
-                    counts[name] = exc.found
+                counts[name] = kept(whole, value, f"{field}.{part}.{name}")
     return counts or EMPTY
 
 
@@ -191,10 +179,7 @@ def _parsed(
     source, where = (requests, "requests") if name in requests else (limits, "limits")
     if name not in source:
         return 0
-    try:
-        return scaled(source[name], scale, f"{field}.{where}.{name}")
-    except FieldError as exc:
-        return exc.found
+    return kept(scaled, source[name], scale, f"{field}.{where}.{name}")
 
 
 def _containers(spec: Mapping[str, Any], key: str, shapes: Shapes) -> tuple[_Amounts, ...]:
@@ -212,13 +197,11 @@ def _overhead(spec: Mapping[str, Any], shapes: Shapes) -> tuple[int | FieldProbl
         return (0, 0)
     if not isinstance(overhead, dict):
         raise FieldError("spec.overhead", "expected a map")
-    out: list[int | FieldProblem] = []
-    for name, scale in (("cpu", 1000), ("memory", 1)):
-        try:
-            out.append(scaled(overhead[name], scale, f"spec.overhead.{name}") if name in overhead else 0)
-        except FieldError as exc:
-            out.append(exc.found)
-    return out[0], out[1]
+    cpu, memory = (
+        kept(scaled, overhead[name], scale, f"spec.overhead.{name}") if name in overhead else 0
+        for name, scale in (("cpu", 1000), ("memory", 1))
+    )
+    return cpu, memory
 
 
 def _scheduled(conditions: list[Mapping[str, Any]]) -> tuple[Any, bool]:
@@ -234,7 +217,7 @@ def _scheduled(conditions: list[Mapping[str, Any]]) -> tuple[Any, bool]:
 def pod_record(obj: Mapping[str, Any]) -> Pod:
     """The record of one Pod object (camelCase keys, as the API and kubectl give it)."""
     shapes = Shapes()
-    meta = _map(obj.get("metadata"))
+    meta = as_map(obj.get("metadata"))
     namespace, labels, annotations = shapes.metadata(meta)
     key = PodKey(str(namespace or "default"), str(meta.get("name") or ""))
     spec = shapes.map(obj.get("spec"), "spec")
@@ -316,7 +299,7 @@ def _claims(obj: Mapping[str, Any]) -> dict[str, Any]:
                 try:
                     _container_claims(container, containers)
                 except FieldError as exc:
-                    raise exc.under(f"spec.{group}[{i}].") from None
+                    raise exc.found.under(f"spec.{group}[{i}].").error() from None
     except FieldError as exc:
         fields["claims_error"] = exc.found
     if names:
@@ -335,7 +318,7 @@ def _claim_names(
             ref = item(raw)
             local, claim = str_field(ref, "name"), str_field(ref, "resourceClaimName", required=False)
         except FieldError as exc:
-            raise exc.under(f"{section}{field}[{i}].") from None
+            raise exc.found.under(f"{section}{field}[{i}].").error() from None
         if local is not None and claim is not None:
             put(local, claim)
 
@@ -350,7 +333,7 @@ def _container_claims(raw: Any, containers: dict[str, list[ClaimRef]]) -> None:
             ref = item(claim)
             refs.append(ClaimRef(str(str_field(ref, "name")), str_field(ref, "request", required=False)))
         except FieldError as exc:
-            raise exc.under(f"resources.claims[{j}].") from None
+            raise exc.found.under(f"resources.claims[{j}].").error() from None
 
 
 def _required_shapes(required: Any, shapes: Shapes) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from automator.objects.fields import as_map
 from automator.objects.resources import FieldError, FieldProblem, integer
 from automator.objects.shapes import Shapes
 
@@ -30,8 +31,7 @@ class PriorityClass(msgspec.Struct, frozen=True):
 
 def priority_class_record(obj: Mapping[str, Any]) -> PriorityClass:
     """The record of one PriorityClass object (as the API and kubectl give it)."""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = as_map(obj.get("metadata"))
     shapes = Shapes()
     _, _, annotations = shapes.metadata(meta)
     raw = obj.get("value", 0)

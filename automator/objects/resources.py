@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -29,8 +30,7 @@ class FieldProblem:
         return f"{self.path}: {self.problem}"
 
     def under(self, prefix: str) -> FieldProblem:
-        """The problem with its path read from a parent ("spec." + "nodeName"; a path of its own, "",
-        becomes the prefix without its dot)."""
+        """The problem as read from a parent: "spec." + "nodeName" ("" gives the prefix without its dot)."""
         return FieldProblem(prefix + self.path if self.path else prefix.rstrip("."), self.problem)
 
     def error(self) -> FieldError:
@@ -42,14 +42,23 @@ class FieldError(ValueError):
     """A FieldProblem raised; caught at the object that owns the field, which keeps `found`."""
 
     def __init__(self, path: str, problem: str) -> None:
-        super().__init__(path, problem)
         self.found = FieldProblem(path, problem)
+        super().__init__(str(self.found))
 
-    def __str__(self) -> str:
-        return str(self.found)
 
-    def under(self, prefix: str) -> FieldError:
-        return self.found.under(prefix).error()
+def kept(read: Callable[..., int], *args: Any) -> int | FieldProblem:
+    """read(*args) at decoding, or the problem it raised: a record keeps either (read back by `amount`)."""
+    try:
+        return read(*args)
+    except FieldError as exc:
+        return exc.found
+
+
+def amount(value: int | FieldProblem) -> int:
+    """An amount a record read at decoding, or the problem it met raised."""
+    if isinstance(value, FieldProblem):
+        raise value.error()
+    return value
 
 
 # The resources read as themselves (scaled); every other resource a container names is counted in whole

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from automator.objects.fields import EMPTY
 from automator.objects.resources import FieldProblem
-
-_EMPTY: Mapping[str, Any] = {}  # shared: records are never changed in place
 
 
 class Shapes:
@@ -35,7 +34,7 @@ class Shapes:
             return value
         if value is not None:
             self._wrong(path, "a map", value)
-        return _EMPTY
+        return EMPTY
 
     def items(self, value: Any, path: str) -> list[Any]:
         if isinstance(value, list):

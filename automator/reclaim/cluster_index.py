@@ -75,12 +75,9 @@ class NodeState:
         """The fit check: None when the requests fit the node as it is, else what it lacks (GPUs, cpu
         millicores, memory bytes still needed; an amount it has enough of is <= 0)."""
         alloc = self.alloc
-        gpus = req.gpus - alloc.gpus + self.used_gpus
-        cpu = req.cpu_m - alloc.cpu_m + self.used_cpu
+        gpus, cpu = req.gpus - alloc.gpus + self.used_gpus, req.cpu_m - alloc.cpu_m + self.used_cpu
         memory = req.memory - alloc.memory + self.used_mem
-        if gpus <= 0 and cpu <= 0 and memory <= 0:
-            return None
-        return gpus, cpu, memory
+        return None if gpus <= 0 and cpu <= 0 and memory <= 0 else (gpus, cpu, memory)
 
     def take(self, req: Requests, sign: int = 1) -> None:
         self.used_gpus += sign * req.gpus

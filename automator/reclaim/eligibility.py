@@ -319,10 +319,8 @@ def assess(
     elif scope is not None:
         blocked = scope
     elif settings.malformed:
-        blocked = (
-            Rule.ANNOTATION_MALFORMED,
-            "; ".join(m.message for m in settings.malformed) + ": protected",
-        )
+        why = "; ".join(m.message for m in settings.malformed) + ": protected"
+        blocked = (Rule.ANNOTATION_MALFORMED, why)
     rule = base_rule(settings, usage, age, config.min_coverage)
     facts = (settings, usage, age, config.min_coverage, config.recent_window_seconds)
     return Assessment(blocked, settings.min_preemptable, rule is Rule.IDLE, rule, None, facts)

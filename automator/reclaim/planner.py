@@ -114,19 +114,10 @@ class _Pass:
             assessment = pod.assessment
             rule = verdict_rule(assessment, priority)[1]
             verdict = Verdict(preemptor, True, rule, partial(verdict_reason, assessment, priority))
-            known = verdicts.get(pod.key)
-            if known is None:
-                verdicts[pod.key] = [verdict]
-            else:
-                known.append(verdict)
+            verdicts.setdefault(pod.key, []).append(verdict)
         protected = split.protected
         for key, (rule, why) in protected.items():
-            verdict = Verdict(preemptor, False, rule, why)
-            known = verdicts.get(key)
-            if known is None:
-                verdicts[key] = [verdict]
-            else:
-                known.append(verdict)
+            verdicts.setdefault(key, []).append(Verdict(preemptor, False, rule, why))
         self.verdict_count += len(split.eligible) + len(protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:

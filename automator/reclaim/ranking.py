@@ -107,9 +107,7 @@ class Rankings:
     with_free_gpus: list[NodeState] | None = None
 
     def _sorted(self, node: NodeState, priority: int) -> _Eligible:
-        table = self.eligible.get(priority)
-        if table is None:
-            table = self.eligible[priority] = {}
+        table = self.eligible.setdefault(priority, {})
         cached = table.get(node.name)
         if cached is not None and cached.version == node.version:
             return cached
