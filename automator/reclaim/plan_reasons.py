@@ -177,9 +177,9 @@ def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], 
     nodes whose search was cut off and the nodes ruled out."""
     text = (
         f"closest: {closest} needs {req.gpus} GPUs, {max(result.free_gpus, 0)} free + "
-        f"{result.reclaimable} reclaimable ({protected_summary(result)})"
+        f"{result.split.reclaimable} reclaimable ({protected_summary(result)})"
     )
-    if result.misfit and result.free_gpus + result.reclaimable >= req.gpus:
+    if result.misfit and result.free_gpus + result.split.reclaimable >= req.gpus:
         text += f"; enough GPUs but {result.misfit}"
     reason = f"no node fits even after evicting all eligible idle pods; {text}"
     if cut:
@@ -191,8 +191,8 @@ def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], 
 
 def protected_summary(result: NodeResult) -> str:
     counts = Counter(_SHORT.get(rule, str(rule)) for rule, _ in result.split.protected.values())
-    if result.not_lower:
-        counts["not lower priority"] += result.not_lower
+    if result.split.not_lower:
+        counts["not lower priority"] += result.split.not_lower
     if not counts:
         return "no protected pods"
     total = sum(counts.values())

@@ -335,9 +335,9 @@ class _Pass:
             return
         for _, result in results:
             self._record(pre, result, force=True)
-        most = max(r.free_gpus + r.reclaimable for _, r in results)
+        most = max(r.free_gpus + r.split.reclaimable for _, r in results)
         node, result = max(
-            ((n, r) for n, r in results if r.free_gpus + r.reclaimable == most),
+            ((n, r) for n, r in results if r.free_gpus + r.split.reclaimable == most),
             key=lambda nr: tie_key(nr[0].name),
         )
         cut = [node.name for node, result in results if result.cut_off]

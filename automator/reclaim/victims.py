@@ -31,14 +31,6 @@ class NodeResult:
     misfit: str | None
     cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
 
-    @property
-    def reclaimable(self) -> int:
-        return self.split.reclaimable
-
-    @property
-    def not_lower(self) -> int:
-        return self.split.not_lower
-
 
 def set_key(victims: Sequence[Candidate]) -> SetKey:
     return (
