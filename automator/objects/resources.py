@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from steward_common.quantity import parse_quantity
+from steward_common.quantity import MAX_LENGTH, parse_quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +86,9 @@ def quantity(value: Any, field: str, *, negative: bool = False, bounded: bool = 
     if type(value) is str:
         try:
             result = parse_quantity(value)
-        except ValueError:
-            raise FieldError(field, f"{value!r} is not a quantity") from None
+        except ValueError:  # a hostile length is not echoed whole
+            shown = repr(value) if len(value) <= MAX_LENGTH else f"{value[:MAX_LENGTH]!r}..."
+            raise FieldError(field, f"{shown} is not a quantity") from None
     elif type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
         result = Decimal(value)
     elif isinstance(value, float) and math.isfinite(value):

@@ -106,3 +106,20 @@ def test_a_number_is_read_through_its_text_by_the_objects_and_dra(number: float,
     device = {"name": "gpu-0", "capacity": {"cores": {"value": number}}}
     (loaded,) = load_objects([(b.resource_slice("n", [device]), "test")]).devices.values()
     assert loaded.capacity["cores"].value == Decimal(str(number))
+
+
+def test_a_long_quantity_is_not_echoed_whole() -> None:
+    from automator.dra.load import load_objects
+    from automator.objects.pod import pod_record
+    from automator.objects.resources import FieldError
+    from tests.automator.fixtures.dra import builders as b
+
+    long = "1" * 10_000
+    resources = {"requests": {"cpu": long}}
+    pod = pod_record({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": resources}]}})
+    with pytest.raises(FieldError, match="is not a quantity") as raised:
+        pod.requests(())
+    assert len(str(raised.value)) < 200
+    device = {"name": "gpu-0", "capacity": {"cores": {"value": long}}}
+    (finding,) = load_objects([(b.resource_slice("n", [device]), "test")]).findings
+    assert "is not a quantity" in finding.message and len(finding.message) < 200
