@@ -89,7 +89,7 @@ def quantity(value: Any, field: str, *, negative: bool = False, bounded: bool = 
         except ValueError:  # a hostile length is not echoed whole
             shown = repr(value) if len(value) <= MAX_LENGTH else f"{value[:MAX_LENGTH]!r}..."
             raise FieldError(field, f"{shown} is not a quantity") from None
-    elif type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+    elif isinstance(value, int) and not isinstance(value, bool):
         result = Decimal(value)
     elif isinstance(value, float) and math.isfinite(value):
         result = Decimal(str(value))
