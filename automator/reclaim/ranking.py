@@ -126,11 +126,6 @@ class Rankings:
         table[node.name] = cached
         return cached
 
-    def _most(self, node: NodeState, priority: int) -> int:
-        """The node's free plus reclaimable GPUs for this priority (without sorting its victims: most nodes
-        then rank for no shape)."""
-        return node.alloc.gpus - node.used_gpus + self.splits.of(node, priority).reclaimable
-
     def bound(self, node: NodeState, priority: int, req: Requests) -> Bound | None:
         """A lower bound of the key of the node's best set for this shape; None when no set can fit (an
         unreadable node is planned for no one; fewer GPUs in all than requested fit no set)."""
@@ -200,8 +195,8 @@ class Rankings:
     def changed(self, node: NodeState) -> None:
         """A decision changed the node: rank it again in every shape (its old entries are now stale)."""
         for priority, most_gpus in self.most_gpus.items():
-            most = self._most(node, priority)
-            most_gpus[node.name] = (most, node)
+            most_gpus.update(self.splits.most_gpus((node,), priority))  # a decided node is readable
+            most = most_gpus[node.name][0]
             in_order = self.by_most_gpus.get(priority)
             if in_order is not None:
                 bisect.insort(in_order, (-most, self.tie_rank[node.name], node.name, node.version))
