@@ -11,9 +11,9 @@ from functools import partial
 
 from automator.objects.keys import ObjectKey
 from automator.reclaim.cluster_index import Candidate, NodeState
-from automator.reclaim.eligibility import verdict_reason, verdict_rule
+from automator.reclaim.eligibility import Rule, verdict_reason, verdict_rule
 
-_EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
+_EXCLUDED = (Rule.EXCLUDED, "excluded: an eviction was refused earlier in this pass")
 
 
 class Split:
@@ -35,7 +35,7 @@ class Split:
 
     def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[ObjectKey]) -> None:
         self.priority, self.exclude = priority, exclude
-        self._protected: dict[ObjectKey, tuple[str, str | Callable[[], str]]] | None = None
+        self._protected: dict[ObjectKey, tuple[Rule, str | Callable[[], str]]] | None = None
         eligible: list[Candidate] = []
         protected: list[Candidate] = []  # excluded or not eligible (verdict_rule), in the node's order
         not_lower = reclaimable = largest = 0
@@ -55,7 +55,7 @@ class Split:
         self.largest = largest  # the most GPUs one eligible pod frees
 
     @property
-    def protected(self) -> dict[ObjectKey, tuple[str, str | Callable[[], str]]]:
+    def protected(self) -> dict[ObjectKey, tuple[Rule, str | Callable[[], str]]]:
         """The protected pods' rules and reasons (or how to write them)."""
         protected = self._protected
         if protected is None:
@@ -92,12 +92,12 @@ class Splits:
         table[node.name] = (node.version, split)
         return split
 
-    def reclaimable(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
+    def most_gpus(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
         """Per readable node (in the order given), its free plus reclaimable GPUs for the priority: from its
         split when it has one, else summed without making one (most nodes then rank for no shape)."""
         table = self.table.setdefault(priority, {})
         exclude = self.exclude
-        gains: dict[str, tuple[int, NodeState]] = {}
+        most: dict[str, tuple[int, NodeState]] = {}
         for node in nodes:
             if node.error is not None:
                 continue
@@ -112,5 +112,5 @@ class Splits:
                         if pod.floor <= priority and not (exclude and pod.key in exclude)
                     ]
                 )
-            gains[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)
-        return gains
+            most[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)
+        return most
