@@ -1,13 +1,14 @@
 """The automator's own metrics (prefix gpu_steward_automator_), on a registry the caller owns.
 
-One table (name, type, help, labels, buckets) per component: `declare` creates its metrics from it, so a
-metric is written once. The KEDA endpoints' table (automator/keda/metrics.py) uses the same `declare`.
+One table (attribute, name, type, help, labels, buckets: steward_common/metrics.py's MetricSpec, as the
+exporter's) per component: `declare` creates its metrics from it, so a metric is written once. The KEDA
+endpoints' table (automator/keda/metrics.py) uses the same `declare`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from automator.ports import EvictionOutcome, Mode, PassOutcome
 from automator.reclaim.model import Unresolved
 from steward_common.conventions import UnresolvedReason
+from steward_common.metrics import Kind, MetricSpec
 
 PREFIX: Final = "gpu_steward_automator_"
 
@@ -25,25 +27,42 @@ MODES: tuple[str, ...] = tuple(Mode)
 
 Metric = Counter | Gauge | Histogram
 
+# The labels the Prometheus Operator gives every target of a ServiceMonitor (and `job`, `instance` any
+# Prometheus): a metric's own label of one of these names would be renamed exported_<name> on the way in
+# (the automator's ServiceMonitor keeps honorLabels false), so no table may use one.
+TARGET_LABELS: Final = frozenset({"job", "instance", "namespace", "service", "pod", "container", "endpoint"})
+# The KEDA requests' label naming how KEDA asked: `http` (the metrics-api endpoint) or `grpc` (the
+# external scaler).
+TRANSPORT_LABEL: Final = "transport"
 
-@dataclass(frozen=True)
-class MetricSpec:
-    """One metric: the attribute that holds it, its type, name (after the prefix; counters without
-    `_total`), help, label names and, for a histogram, its buckets."""
-
-    attr: str
-    kind: type[Metric]
-    name: str
-    help: str
-    labels: tuple[str, ...] = ()
-    buckets: tuple[float, ...] = ()
+# One row of a component's table: the attribute of the owner that holds the metric, and its declaration.
+Row = tuple[str, MetricSpec]
 
 
-def declare(owner: object, registry: CollectorRegistry, prefix: str, table: Iterable[MetricSpec]) -> None:
+def row(
+    prefix: str,
+    attr: str,
+    kind: Kind,
+    name: str,
+    help: str,
+    labels: tuple[str, ...] = (),
+    *,
+    buckets: tuple[float, ...] = (),
+) -> Row:
+    """The metric `prefix + name` (counters without `_total`) held by `attr`."""
+    return attr, MetricSpec(prefix + name, kind, "", labels, help, buckets=buckets)
+
+
+def declare(owner: object, registry: CollectorRegistry, table: Iterable[Row]) -> None:
     """Create every metric of `table` on `registry` and set it as `owner`'s attribute of the same name.
 
     The owner's class annotates each attribute with its type (for mypy); a table that names an attribute
-    the class does not declare, or leaves one out, is a bug caught here."""
+    the class does not declare, or leaves one out, is a bug caught here, and so is a label that a scrape
+    would rename (TARGET_LABELS)."""
+    table = tuple(table)
+    taken = {(spec.name, label) for _, spec in table for label in spec.labels if label in TARGET_LABELS}
+    if taken:
+        raise TypeError(f"{type(owner).__name__}: labels that are target labels: {sorted(taken)}")
     declared = {
         name
         for cls in type(owner).__mro__
@@ -51,16 +70,15 @@ def declare(owner: object, registry: CollectorRegistry, prefix: str, table: Iter
         if kind in ("Counter", "Gauge", "Histogram")
     }
     made: set[str] = set()
-    for spec in table:
+    for attr, spec in table:
         metric: Metric
-        if spec.kind is Histogram:
-            metric = Histogram(
-                prefix + spec.name, spec.help, spec.labels, registry=registry, buckets=spec.buckets
-            )
+        if spec.kind == "histogram":
+            metric = Histogram(spec.name, spec.help, spec.labels, registry=registry, buckets=spec.buckets)
         else:
-            metric = spec.kind(prefix + spec.name, spec.help, spec.labels, registry=registry)
-        setattr(owner, spec.attr, metric)
-        made.add(spec.attr)
+            made_as = Counter if spec.kind == "counter" else Gauge
+            metric = made_as(spec.name, spec.help, spec.labels, registry=registry)
+        setattr(owner, attr, metric)
+        made.add(attr)
     if made != declared:
         raise TypeError(f"{type(owner).__name__}: metric table and attributes differ: {made ^ declared}")
 
@@ -76,99 +94,94 @@ def unresolved_by_reason(unresolved: Iterable[Unresolved]) -> dict[UnresolvedRea
 _BUCKETS_PASS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _BUCKETS_QUERY: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
-TABLE: Final[tuple[MetricSpec, ...]] = (
-    MetricSpec("passes", Counter, "passes", "Reclaim passes by result.", ("result",)),
-    MetricSpec(
+_row = partial(row, PREFIX)
+TABLE: Final[tuple[Row, ...]] = (
+    _row("passes", "counter", "passes", "Reclaim passes by result.", ("result",)),
+    _row(
         "decisions",
-        Counter,
+        "counter",
         "decisions",
         "Preemptors for which victims were chosen (acted on in enforce mode, only logged in dry-run).",
         ("mode",),
     ),
-    MetricSpec("evictions", Counter, "evictions", "Eviction API calls by result.", ("result",)),
-    MetricSpec(
+    _row("evictions", "counter", "evictions", "Eviction API calls by result.", ("result",)),
+    _row(
         "reclaimed_gpus",
-        Counter,
+        "counter",
         "reclaimed_gpus",
         "GPUs of the victims whose eviction the API accepted (result ok, enforce mode): GPUs freed for "
         "preemptors. Not GPU-hours: how long the preemptors then used them is not measured here.",
     ),
-    MetricSpec(
+    _row(
         "reclaimed_gpus_held",
-        Gauge,
+        "gauge",
         "reclaimed_gpus_held",
         "GPUs held now by running pods on the node the automator reclaimed for them (reclaim-node annotation "
         "= their node). Its integral over time is the GPU time reclaimed (GPU-hours on the dashboard).",
     ),
-    MetricSpec(
-        "replans", Counter, "replans", "Re-plans after an eviction was refused (429) or failed (500)."
-    ),
-    MetricSpec(
+    _row("replans", "counter", "replans", "Re-plans after an eviction was refused (429) or failed (500)."),
+    _row(
         "pass_duration",
-        Histogram,
+        "histogram",
         "pass_duration_seconds",
         "Duration of a reclaim pass (snapshot, queries, plan, actions).",
         buckets=_BUCKETS_PASS,
     ),
-    MetricSpec(
+    _row(
         "query_duration",
-        Histogram,
+        "histogram",
         "prometheus_query_duration_seconds",
         "Duration of each Prometheus query, failed ones included.",
         buckets=_BUCKETS_QUERY,
     ),
-    MetricSpec(
+    _row(
         "queries_per_pass",
-        Gauge,
+        "gauge",
         "prometheus_queries_per_pass",
         "Prometheus queries made by the last pass (one per distinct window, whatever the pod count).",
     ),
-    MetricSpec(
+    _row(
         "last_success",
-        Gauge,
+        "gauge",
         "last_successful_pass_timestamp_seconds",
         "Unix time the last pass finished without error.",
     ),
-    MetricSpec("is_leader", Gauge, "is_leader", "1 if this replica holds the lease and runs passes."),
-    MetricSpec(
+    _row("is_leader", "gauge", "is_leader", "1 if this replica holds the lease and runs passes."),
+    _row(
         "unresolved",
-        Gauge,
+        "gauge",
         "unresolved_preemptors",
         "Preemptors the last pass could not make room for, by reason (docs/automator.md lists them).",
         ("reason",),
     ),
-    MetricSpec(
+    _row(
         "evictions_last_hour",
-        Gauge,
+        "gauge",
         "evictions_last_hour",
         "Accepted evictions in the last hour (sliding window; --max-evictions-per-hour caps it).",
     ),
-    MetricSpec(
-        "max_evictions_per_hour", Gauge, "max_evictions_per_hour", "The --max-evictions-per-hour budget."
-    ),
-    MetricSpec("interval", Gauge, "interval_seconds", "Seconds between passes (--interval)."),
-    MetricSpec(
+    _row("max_evictions_per_hour", "gauge", "max_evictions_per_hour", "The --max-evictions-per-hour budget."),
+    _row("interval", "gauge", "interval_seconds", "Seconds between passes (--interval)."),
+    _row(
         "clock_skew",
-        Gauge,
+        "gauge",
         "clock_skew_seconds",
         "Prometheus' clock minus the automator's, measured each pass (over 120 s: no eviction).",
     ),
-    MetricSpec(
-        "candidates", Gauge, "candidate_victims", "GPU pods the last pass judged as possible victims."
-    ),
-    MetricSpec(
+    _row("candidates", "gauge", "candidate_victims", "GPU pods the last pass judged as possible victims."),
+    _row(
         "candidates_usage_unknown",
-        Gauge,
+        "gauge",
         "candidate_victims_usage_unknown",
         "Candidate victims of the last pass whose GPU usage was unknown (protected).",
     ),
-    MetricSpec(
+    _row(
         "nonfinite",
-        Counter,
+        "counter",
         "nonfinite_series",
         "Pods whose series held NaN or Inf in a pass (each left unknown, i.e. protected).",
     ),
-    MetricSpec("build_info", Gauge, "build_info", "Always 1; labels say what runs.", ("version", "mode")),
+    _row("build_info", "gauge", "build_info", "Always 1; labels say what runs.", ("version", "mode")),
 )
 
 
@@ -198,7 +211,7 @@ class AutomatorMetrics:
 
     def __init__(self, registry: CollectorRegistry, version: str = "unknown", mode: str = "dry-run") -> None:
         self.registry = registry
-        declare(self, registry, PREFIX, TABLE)
+        declare(self, registry, TABLE)
         self.build_info.labels(version=version, mode=mode).set(1)
         for result in PASS_RESULTS:
             self.passes.labels(result=result)

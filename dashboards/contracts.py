@@ -19,7 +19,7 @@ from automator.dra import checks as dra_checks
 from automator.dra import model as dra_model
 from automator.dra import report as dra_report
 from automator.keda.metrics import KedaMetrics
-from automator.metrics import AutomatorMetrics
+from automator.metrics import TRANSPORT_LABEL, AutomatorMetrics
 from automator.reclaim.model import PlannerConfig
 from steward_common import metrics as exporter_metrics
 from steward_common import series
@@ -123,6 +123,7 @@ AUTOMATOR_BUILD_INFO: Final = _family(_AUTOMATOR.build_info)
 # --- the automator's KEDA endpoints (automator/keda/metrics.py) -----------------------------------------
 _KEDA: Final = KedaMetrics(CollectorRegistry())
 AUTOMATOR_KEDA_REQUESTS: Final = _counter(_KEDA.requests)
+AUTOMATOR_KEDA_TRANSPORT: Final = TRANSPORT_LABEL
 AUTOMATOR_KEDA_REFRESH_DURATION_BUCKET: Final = _family(_KEDA.refresh_duration) + "_bucket"
 AUTOMATOR_KEDA_PROMETHEUS_ERRORS: Final = _counter(_KEDA.prometheus_errors)
 AUTOMATOR_KEDA_KUBERNETES_ERRORS: Final = _counter(_KEDA.kubernetes_errors)

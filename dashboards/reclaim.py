@@ -176,8 +176,8 @@ def _keda_endpoints(lay: h.Layout) -> None:
             "KEDA answers by status",
             "Requests KEDA made to the metrics-api endpoint (http: HTTP code) and the external scaler (grpc: "
             "gRPC code). 503 / UNAVAILABLE: no fresh value, KEDA's fallback applies (docs/keda.md).",
-            p.rate_by(c.AUTOMATOR_KEDA_REQUESTS, "endpoint, status"),
-            "{{endpoint}} {{status}}",
+            p.rate_by(c.AUTOMATOR_KEDA_REQUESTS, f"{c.AUTOMATOR_KEDA_TRANSPORT}, status"),
+            f"{{{{{c.AUTOMATOR_KEDA_TRANSPORT}}}}} {{{{status}}}}",
             colours={"http 200": h.BUSY, "grpc OK": h.BUSY, "http 503": h.BAD, "grpc UNAVAILABLE": h.BAD},
         ),
         p.timeseries(

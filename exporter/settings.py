@@ -101,7 +101,12 @@ SETTINGS: tuple[Setting[Any], ...] = (
         metavar="FILE",
     ),
     Setting("--http-workers", integer(1, 256), "8", "threads answering HTTP requests"),
-    Setting("--http-max-connections", integer(16, 1_000_000), "10000", "open HTTP connections at most"),
+    Setting(
+        "--http-max-connections",
+        integer(16, 1_000_000),
+        "1024",
+        "open HTTP connections at most (each can hold about 47 kB: raise it with the memory limit)",
+    ),
     Setting(
         "--http-timeout",
         number(0.1, 600),
@@ -152,7 +157,7 @@ class Config:
     health_stale_intervals: float = 6.0
     web_config_file: Path | None = None
     http_workers: int = 8
-    http_max_connections: int = 10_000
+    http_max_connections: int = 1_024
     http_timeout: float = 10.0
     http_idle_timeout: float = 120.0
     compat: tuple[str, ...] = ()

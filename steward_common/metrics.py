@@ -1,4 +1,5 @@
-"""Every metric the exporter serves: name, type, unit, labels and help, written once (pure).
+"""Every metric the exporter serves: name, type, unit, labels and help, written once (pure). `MetricSpec`
+also declares the automator's own metrics (automator/metrics.py).
 
 The collector builds its families from these specs (exporter/families.py, exporter/exposition.py), the
 dcgm compatibility names come from `DCGM_METRICS` (exporter/dcgm_compat.py), and tests check that
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-Kind = Literal["gauge", "counter"]
+Kind = Literal["gauge", "counter", "histogram"]  # the exporter's are gauges and counters
 
 PREFIX = "gpu_steward_"
 # Appended to the help of the series whose value is a reading of the last background collection.
@@ -40,11 +41,12 @@ DCGM_CONTAINER_LABELS = ("container", "namespace", "pod", "pod_uid")
 class MetricSpec:
     name: str  # the family name: counters without `_total`
     kind: Kind
-    unit: str  # as docs/metrics.md shows it; the name's suffix where Prometheus conventions want one
+    unit: str  # as docs/metrics.md shows it (automator's: ""); the name's suffix where Prometheus wants one
     labels: tuple[str, ...]  # in the order the samples carry them
     help: str
     # False for dcgm-exporter's counters, whose names have no `_total` (kept as upstream spells them).
     total_suffix: bool = True
+    buckets: tuple[float, ...] = ()  # a histogram's upper bounds
 
     @cached_property
     def sample_name(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from automator.backtest import history
 from automator.backtest.cli import BacktestError, Options
-from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, IndexedFrame
+from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, REQUIRED, IndexedFrame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import report_json, report_text, timelines
 from automator.objects.files import InputError
@@ -73,10 +73,12 @@ def run_backtest(
         return prom.activity_after(pods, at, seconds)
 
     opt_out_seen = False
+    required_seen: set[str] = set()
     done = 0
     for first, count in grid.chunks():
         frames = history.ksm_frames(prom, grid, first, count)
         for i, frame in enumerate(frames):
+            required_seen.update(metric for metric in REQUIRED if frame.get(metric))
             opt_out_seen = opt_out_seen or any(
                 OPT_OUT_LABEL in labels for labels, _ in frame.get(POD_LABELS, ())
             )
@@ -91,6 +93,13 @@ def run_backtest(
     last = grid.at(grid.count - 1)
     for replay in replays:
         replay.finish(max(last, end))
+    missing = [metric for metric in REQUIRED if metric not in required_seen]
+    if missing:
+        warnings.append(
+            f"no kube-state-metrics series {', '.join(missing)} in this Prometheus over the whole window: "
+            "every step is a step without data (no cluster to plan over). Is kube-state-metrics running, "
+            'and scraped by this Prometheus? (docs/backtest.md, "What it needs in Prometheus")'
+        )
     if not opt_out_seen:
         warnings.append(
             f"no pod carried the opt-out label {NEVER_RECLAIM_LABEL} in kube_pod_labels: kube-state-metrics "

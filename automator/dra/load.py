@@ -18,15 +18,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from automator.dra.fields import MAX_AMOUNT, MAX_INT, new, quantity, unparsable_finding
+from automator.dra.fields import MAX_INT, new, quantity, unparsable_finding
 from automator.dra.load_claims import ClaimLoader
 from automator.dra.load_slices import DEVICE_PLUGIN_GPU, SliceLoader, parse_slice
 from automator.dra.model import UNPARSABLE, Finding, Node, Pod, Records
 from automator.objects.cache import RecordCache, version_key
-from automator.objects.fields import Unparsable, is_name
+from automator.objects.fields import is_name
 from automator.objects.files import InputError, documents, flatten
 from automator.objects.node import node_record
 from automator.objects.pod import pod_record
+from automator.objects.resources import MAX_AMOUNT, FieldError
 from automator.ports import ContainerUsage
 from steward_common.gc_pause import gc_paused
 
@@ -132,10 +133,10 @@ def _pod(obj: Mapping[str, Any], namespace: str, name: str, findings: list[Findi
     record = pod_record(obj)
     error = record.claims_error
     # the claim fields are read after the node name: a pod whose spec or node name is malformed is on no node
-    node = None if error and error.startswith(("spec:", "spec.nodeName:")) else record.node_name or None
+    node = None if error and error.path in ("spec", "spec.nodeName") else record.node_name or None
     key = f"{namespace}/{name}"
     if error is not None:
-        findings.append(Finding(UNPARSABLE, node, None, None, key, f"Pod {key}: {error}"))
+        findings.append(unparsable_finding(error, f"Pod {key}", node=node, pod=key))
     return Pod(namespace, name, record.uid, node, record.claim_names, record.container_claims)
 
 
@@ -144,14 +145,14 @@ def _node(obj: Mapping[str, Any], name: str, findings: list[Finding]) -> Node:
     allocatable that is not a map, is one `unparsable` finding."""
     record, label = node_record(obj), f"Node {name}"
     if record.allocatable_error is not None:
-        findings.append(Finding(UNPARSABLE, name, None, None, None, f"{label}: {record.allocatable_error}"))
+        findings.append(unparsable_finding(record.allocatable_error, label, node=name))
     gpus: dict[str, Decimal] = {}
     for resource, raw in record.allocatable.items():
         if DEVICE_PLUGIN_GPU.fullmatch(str(resource)):
             try:
                 amount = quantity(raw, f"status.allocatable.{resource}")
-            except Unparsable as exc:
-                findings.append(unparsable_finding(exc, label, node=name))
+            except FieldError as exc:
+                findings.append(unparsable_finding(exc.found, label, node=name))
                 continue
             if amount > 0:
                 gpus[str(resource)] = amount

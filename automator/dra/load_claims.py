@@ -15,7 +15,8 @@ from typing import Any
 
 from automator.dra.fields import new, quantity, unparsable_finding
 from automator.dra.model import Allocation, Claim, DeviceId, Finding, PodConsumer
-from automator.objects.fields import Unparsable, item, list_field, map_field, str_field
+from automator.objects.fields import item, list_field, map_field, str_field
+from automator.objects.resources import FieldError
 
 _MAX_CONSUMED = 4096  # distinct consumedCapacity maps remembered per load
 NOTHING_CONSUMED: dict[str, Decimal] = {}  # no consumedCapacity: one map for all (never changed)
@@ -47,13 +48,13 @@ class ClaimLoader:
                     try:
                         devices = map_field(item(allocation), "devices", ".")
                         results = list_field(devices, "results", ".devices.")
-                    except Unparsable as exc:
-                        raise exc.under("status.allocation") from None
+                    except FieldError as exc:
+                        raise exc.found.under("status.allocation").error() from None
             reserved = status.get("reservedFor")
             if reserved is not None and type(reserved) is not list:
                 reserved = list_field(status, "reservedFor", "status.")
-        except Unparsable as exc:
-            self.findings.append(unparsable_finding(exc, label, claim=key))
+        except FieldError as exc:
+            self.findings.append(unparsable_finding(exc.found, label, claim=key))
             return claim
         allocations = claim.allocations
         for i, raw in enumerate(results):
@@ -72,9 +73,9 @@ class ClaimLoader:
                     ref = item(raw)
                     resource, consumer = str_field(ref, "resource"), str_field(ref, "name")
                     uid = str_field(ref, "uid", required=False)
-                except Unparsable as exc:
+                except FieldError as exc:
                     self.findings.append(
-                        unparsable_finding(exc.under(f"status.reservedFor[{i}]."), label, claim=key)
+                        unparsable_finding(exc.found.under(f"status.reservedFor[{i}]."), label, claim=key)
                     )
                     claim.other_consumers += 1  # unreadable consumer: assume it exists, claim not orphaned
                     continue
@@ -108,9 +109,9 @@ class ClaimLoader:
                 request = str_field(result, "request", required=False)
                 consumed_raw = result.get("consumedCapacity")
                 map_field(result, "consumedCapacity")
-            except Unparsable as exc:
+            except FieldError as exc:
                 path = f"status.allocation.devices.results[{index}]."
-                self.findings.append(unparsable_finding(exc.under(path), label, claim=claim))
+                self.findings.append(unparsable_finding(exc.found.under(path), label, claim=claim))
                 return None
             assert driver is not None and pool is not None and device is not None
         key = (driver, pool, device)
@@ -143,11 +144,11 @@ class ClaimLoader:
             try:
                 # negative amounts parse here and are judged by the invalid-consumption check
                 consumed[str(cap_name)] = quantity(amount, "", negative=True)
-            except Unparsable as exc:
+            except FieldError as exc:
                 texts = False
                 path = f"status.allocation.devices.results[{index}].consumedCapacity.{cap_name}"
                 self.findings.append(
-                    unparsable_finding(exc.under(path), label, device=str(device_id), claim=claim)
+                    unparsable_finding(exc.found.under(path), label, device=str(device_id), claim=claim)
                 )
         if texts and len(self.consumed) < _MAX_CONSUMED:
             self.consumed[key] = consumed

@@ -12,7 +12,8 @@ from typing import Any
 
 from automator.dra.fields import quantity, unparsable_finding
 from automator.dra.model import UNPARSABLE, Capacity, Device, DeviceId, Finding
-from automator.objects.fields import Unparsable, item, list_field, map_field, str_field
+from automator.objects.fields import item, list_field, map_field, str_field
+from automator.objects.resources import FieldError, FieldProblem
 
 # A driver counts as a GPU driver (for mixed-mode) when its name says so, as the NVIDIA and HAMi drivers'
 # do ("gpu.nvidia.com", "hami-core-gpu.project-hami.io"), or when a DeviceClass named like a GPU class
@@ -54,14 +55,14 @@ def _capacity_key(raw: Any) -> tuple[str, ...] | None:
     return (value, low, high, step)
 
 
-def _capacity(raw: Any, problems: list[Unparsable]) -> Capacity:
+def _capacity(raw: Any, problems: list[FieldProblem]) -> Capacity:
     """One DeviceCapacity, shared with every identical one (an invalid one is never shared)."""
     key = _capacity_key(raw)
     if key is not None:
         cached = _CAPACITIES.get(key)
         if cached is not None:
             return cached
-    own: list[Unparsable] = []
+    own: list[FieldProblem] = []
     capacity = _parse_capacity(raw, own)
     problems.extend(own)
     if key is not None and not own and len(_CAPACITIES) < _MAX_CAPACITIES:
@@ -69,8 +70,8 @@ def _capacity(raw: Any, problems: list[Unparsable]) -> Capacity:
     return capacity
 
 
-def _parse_capacity(raw: Any, problems: list[Unparsable]) -> Capacity:
-    """One DeviceCapacity. A value that does not parse raises Unparsable (relative path); a requestPolicy
+def _parse_capacity(raw: Any, problems: list[FieldProblem]) -> Capacity:
+    """One DeviceCapacity. A value that does not parse raises FieldError (relative path); a requestPolicy
     that does not parse is appended to `problems` and leaves the value usable."""
     fields = item(raw)
     value = quantity(fields.get("value"), "value")
@@ -79,7 +80,7 @@ def _parse_capacity(raw: Any, problems: list[Unparsable]) -> Capacity:
         valid = policy.get("validValues")
         if valid is not None:
             if not isinstance(valid, list):
-                raise Unparsable("requestPolicy.validValues", "expected a list")
+                raise FieldError("requestPolicy.validValues", "expected a list")
             values = tuple(quantity(v, f"requestPolicy.validValues[{i}]") for i, v in enumerate(valid))
             return Capacity(value, valid_values=values)
         rng = map_field(policy, "validRange", "requestPolicy.")
@@ -89,10 +90,10 @@ def _parse_capacity(raw: Any, problems: list[Unparsable]) -> Capacity:
         high = None if rng.get("max") is None else quantity(rng["max"], "requestPolicy.validRange.max")
         step = None if rng.get("step") is None else quantity(rng["step"], "requestPolicy.validRange.step")
         if step is not None and step <= 0:
-            raise Unparsable("requestPolicy.validRange.step", f"{rng['step']!r} is not > 0")
+            raise FieldError("requestPolicy.validRange.step", f"{rng['step']!r} is not > 0")
         return Capacity(value, range_min=low, range_max=high, range_step=step)
-    except Unparsable as exc:
-        problems.append(exc)
+    except FieldError as exc:
+        problems.append(exc.found)
         return Capacity(value, policy_known=False)
 
 
@@ -106,12 +107,12 @@ def _capacities_key(raw_capacity: Mapping[str, Any]) -> tuple[tuple[str, tuple[s
     return tuple(parts)
 
 
-def _capacities(item_: Mapping[str, Any], problems: list[Unparsable]) -> dict[str, Capacity]:
+def _capacities(item_: Mapping[str, Any], problems: list[FieldProblem]) -> dict[str, Capacity]:
     """A device's capacity map; identical maps (by their texts, every capacity parsed) are one object."""
     try:
         raw_capacity = map_field(item_, "capacity")
-    except Unparsable as exc:
-        problems.append(exc)
+    except FieldError as exc:
+        problems.append(exc.found)
         return {}
     key = _capacities_key(raw_capacity)
     if key is not None:
@@ -121,15 +122,15 @@ def _capacities(item_: Mapping[str, Any], problems: list[Unparsable]) -> dict[st
     capacity: dict[str, Capacity] = {}
     parsed = True
     for cap_name, raw in raw_capacity.items():
-        own: list[Unparsable] = []
+        own: list[FieldProblem] = []
         try:
             capacity[str(cap_name)] = _capacity(raw, own)
-        except Unparsable as exc:
-            own.append(exc)
+        except FieldError as exc:
+            own.append(exc.found)
             capacity[str(cap_name)] = Capacity(None)
         if own:
             parsed = False
-            problems.extend(exc.under(f"capacity.{cap_name}.") for exc in own)
+            problems.extend(problem.under(f"capacity.{cap_name}.") for problem in own)
     if key is not None and parsed and len(_CAPACITY_MAPS) < _MAX_CAPACITIES:
         _CAPACITY_MAPS[key] = capacity
     return capacity
@@ -141,26 +142,26 @@ def _uuid(item_: Mapping[str, Any], driver: str) -> str | None:
         if name in attributes:
             try:
                 return str_field(item(attributes[name]), "string", ".")
-            except Unparsable as exc:
-                raise exc.under(f"attributes.{name}") from None
+            except FieldError as exc:
+                raise exc.found.under(f"attributes.{name}").error() from None
     return None
 
 
 def _device(
-    item_: Mapping[str, Any], device_id: DeviceId, node: str | None, problems: list[Unparsable]
+    item_: Mapping[str, Any], device_id: DeviceId, node: str | None, problems: list[FieldProblem]
 ) -> Device:
     """One published device; fields that do not parse go to `problems` (paths relative to the device)."""
     allow = item_.get("allowMultipleAllocations", False)
     if allow is None:
         allow = False
     if not isinstance(allow, bool):
-        problems.append(Unparsable("allowMultipleAllocations", f"{allow!r} is not true or false"))
+        problems.append(FieldProblem("allowMultipleAllocations", f"{allow!r} is not true or false"))
         allow = False  # treated as exclusive: the safer reading for the sharing check
     uuid: str | None = None
     try:
         uuid = _uuid(item_, device_id.driver)
-    except Unparsable as exc:
-        problems.append(exc)
+    except FieldError as exc:
+        problems.append(exc.found)
     capacity = _capacities(item_, problems)
     return Device(device_id, node, allow, capacity, uuid, bool(GPU_WORD.search(device_id.driver)))
 
@@ -181,10 +182,10 @@ def parse_slice(obj: Mapping[str, Any], label: str) -> ParsedSlice:
         pool_name = str_field(pool, "name", "spec.pool.")
         generation = pool.get("generation", 0)
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
-            raise Unparsable("spec.pool.generation", f"{generation!r} is not an integer >= 0")
+            raise FieldError("spec.pool.generation", f"{generation!r} is not an integer >= 0")
         devices = list_field(spec, "devices", "spec.")
-    except Unparsable as exc:
-        return unparsable_finding(exc, label, node=node)
+    except FieldError as exc:
+        return unparsable_finding(exc.found, label, node=node)
     assert driver is not None and pool_name is not None
     published: list[Device] = []
     found: list[Finding] = []
@@ -205,12 +206,12 @@ def _add_device(
 ) -> None:
     try:
         name = str_field(item(raw), "name")
-    except Unparsable as exc:
-        found.append(unparsable_finding(exc.under(f"spec.devices[{index}]."), label, node=node))
+    except FieldError as exc:
+        found.append(unparsable_finding(exc.found.under(f"spec.devices[{index}]."), label, node=node))
         return
     assert name is not None
     device_id = pool_id._replace(device=name)
-    problems: list[Unparsable] = []
+    problems: list[FieldProblem] = []
     published.append(_device(raw, device_id, node, problems))
     for problem in problems:
         found.append(

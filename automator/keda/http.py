@@ -80,9 +80,7 @@ def blueprint(
     bp = Blueprint("keda", __name__)
     waiters = threading.BoundedSemaphore(waiting) if waiting else None
 
-    counters = (
-        {int(s): metrics.requests.labels(endpoint="http", status=s) for s in HTTP_STATUSES} if metrics else {}
-    )
+    counters = {int(s): metrics.requests.labels("http", s) for s in HTTP_STATUSES} if metrics else {}
 
     def reply(status: int, body: dict[str, Any]) -> Response:
         if status in counters:

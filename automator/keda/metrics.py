@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.metrics import MetricSpec, declare
+from automator.metrics import TRANSPORT_LABEL, Row, declare, row
 
 PREFIX: Final = "gpu_steward_automator_keda_"
 # Label values of `status`: HTTP codes, and the gRPC codes the scaler answers with.
@@ -21,51 +22,55 @@ GRPC_STATUSES: Final = (
     "PERMISSION_DENIED",
 )
 
-TABLE: Final[tuple[MetricSpec, ...]] = (
-    MetricSpec(
+_row = partial(row, PREFIX)
+TABLE: Final[tuple[Row, ...]] = (
+    _row(
         "requests",
-        Counter,
+        "counter",
         "requests",
-        "KEDA requests by endpoint (http, grpc) and status (HTTP code or gRPC code).",
-        ("endpoint", "status"),
+        "KEDA requests by transport (http, grpc) and status (HTTP code or gRPC code).",
+        (TRANSPORT_LABEL, "status"),
     ),
-    MetricSpec(
+    _row(
         "refresh_duration",
-        Histogram,
+        "histogram",
         "refresh_duration_seconds",
         "Duration of one background refresh (every cached query and namespace).",
         buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     ),
-    MetricSpec(
-        "prometheus_errors", Counter, "prometheus_errors", "Prometheus queries of the KEDA cache that failed."
+    _row(
+        "prometheus_errors",
+        "counter",
+        "prometheus_errors",
+        "Prometheus queries of the KEDA cache that failed.",
     ),
-    MetricSpec(
-        "kubernetes_errors", Counter, "kubernetes_errors", "Kubernetes lists of the KEDA cache that failed."
+    _row(
+        "kubernetes_errors", "counter", "kubernetes_errors", "Kubernetes lists of the KEDA cache that failed."
     ),
-    MetricSpec(
+    _row(
         "cache_age",
-        Gauge,
+        "gauge",
         "cache_age_seconds",
         "Seconds since the oldest cached query was last refreshed successfully (0 with none cached).",
     ),
-    MetricSpec(
+    _row(
         "cached_queries",
-        Gauge,
+        "gauge",
         "cached_queries",
         "Queries (signal base x window) kept fresh for KEDA; each refresh runs each once.",
     ),
-    MetricSpec("cached_namespaces", Gauge, "cached_namespaces", "Namespaces whose pods are kept for KEDA."),
-    MetricSpec(
+    _row("cached_namespaces", "gauge", "cached_namespaces", "Namespaces whose pods are kept for KEDA."),
+    _row(
         "workload_available",
-        Gauge,
+        "gauge",
         "workload_available",
         "1 when the last KEDA answer for the workload had a value, 0 when it was 503/UNAVAILABLE; kept "
         "while the workload is asked about (at most MAX_WORKLOAD_SERIES workloads).",
         ("workload_namespace", "workload"),
     ),
-    MetricSpec(
+    _row(
         "last_refresh",
-        Gauge,
+        "gauge",
         "last_successful_refresh_timestamp_seconds",
         "Unix time the last refresh finished without any error.",
     ),
@@ -88,8 +93,8 @@ class KedaMetrics:
     last_refresh: Gauge
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        declare(self, registry, PREFIX, TABLE)
+        declare(self, registry, TABLE)
         for status in HTTP_STATUSES:
-            self.requests.labels(endpoint="http", status=status)
+            self.requests.labels("http", status)
         for status in GRPC_STATUSES:
-            self.requests.labels(endpoint="grpc", status=status)
+            self.requests.labels("grpc", status)

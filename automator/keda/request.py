@@ -30,7 +30,7 @@ MAX_SELECTOR_CHARS: Final = 1024
 MAX_SELECTOR_TERMS: Final = 32
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
@@ -92,7 +92,7 @@ _REQUIREMENT = re.compile(
 
 def _label_key(key: str) -> str:
     prefix, _, name = key.rpartition("/")
-    if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix))) or not (
+    if (prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix))) or not (
         len(name) <= 63 and _LABEL_NAME.fullmatch(name)
     ):
         raise ParamError("selector", f"invalid label key {_shown(key)}")
@@ -197,7 +197,7 @@ def workload(params: Mapping[str, str], default_namespace: str | None = None) ->
     if kind == "selector":
         sel = parse_selector(params["selector"])
         return Workload(ns, kind, selector_text(sel), sel)
-    return Workload(ns, kind, _name(params, kind, _DNS1123_SUBDOMAIN, 253))
+    return Workload(ns, kind, _name(params, kind, DNS1123_SUBDOMAIN, 253))
 
 
 def question(

@@ -8,7 +8,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from automator.keda.auth import API_KEY_HEADER
-from automator.keda.request import METRICS_PATH, VALUE_LOCATION, Question
+from automator.keda.request import DNS1123_SUBDOMAIN, METRICS_PATH, VALUE_LOCATION, Question
 
 DEFAULT_URL: Final = "http://gpu-steward-automator.gpu-steward.svc:8080"
 # The KEDA HTTPS listener of deploy/components/keda-tls: where `--auth tls` points by default.
@@ -91,6 +91,11 @@ def _check(q: Question, opts: Options) -> None:
         raise ValueError("--auth tls: --url must be the automator's HTTPS listener (https://...:8443)")
     if not 0 <= opts.min_replicas <= opts.max_replicas or opts.max_replicas < 1:
         raise ValueError("--min-replicas and --max-replicas: expected 0 <= min <= max, max >= 1")
+    # The Secret's and the TriggerAuthentication's name: a Kubernetes object name, or the API refuses both.
+    if len(opts.secret) > 253 or not DNS1123_SUBDOMAIN.fullmatch(opts.secret):
+        raise ValueError(
+            "--secret: expected an object name (lower-case letters, digits, '-' and '.', at most 253)"
+        )
 
 
 def _url(opts: Options) -> str:

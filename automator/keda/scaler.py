@@ -67,7 +67,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
 
     def _count(self, code: grpc.StatusCode) -> None:
         if self.metrics is not None:
-            self.metrics.requests.labels(endpoint="grpc", status=code.name).inc()
+            self.metrics.requests.labels("grpc", code.name).inc()
 
     def _abort(self, context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
         self._count(code)

@@ -86,6 +86,19 @@ class LeaderElector:
         )
 
     @property
+    def holder(self) -> str | None:
+        """Who leads, as this replica last read the Lease: itself while it leads, else the holder it last
+        saw, while that record is younger than the lease duration by this replica's clock; None when no
+        replica is known to hold it."""
+        if self.is_leader:
+            return self.identity
+        observed = self._observed
+        if observed is None or not observed[0] or observed[0] == self.identity:
+            return None
+        duration = float(observed[2] or self.lease_duration)
+        return str(observed[0]) if self._clock() - self._observed_at < duration else None
+
+    @property
     def write_margin(self) -> float:
         """The longest a write may take: leadership is checked before it (renewed less than renew_deadline
         ago), and another replica may take the lease lease_duration after the last renewal."""

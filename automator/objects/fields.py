@@ -1,8 +1,10 @@
 """Reading one field of a Kubernetes object where the first field that does not parse ends the reading
 (the DRA loaders, a Pod's claim references): the helpers every object kind shares. Pure.
 
-A field that does not parse raises `Unparsable`, naming the field; the reader catches it at the object that
-owns the field.
+A field that does not parse raises FieldError (objects/resources.py), naming the field relative to what the
+helper was given; the reader catches it at the object that owns the field, and loops add the indexed prefix
+(`under`) only when one is raised: formatting paths for every field of every object would be most of the
+loading time.
 """
 
 from __future__ import annotations
@@ -10,26 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+from automator.objects.resources import FieldError
+
 EMPTY: Mapping[str, Any] = {}  # shared: what is read from it is never changed in place
-
-
-class Unparsable(Exception):
-    """A field that does not parse; caught at the object that owns it (a DRA finding, a record's error text).
-
-    Helpers name the field relative to what they were given; loops add the indexed prefix only when one is
-    raised (formatting paths for every field of every object would be most of the loading time).
-    """
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(path, problem)
-        self.path, self.problem = path, problem
-
-    def under(self, prefix: str) -> Unparsable:
-        self.path = prefix + self.path if self.path else prefix.rstrip(".")
-        return self
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.problem}"
 
 
 def map_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
@@ -38,7 +23,7 @@ def map_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str
         return EMPTY
     if isinstance(value, (dict, Mapping)):  # dict first: the ABC check is slow
         return value
-    raise Unparsable(prefix + key, f"expected a map, got {type(value).__name__}")
+    raise FieldError(prefix + key, f"expected a map, got {type(value).__name__}")
 
 
 def list_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> list[Any]:
@@ -46,7 +31,7 @@ def list_field(obj: Mapping[str, Any], key: str, prefix: str = "") -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise Unparsable(prefix + key, f"expected a list, got {type(value).__name__}")
+        raise FieldError(prefix + key, f"expected a list, got {type(value).__name__}")
     return value
 
 
@@ -56,9 +41,14 @@ def str_field(obj: Mapping[str, Any], key: str, prefix: str = "", *, required: b
         return value
     if value is None or value == "":
         if required:
-            raise Unparsable(prefix + key, "missing")
+            raise FieldError(prefix + key, "missing")
         return None
-    raise Unparsable(prefix + key, f"expected a string, got {type(value).__name__}")
+    raise FieldError(prefix + key, f"expected a string, got {type(value).__name__}")
+
+
+def as_map(value: Any) -> Mapping[str, Any]:
+    """A map as decoded from JSON or YAML (always a dict), or none."""
+    return value if isinstance(value, dict) else EMPTY
 
 
 def is_name(value: Any) -> TypeGuard[str]:
@@ -69,4 +59,4 @@ def is_name(value: Any) -> TypeGuard[str]:
 def item(value: Any) -> Mapping[str, Any]:
     if isinstance(value, (dict, Mapping)):
         return value
-    raise Unparsable("", f"expected a map, got {type(value).__name__}")
+    raise FieldError("", f"expected a map, got {type(value).__name__}")

@@ -1,5 +1,5 @@
 """The Node record: what the planner reads of a Node (name, labels, cordon, readiness, taints, allocatable),
-decoded once (`node_record`). Pure. A malformed allocatable amount is carried as its FieldError: the node
+decoded once (`node_record`). Pure. A malformed allocatable amount is carried as its FieldProblem: the node
 is then unplannable, as today."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from automator.objects.resources import FieldError, Requests, floored, whole
+from automator.objects.fields import as_map
+from automator.objects.resources import FieldProblem, Requests, amount, floored, kept, whole
 from automator.objects.shapes import Shapes
 
 
@@ -23,12 +24,12 @@ class Node(msgspec.Struct, frozen=True):
     not_ready: bool = False
     taints: Any = None  # spec.taints as given
     # status.allocatable as given (GPU resources are read by the planner's resource names), and its cpu
-    # (millicores) and memory (bytes) rounded down; a FieldError in place of what failed
+    # (millicores) and memory (bytes) rounded down; a FieldProblem in place of what failed
     allocatable: Mapping[str, Any] = {}
-    cpu_m: int | FieldError = 0
-    memory: int | FieldError = 0
-    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
-    allocatable_error: str | None = None  # status or status.allocatable of a wrong shape
+    cpu_m: int | FieldProblem = 0
+    memory: int | FieldProblem = 0
+    shape_error: FieldProblem | None = None  # the first field of a wrong shape (objects/shapes.py)
+    allocatable_error: FieldProblem | None = None  # status or status.allocatable of a wrong shape
 
     def offers(self, gpu_resources: Iterable[str]) -> Requests:
         """What the node offers (whole GPUs of these resources, cpu, memory); FieldError when malformed."""
@@ -37,24 +38,7 @@ class Node(msgspec.Struct, frozen=True):
             for name in gpu_resources
             if name in self.allocatable
         )
-        return Requests(gpus, _amount(self.cpu_m), _amount(self.memory))
-
-
-def _amount(value: int | FieldError) -> int:
-    if isinstance(value, FieldError):
-        raise FieldError(value.field, value.message)  # a new one: the record's is raised every pass
-    return value
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _floored(allocatable: Mapping[str, Any], name: str, scale: int) -> int | FieldError:
-    try:
-        return floored(allocatable.get(name, 0), scale, f"status.allocatable.{name}")
-    except FieldError as exc:
-        return exc
+        return Requests(gpus, amount(self.cpu_m), amount(self.memory))
 
 
 def _not_ready(conditions: list[Mapping[str, Any]]) -> bool:
@@ -67,7 +51,7 @@ def _not_ready(conditions: list[Mapping[str, Any]]) -> bool:
 def node_record(obj: Mapping[str, Any]) -> Node:
     """The record of one Node object (as the API and kubectl give it)."""
     shapes = Shapes()
-    meta = _map(obj.get("metadata"))
+    meta = as_map(obj.get("metadata"))
     _, labels, _ = shapes.metadata(meta)
     spec = shapes.map(obj.get("spec"), "spec")
     shapes.maps(spec.get("taints"), "spec.taints")
@@ -77,11 +61,11 @@ def node_record(obj: Mapping[str, Any]) -> Node:
     allocatable = status.get("allocatable") or {}
     fields: dict[str, Any] = {}
     if isinstance(allocatable, dict):
-        fields["cpu_m"] = _floored(allocatable, "cpu", 1000)
-        fields["memory"] = _floored(allocatable, "memory", 1)
+        fields["cpu_m"] = kept(floored, allocatable.get("cpu", 0), 1000, "status.allocatable.cpu")
+        fields["memory"] = kept(floored, allocatable.get("memory", 0), 1, "status.allocatable.memory")
     else:
         allocatable = {}
-        fields["cpu_m"] = FieldError("status.allocatable", "expected a map")
+        fields["cpu_m"] = FieldProblem("status.allocatable", "expected a map")
     return Node(
         str(meta.get("name")),
         labels=labels,

@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 
+from automator.objects.fields import as_map
+from automator.objects.resources import FieldProblem
 from automator.objects.shapes import Shapes
 
 
@@ -18,14 +20,13 @@ class PodDisruptionBudget(msgspec.Struct, frozen=True):
     # status.disruptionsAllowed; 0 without a status yet (the controller has not observed it: the Eviction
     # API would refuse) or when it is not an integer
     allowed: int = 0
-    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
+    shape_error: FieldProblem | None = None  # the first field of a wrong shape (objects/shapes.py)
 
 
 def pdb_record(obj: Mapping[str, Any]) -> PodDisruptionBudget:
     """The record of one PodDisruptionBudget object (as the API and kubectl give it)."""
     shapes = Shapes()
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = as_map(obj.get("metadata"))
     namespace, _, _ = shapes.metadata(meta)
     spec = shapes.map(obj.get("spec"), "spec")
     selector = shapes.map(spec.get("selector"), "spec.selector")

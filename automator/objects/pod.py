@@ -1,7 +1,7 @@
 """The Pod record: the fields of a Pod the automator reads and the facts derived from them, decoded once
 (`pod_record`) from the object as the API or kubectl gives it. Pure.
 
-A malformed field does not stop the decoding: the fact it feeds carries its FieldError text instead, and
+A malformed field does not stop the decoding: the fact it feeds carries its FieldProblem instead, and
 the planner answers with today's fail-safe (node unplannable, pod protected, preemptor unresolved).
 """
 
@@ -14,15 +14,18 @@ from typing import Any, NamedTuple
 import msgspec
 
 from automator.objects.cache import RecordCache
-from automator.objects.fields import EMPTY, Unparsable, item, list_field, map_field, str_field
+from automator.objects.fields import EMPTY, as_map, item, list_field, map_field, str_field
 from automator.objects.gang import GangRef, gang_ref
 from automator.objects.keys import ObjectKey
 from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import (
     CPU_AND_MEMORY,
     FieldError,
+    FieldProblem,
     Requests,
+    amount,
     integer,
+    kept,
     parse_time,
     scaled,
     whole,
@@ -32,8 +35,8 @@ from automator.objects.shapes import Shapes
 NOT_CREATED = datetime.max.replace(tzinfo=UTC)  # created_at of a pod without the field: sorts last
 
 # A container's amounts, parsed at decoding: (whole counts by resource name, cpu millicores, memory bytes,
-# sidecar). A FieldError in place of an amount: the one that failed, raised when the amount is read.
-_Amounts = tuple[Mapping[str, int | FieldError], int | FieldError, int | FieldError, bool]
+# sidecar). A FieldProblem in place of an amount: the one that failed, raised when the amount is read.
+_Amounts = tuple[Mapping[str, int | FieldProblem], int | FieldProblem, int | FieldProblem, bool]
 
 
 class ClaimRef(NamedTuple):
@@ -70,20 +73,20 @@ class Pod(msgspec.Struct, frozen=True):
     tolerations: Any = None
     containers: tuple[_Amounts, ...] = ()
     init_containers: tuple[_Amounts, ...] = ()
-    overhead: tuple[int | FieldError, int | FieldError] = (0, 0)
-    # FieldError texts: of the requests (the node's usage is then unknown), of spec.priority or
-    # spec.priorityClassName, of the scheduling time, of the creation time
-    requests_error: str | None = None
-    priority_error: str | None = None
-    scheduled_error: str | None = None
-    created_error: str | None = None
-    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
+    overhead: tuple[int | FieldProblem, int | FieldProblem] = (0, 0)
+    # What is malformed: the requests (the node's usage is then unknown), spec.priority or
+    # spec.priorityClassName, the scheduling time, the creation time
+    requests_error: FieldProblem | None = None
+    priority_error: FieldProblem | None = None
+    scheduled_error: FieldProblem | None = None
+    created_error: FieldProblem | None = None
+    shape_error: FieldProblem | None = None  # the first field of a wrong shape (objects/shapes.py)
     # What the DRA checks read: pod-level claim name -> ResourceClaim name (spec.resourceClaims, and
     # status.resourceClaimStatuses for claims made from a template), each container's claim references, and
     # the first of their fields that does not parse, which ends their reading (what was read before stays).
     claim_names: Mapping[str, str] = {}
     container_claims: Mapping[str, tuple[ClaimRef, ...]] = {}
-    claims_error: str | None = None
+    claims_error: FieldProblem | None = None
     gang: GangRef | None = None  # the first gang key it carries (objects/gang.py)
 
     @property
@@ -104,7 +107,7 @@ class Pod(msgspec.Struct, frozen=True):
         init container's peak is its own request plus the sidecars started before it; plus spec.overhead.
         """
         if self.requests_error is not None:
-            raise FieldError(*self.requests_error.split(": ", 1))
+            raise self.requests_error.error()
         names = tuple(gpu_resources)
         gpus = cpu = memory = 0
         for amounts in self.containers:
@@ -115,21 +118,15 @@ class Pod(msgspec.Struct, frozen=True):
             peak = [0, 0, 0]
             for amounts in self.init_containers:
                 each = _sum(amounts, names)
-                for j, amount in enumerate(each):
-                    peak[j] = max(peak[j], sidecars[j] + amount)
+                for j, value in enumerate(each):
+                    peak[j] = max(peak[j], sidecars[j] + value)
                 if amounts[3]:
-                    for j, amount in enumerate(each):
-                        sidecars[j] += amount
+                    for j, value in enumerate(each):
+                        sidecars[j] += value
             gpus = max(gpus + sidecars[0], peak[0])
             cpu = max(cpu + sidecars[1], peak[1])
             memory = max(memory + sidecars[2], peak[2])
-        return Requests(gpus, cpu + _amount(self.overhead[0]), memory + _amount(self.overhead[1]))
-
-
-def _amount(value: int | FieldError) -> int:
-    if isinstance(value, FieldError):
-        raise FieldError(value.field, value.message)  # a new one: the record's is raised every pass
-    return value
+        return Requests(gpus, cpu + amount(self.overhead[0]), memory + amount(self.overhead[1]))
 
 
 def _sum(amounts: _Amounts, names: tuple[str, ...]) -> tuple[int, int, int]:
@@ -138,13 +135,8 @@ def _sum(amounts: _Amounts, names: tuple[str, ...]) -> tuple[int, int, int]:
     for name in names:
         count = counts.get(name)
         if count is not None:
-            gpus += _amount(count)
-    return gpus, _amount(cpu), _amount(memory)
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    """A map as decoded from JSON or YAML (always a dict), or none."""
-    return value if isinstance(value, dict) else EMPTY
+            gpus += amount(count)
+    return gpus, amount(cpu), amount(memory)
 
 
 def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
@@ -172,30 +164,24 @@ def _container(container: Any, field: str, i: int, shapes: Shapes) -> _Amounts:
 
 def _counts(
     limits: Mapping[str, Any], requests: Mapping[str, Any], field: str
-) -> Mapping[str, int | FieldError]:
+) -> Mapping[str, int | FieldProblem]:
     """Every resource but cpu and memory as a whole count. Extended resources are set as limits (a request
     alone is invalid in Kubernetes but harmless here), so a limit wins over a request of the same name."""
-    counts: dict[str, int | FieldError] = {}
+    counts: dict[str, int | FieldProblem] = {}
     for part, amounts in (("requests", requests), ("limits", limits)):
         for name, value in amounts.items():
             if name not in CPU_AND_MEMORY:
-                try:
-                    counts[name] = whole(value, f"{field}.{part}.{name}")
-                except FieldError as exc:
-                    counts[name] = exc
+                counts[name] = kept(whole, value, f"{field}.{part}.{name}")
     return counts or EMPTY
 
 
 def _parsed(
     requests: Mapping[str, Any], limits: Mapping[str, Any], name: str, scale: int, field: str
-) -> int | FieldError:
+) -> int | FieldProblem:
     source, where = (requests, "requests") if name in requests else (limits, "limits")
     if name not in source:
         return 0
-    try:
-        return scaled(source[name], scale, f"{field}.{where}.{name}")
-    except FieldError as exc:
-        return exc
+    return kept(scaled, source[name], scale, f"{field}.{where}.{name}")
 
 
 def _containers(spec: Mapping[str, Any], key: str, shapes: Shapes) -> tuple[_Amounts, ...]:
@@ -206,20 +192,18 @@ def _containers(spec: Mapping[str, Any], key: str, shapes: Shapes) -> tuple[_Amo
     return tuple(_container(c, f"spec.{key}", i, shapes) for i, c in enumerate(containers))
 
 
-def _overhead(spec: Mapping[str, Any], shapes: Shapes) -> tuple[int | FieldError, int | FieldError]:
+def _overhead(spec: Mapping[str, Any], shapes: Shapes) -> tuple[int | FieldProblem, int | FieldProblem]:
     overhead = spec.get("overhead")
     shapes.map(overhead, "spec.overhead")
     if not overhead:
         return (0, 0)
     if not isinstance(overhead, dict):
         raise FieldError("spec.overhead", "expected a map")
-    out: list[int | FieldError] = []
-    for name, scale in (("cpu", 1000), ("memory", 1)):
-        try:
-            out.append(scaled(overhead[name], scale, f"spec.overhead.{name}") if name in overhead else 0)
-        except FieldError as exc:
-            out.append(exc)
-    return out[0], out[1]
+    cpu, memory = (
+        kept(scaled, overhead[name], scale, f"spec.overhead.{name}") if name in overhead else 0
+        for name, scale in (("cpu", 1000), ("memory", 1))
+    )
+    return cpu, memory
 
 
 def _scheduled(conditions: list[Mapping[str, Any]]) -> tuple[Any, bool]:
@@ -235,7 +219,7 @@ def _scheduled(conditions: list[Mapping[str, Any]]) -> tuple[Any, bool]:
 def pod_record(obj: Mapping[str, Any]) -> Pod:
     """The record of one Pod object (camelCase keys, as the API and kubectl give it)."""
     shapes = Shapes()
-    meta = _map(obj.get("metadata"))
+    meta = as_map(obj.get("metadata"))
     namespace, labels, annotations = shapes.metadata(meta)
     key = ObjectKey(str(namespace or "default"), str(meta.get("name") or ""))
     spec = shapes.map(obj.get("spec"), "spec")
@@ -249,14 +233,14 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         fields["init_containers"] = _containers(spec, "initContainers", shapes)
         fields["overhead"] = _overhead(spec, shapes)
     except FieldError as exc:
-        fields["requests_error"] = str(exc)
+        fields["requests_error"] = exc.found
     try:
         if spec.get("priority") is not None:
             fields["spec_priority"] = integer(spec["priority"], "spec.priority")
         if class_name is not None and not isinstance(class_name, str):
             raise FieldError("spec.priorityClassName", f"{class_name!r} is not a string")
     except FieldError as exc:
-        fields["priority_error"] = str(exc)
+        fields["priority_error"] = exc.found
     node_selector = shapes.map(spec.get("nodeSelector"), "spec.nodeSelector")
     shapes.maps(spec.get("tolerations"), "spec.tolerations")
     affinity = shapes.map(spec.get("affinity"), "spec.affinity")
@@ -271,12 +255,12 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         try:
             fields["scheduled"] = parse_time(when, "status.conditions[PodScheduled].lastTransitionTime")
         except FieldError as exc:
-            fields["scheduled_error"] = str(exc)
+            fields["scheduled_error"] = exc.found
     if meta.get("creationTimestamp"):
         try:
             fields["created"] = parse_time(meta["creationTimestamp"], "metadata.creationTimestamp")
         except FieldError as exc:
-            fields["created_error"] = str(exc)
+            fields["created_error"] = exc.found
     return Pod(
         key,
         uid=_text(meta.get("uid")),
@@ -317,10 +301,10 @@ def _claims(obj: Mapping[str, Any]) -> dict[str, Any]:
             for i, container in enumerate(list_field(spec, group, "spec.") if spec.get(group) else ()):
                 try:
                     _container_claims(container, containers)
-                except Unparsable as exc:
-                    raise exc.under(f"spec.{group}[{i}].") from None
-    except Unparsable as exc:
-        fields["claims_error"] = str(exc)
+                except FieldError as exc:
+                    raise exc.found.under(f"spec.{group}[{i}].").error() from None
+    except FieldError as exc:
+        fields["claims_error"] = exc.found
     if names:
         fields["claim_names"] = names
     if containers:
@@ -336,8 +320,8 @@ def _claim_names(
         try:
             ref = item(raw)
             local, claim = str_field(ref, "name"), str_field(ref, "resourceClaimName", required=False)
-        except Unparsable as exc:
-            raise exc.under(f"{section}{field}[{i}].") from None
+        except FieldError as exc:
+            raise exc.found.under(f"{section}{field}[{i}].").error() from None
         if local is not None and claim is not None:
             put(local, claim)
 
@@ -351,8 +335,8 @@ def _container_claims(raw: Any, containers: dict[str, list[ClaimRef]]) -> None:
         try:
             ref = item(claim)
             refs.append(ClaimRef(str(str_field(ref, "name")), str_field(ref, "request", required=False)))
-        except Unparsable as exc:
-            raise exc.under(f"resources.claims[{j}].") from None
+        except FieldError as exc:
+            raise exc.found.under(f"resources.claims[{j}].").error() from None
 
 
 def _required_shapes(required: Any, shapes: Shapes) -> None:
@@ -388,7 +372,7 @@ def pod_records(pods: Iterable[Pod | Mapping[str, Any]]) -> list[Pod]:
 def pod_priority(pod: Pod, classes: Mapping[str, PriorityClass], global_default: PriorityClass | None) -> int:
     """spec.priority (set by admission), else its PriorityClass value, else the globalDefault, else 0."""
     if pod.priority_error is not None:
-        raise FieldError(*pod.priority_error.split(": ", 1))
+        raise pod.priority_error.error()
     if pod.spec_priority is not None:
         return pod.spec_priority
     if pod.class_name and pod.class_name in classes:
@@ -401,7 +385,7 @@ def pod_priority(pod: Pod, classes: Mapping[str, PriorityClass], global_default:
 def created_at(pod: Pod) -> datetime:
     """When the pod was created; unknown age sorts last among equal priorities."""
     if pod.created_error is not None:
-        raise FieldError(*pod.created_error.split(": ", 1))
+        raise pod.created_error.error()
     return pod.created
 
 

@@ -1,6 +1,6 @@
 """The PriorityClass record: its name, value, globalDefault and annotations (the plugin's settings and the
 reclaim opt-in), decoded once (`priority_class_record`). Pure. A malformed value is carried as its
-FieldError text: a pod that takes its priority from the class is then protected, as a malformed pod is."""
+FieldProblem: a pod that takes its priority from the class is then protected, as a malformed pod is."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from automator.objects.resources import FieldError, integer
+from automator.objects.fields import as_map
+from automator.objects.resources import FieldError, FieldProblem, integer
 from automator.objects.shapes import Shapes
 
 
@@ -18,27 +19,26 @@ class PriorityClass(msgspec.Struct, frozen=True):
     value: int = 0
     global_default: bool = False
     annotations: Mapping[str, Any] = {}
-    value_error: str | None = None  # FieldError text of a value that is not an integer
-    shape_error: str | None = None  # the first field of a wrong shape (objects/shapes.py)
+    value_error: FieldProblem | None = None  # a value that is not an integer
+    shape_error: FieldProblem | None = None  # the first field of a wrong shape (objects/shapes.py)
 
     def priority(self) -> int:
         """The value a pod of this class takes; FieldError when it is malformed."""
         if self.value_error is not None:
-            raise FieldError(*self.value_error.split(": ", 1))
+            raise self.value_error.error()
         return self.value
 
 
 def priority_class_record(obj: Mapping[str, Any]) -> PriorityClass:
     """The record of one PriorityClass object (as the API and kubectl give it)."""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    meta = as_map(obj.get("metadata"))
     shapes = Shapes()
     _, _, annotations = shapes.metadata(meta)
     raw = obj.get("value", 0)
     try:
         value, error = integer(raw, "value"), None
     except FieldError as exc:
-        value, error = 0, str(exc)
+        value, error = 0, exc.found
     return PriorityClass(
         str(meta.get("name")),
         value,

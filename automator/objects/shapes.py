@@ -2,7 +2,7 @@
 map belongs, say). Pure.
 
 The decoder reads around a wrong shape (the field counts as absent), so the live planner keeps its fail-safe
-answers; a snapshot file, checked up front, is refused with the noted text, which names the field.
+answers; a snapshot file, checked up front, is refused with the noted problem, which names the field.
 Absent and null fields pass.
 """
 
@@ -11,21 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_EMPTY: Mapping[str, Any] = {}  # shared: records are never changed in place
+from automator.objects.fields import EMPTY
+from automator.objects.resources import FieldProblem
 
 
 class Shapes:
     __slots__ = ("noted",)
 
     def __init__(self) -> None:
-        self.noted: dict[str, str] = {}  # path -> its text, in reading order
+        self.noted: dict[str, FieldProblem] = {}  # by path, in reading order
 
     @property
-    def first(self) -> str | None:
+    def first(self) -> FieldProblem | None:
         return next(iter(self.noted.values()), None)
 
     def _wrong(self, path: str, expected: str, value: Any) -> None:
-        self.noted.setdefault(path, f"{path}: expected {expected}, got {type(value).__name__}")
+        self.noted.setdefault(path, FieldProblem(path, f"expected {expected}, got {type(value).__name__}"))
 
     def map(self, value: Any, path: str) -> Mapping[str, Any]:
         """value when it is a map (as JSON and YAML decode one), else an empty one."""
@@ -33,7 +34,7 @@ class Shapes:
             return value
         if value is not None:
             self._wrong(path, "a map", value)
-        return _EMPTY
+        return EMPTY
 
     def items(self, value: Any, path: str) -> list[Any]:
         if isinstance(value, list):

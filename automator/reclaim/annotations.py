@@ -16,7 +16,7 @@ from typing import Any
 
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.objects.resources import FieldError, parse_time, rfc3339
+from automator.objects.resources import FieldError, FieldProblem, parse_time, rfc3339
 from automator.reclaim.model import Decision
 from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
@@ -29,13 +29,13 @@ from steward_common.settingspec import shown, whole_number
 
 @dataclass(frozen=True, slots=True)
 class ReclaimMarks:
-    """The reclaim annotations of one pod, each read once; a malformed value is its FieldError."""
+    """The reclaim annotations of one pod, each read once; a malformed value is its FieldProblem."""
 
-    last: datetime | FieldError | None  # None: not annotated
+    last: datetime | FieldProblem | None  # None: not annotated
     last_text: str  # the time as written, quoted in the planner's reasons
     node: str  # "" when not annotated
     victims: tuple[ObjectKey, ...]
-    count: int | FieldError | None  # None: not annotated
+    count: int | FieldProblem | None  # None: not annotated
 
 
 def read_marks(annotations: Mapping[str, Any]) -> ReclaimMarks:
@@ -48,14 +48,14 @@ def read_marks(annotations: Mapping[str, Any]) -> ReclaimMarks:
     )
 
 
-def last_reclaim(annotations: Mapping[str, Any]) -> datetime | FieldError | None:
+def last_reclaim(annotations: Mapping[str, Any]) -> datetime | FieldProblem | None:
     raw = annotations.get(LAST_RECLAIM_ANNOTATION)
     if raw is None:
         return None
     try:
         return parse_time(raw, LAST_RECLAIM_ANNOTATION)
     except FieldError:
-        return FieldError(LAST_RECLAIM_ANNOTATION, f"{_quoted(raw)} is not an RFC 3339 time")
+        return FieldProblem(LAST_RECLAIM_ANNOTATION, f"{_quoted(raw)} is not an RFC 3339 time")
 
 
 def reclaim_node(annotations: Mapping[str, Any]) -> str:
@@ -72,7 +72,7 @@ def reclaim_victims(annotations: Mapping[str, Any]) -> tuple[ObjectKey, ...]:
     return tuple(keys)
 
 
-def reclaim_count(annotations: Mapping[str, Any]) -> int | FieldError | None:
+def reclaim_count(annotations: Mapping[str, Any]) -> int | FieldProblem | None:
     raw = annotations.get(RECLAIM_COUNT_ANNOTATION)
     if raw is None:
         return None
@@ -80,7 +80,7 @@ def reclaim_count(annotations: Mapping[str, Any]) -> int | FieldError | None:
         count = whole_number(str(raw))
     except ValueError:
         count = -1
-    return count if count >= 0 else FieldError(RECLAIM_COUNT_ANNOTATION, f"{_quoted(raw)} is not a count")
+    return count if count >= 0 else FieldProblem(RECLAIM_COUNT_ANNOTATION, f"{_quoted(raw)} is not a count")
 
 
 def _quoted(raw: Any) -> str:

@@ -20,13 +20,13 @@ from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
 from automator.objects.priority_class import PriorityClass, find_global_default
 from automator.objects.resources import FieldError, Requests
 from automator.reclaim.class_settings import ClassSettings, class_settings
-from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, assess, scope_verdict
+from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, Rule, assess, scope_verdict
 from automator.reclaim.gangs import Gang, resolve_gangs
 from automator.reclaim.model import AnnotationWarning, PlannerConfig, PodUsage, UsageWindow
 from steward_common.conventions import RECLAIM_ANNOTATION
 
 # PDBs covering a pod (read only: shared by the pods of a workload), why they protect it, its scope verdict
-_Standing = tuple[list[tuple[str, str]], str | None, tuple[str, str] | None]
+_Standing = tuple[list[tuple[str, str]], str | None, tuple[Rule, str] | None]
 
 
 @dataclass(slots=True)
@@ -79,6 +79,14 @@ class NodeState:
             self.alloc.cpu_m - self.used_cpu,
             self.alloc.memory - self.used_mem,
         )
+
+    def shortfall(self, req: Requests) -> tuple[int, int, int] | None:
+        """The fit check: None when the requests fit the node as it is, else what it lacks (GPUs, cpu
+        millicores, memory bytes still needed; an amount it has enough of is <= 0)."""
+        alloc = self.alloc
+        gpus, cpu = req.gpus - alloc.gpus + self.used_gpus, req.cpu_m - alloc.cpu_m + self.used_cpu
+        memory = req.memory - alloc.memory + self.used_mem
+        return None if gpus <= 0 and cpu <= 0 and memory <= 0 else (gpus, cpu, memory)
 
     def take(self, req: Requests, sign: int = 1) -> None:
         self.used_gpus += sign * req.gpus
@@ -292,10 +300,11 @@ class _Builder:
         try:
             priority = pod_priority(pod, self.classes, self.global_default)
             if pod.scheduled_error is not None:
-                raise FieldError(*pod.scheduled_error.split(": ", 1))
+                raise pod.scheduled_error.error()
         except FieldError as exc:
             # A victim we cannot read is protected; priority 0 keeps it out of nothing but harms no one.
-            blocked = Assessment(("resources-malformed", f"Pod {key}: {exc}: protected"), None, False, "", "")
+            why = f"Pod {key}: {exc}: protected"
+            blocked = Assessment((Rule.RESOURCES_MALFORMED, why), None, False, Rule.RESOURCES_MALFORMED, "")
             return Candidate(key, pod, bound, req, 0, None, 0.0, blocked, standing[0], usage, NEVER)
         scheduled = pod.scheduled
         since = (self.now - scheduled).total_seconds() if scheduled is not None else None

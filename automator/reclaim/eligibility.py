@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from automator.objects.pdb import PodDisruptionBudget
@@ -16,11 +17,40 @@ from automator.reclaim.formats import fmt_measure
 from automator.reclaim.model import PlannerConfig, PodUsage
 from steward_common.conventions import (
     NEVER_RECLAIM_LABEL,
+    WORD_GANG_MALFORMED,
+    WORD_GANG_MEMBER_PROTECTED,
     WORD_NAMESPACE_EXCLUDED,
     WORD_OPTED_OUT,
     WORD_RECENT_UNKNOWN,
     WORD_RECENTLY_BUSY,
 )
+
+
+class Rule(StrEnum):
+    """The rule that makes a candidate victim eligible or protected (explain's [rule]): docs/reclaim.md's
+    table, in the order they are checked, and the two protections outside it."""
+
+    PDB = "0-pdb"
+    NAMESPACE_EXCLUDED = WORD_NAMESPACE_EXCLUDED
+    OPTED_OUT = WORD_OPTED_OUT
+    ANNOTATION_MALFORMED = "annotation-malformed"
+    MINIMUM_PREEMPTABLE = "1-minimum-preemptable-priority"
+    TOLERATION_NEGATIVE = "2-toleration-negative"
+    NOT_SCHEDULED = "3-not-scheduled"
+    TOO_YOUNG = "4-too-young"
+    USAGE_UNKNOWN = "5-usage-unknown"
+    COVERAGE_LOW = "5-coverage-low"
+    GPU_BUSY = "6-gpu-busy"
+    RECENT_UNKNOWN = WORD_RECENT_UNKNOWN
+    RECENTLY_BUSY = WORD_RECENTLY_BUSY
+    CPU_UNKNOWN = "7-cpu-unknown"
+    CPU_BUSY = "7-cpu-busy"
+    IDLE = "8-idle"
+    RESOURCES_MALFORMED = "resources-malformed"  # a field of the pod itself is unreadable
+    EXCLUDED = "excluded"  # its eviction was refused earlier in the pass
+    GANG_MEMBER_PROTECTED = WORD_GANG_MEMBER_PROTECTED  # another member of its victim gang is protected
+    GANG_MALFORMED = WORD_GANG_MALFORMED  # its gang's needed count is not a positive integer
+
 
 # --- PodDisruptionBudgets -------------------------------------------------------------------------------
 
@@ -125,10 +155,10 @@ class Assessment:
 
     def __init__(
         self,
-        blocked: tuple[str, str] | None,
+        blocked: tuple[Rule, str] | None,
         min_preemptable: int | None,
         eligible: bool,
-        rule: str,
+        rule: Rule,
         reason: str | None = None,
         facts: _Facts | None = None,
     ) -> None:
@@ -158,38 +188,40 @@ class Assessment:
 _Facts = tuple[ClassSettings, PodUsage | None, float | None, float, int]
 
 
-def base_rule(settings: ClassSettings, usage: PodUsage | None, age: float | None, min_coverage: float) -> str:
-    """Rules 2-8 in order (the recent-activity checks between 6 and 7): the rule that decides, "8-idle"
-    when the pod is eligible. age: seconds since scheduled, None when not scheduled."""
+def base_rule(
+    settings: ClassSettings, usage: PodUsage | None, age: float | None, min_coverage: float
+) -> Rule:
+    """Rules 2-8 in order (the recent-activity checks between 6 and 7): the rule that decides, IDLE when
+    the pod is eligible. age: seconds since scheduled, None when not scheduled."""
     if settings.toleration_seconds < 0:
-        return "2-toleration-negative"
+        return Rule.TOLERATION_NEGATIVE
     if age is None:
-        return "3-not-scheduled"
+        return Rule.NOT_SCHEDULED
     if age < max(settings.toleration_seconds, settings.gpu_idle_seconds, settings.cpu_idle_seconds):
-        return "4-too-young"
+        return Rule.TOO_YOUNG
     activity = usage.gpu_activity if usage is not None else None
     if usage is None or activity is None or not math.isfinite(activity):
-        return "5-usage-unknown"
+        return Rule.USAGE_UNKNOWN
     if not usage.coverage >= min_coverage:
-        return "5-coverage-low"
+        return Rule.COVERAGE_LOW
     if activity > settings.gpu_threshold:
-        return "6-gpu-busy"
+        return Rule.GPU_BUSY
     recent = usage.gpu_recent_max
     if recent is None or not math.isfinite(recent):
-        return WORD_RECENT_UNKNOWN
+        return Rule.RECENT_UNKNOWN
     if recent > settings.gpu_threshold:
-        return WORD_RECENTLY_BUSY
+        return Rule.RECENTLY_BUSY
     if settings.cpu_idle_seconds > 0:
         cores = usage.cpu_cores
         if cores is None or not math.isfinite(cores):
-            return "7-cpu-unknown"
+            return Rule.CPU_UNKNOWN
         if cores > settings.cpu_threshold:
-            return "7-cpu-busy"
-    return "8-idle"
+            return Rule.CPU_BUSY
+    return Rule.IDLE
 
 
 def base_reason(
-    rule: str,
+    rule: Rule,
     settings: ClassSettings,
     usage: PodUsage | None,
     age: float | None,
@@ -198,35 +230,35 @@ def base_reason(
 ) -> str:
     """The sentence for the rule base_rule chose, with the measured numbers."""
     window, cpu_window = settings.gpu_idle_seconds, settings.cpu_idle_seconds
-    if rule == "2-toleration-negative":
+    if rule is Rule.TOLERATION_NEGATIVE:
         return f"toleration-seconds {settings.toleration_seconds} < 0: never preempted"
-    if rule == "3-not-scheduled":
+    if rule is Rule.NOT_SCHEDULED:
         return "not scheduled yet (no PodScheduled=True condition)"
-    if rule == "4-too-young":
+    if rule is Rule.TOO_YOUNG:
         min_age = max(settings.toleration_seconds, window, cpu_window)
         return f"scheduled {age:.0f} s ago, protected for {min_age} s"
-    if rule == "5-usage-unknown" or usage is None:
+    if rule is Rule.USAGE_UNKNOWN or usage is None:
         return f"GPU activity over {window} s unknown"
-    if rule == "5-coverage-low":
+    if rule is Rule.COVERAGE_LOW:
         return f"GPU samples cover {usage.coverage:.0%} of the {window} s window, below {min_coverage:.0%}"
     threshold = fmt_measure(settings.gpu_threshold)
     activity = fmt_measure(usage.gpu_activity)
-    if rule == "6-gpu-busy":
+    if rule is Rule.GPU_BUSY:
         return f"GPU activity {activity} over {window} s above threshold {threshold}"
-    if rule in (WORD_RECENT_UNKNOWN, WORD_RECENTLY_BUSY):
+    if rule is Rule.RECENT_UNKNOWN or rule is Rule.RECENTLY_BUSY:
         return _recent_reason(rule, settings, usage, recent_window)
     cores = fmt_measure(usage.cpu_cores)
-    if rule == "7-cpu-unknown":
+    if rule is Rule.CPU_UNKNOWN:
         return f"CPU use over {cpu_window} s unknown"
     cpu_threshold = fmt_measure(settings.cpu_threshold)
-    if rule == "7-cpu-busy":
+    if rule is Rule.CPU_BUSY:
         return f"CPU {cores} cores over {cpu_window} s above threshold {cpu_threshold}"
     cpu_note = f", CPU {cores} cores <= {cpu_threshold}" if cpu_window > 0 else ""
     return f"GPU activity {activity} over {window} s <= threshold {threshold}{cpu_note}"
 
 
-def _recent_reason(rule: str, settings: ClassSettings, usage: PodUsage, recent_window: int) -> str:
-    if rule == WORD_RECENT_UNKNOWN:
+def _recent_reason(rule: Rule, settings: ClassSettings, usage: PodUsage, recent_window: int) -> str:
+    if rule is Rule.RECENT_UNKNOWN:
         return (
             f"{WORD_RECENT_UNKNOWN}: no GPU sample in the last {recent_window} s (data missing at the "
             "newest end)"
@@ -237,21 +269,21 @@ def _recent_reason(rule: str, settings: ClassSettings, usage: PodUsage, recent_w
     )
 
 
-def scope_verdict(pod: Pod, config: PlannerConfig) -> tuple[str, str] | None:
+def scope_verdict(pod: Pod, config: PlannerConfig) -> tuple[Rule, str] | None:
     """Scope: which namespaces may lose pods, and the opt-out label (right after rule 0)."""
     ns = pod.key.namespace
     if ns in config.exclude_namespaces:
         return (
-            WORD_NAMESPACE_EXCLUDED,
+            Rule.NAMESPACE_EXCLUDED,
             f"{WORD_NAMESPACE_EXCLUDED}: namespace {ns} is in --exclude-namespaces",
         )
     if config.victim_namespaces and ns not in config.victim_namespaces:
         return (
-            WORD_NAMESPACE_EXCLUDED,
+            Rule.NAMESPACE_EXCLUDED,
             f"{WORD_NAMESPACE_EXCLUDED}: namespace {ns} is not in --victim-namespaces",
         )
     if str(pod.labels.get(NEVER_RECLAIM_LABEL, "")).strip().lower() == "true":
-        return WORD_OPTED_OUT, f'{WORD_OPTED_OUT}: labelled {NEVER_RECLAIM_LABEL}="true"'
+        return Rule.OPTED_OUT, f'{WORD_OPTED_OUT}: labelled {NEVER_RECLAIM_LABEL}="true"'
     return None
 
 
@@ -261,28 +293,29 @@ def assess(
     age: float | None,
     config: PlannerConfig,
     pdb_reason: str | None,
-    scope: tuple[str, str] | None = None,
+    scope: tuple[Rule, str] | None = None,
 ) -> Assessment:
     """age: seconds since the pod was scheduled (now - scheduled), None when it is not scheduled."""
-    blocked: tuple[str, str] | None = None
+    blocked: tuple[Rule, str] | None = None
     if pdb_reason is not None:
-        blocked = ("0-pdb", pdb_reason)
+        blocked = (Rule.PDB, pdb_reason)
     elif scope is not None:
         blocked = scope
     elif settings.malformed:
-        blocked = ("annotation-malformed", "; ".join(m.message for m in settings.malformed) + ": protected")
+        why = "; ".join(m.message for m in settings.malformed) + ": protected"
+        blocked = (Rule.ANNOTATION_MALFORMED, why)
     rule = base_rule(settings, usage, age, config.min_coverage)
     facts = (settings, usage, age, config.min_coverage, config.recent_window_seconds)
-    return Assessment(blocked, settings.min_preemptable, rule == "8-idle", rule, None, facts)
+    return Assessment(blocked, settings.min_preemptable, rule is Rule.IDLE, rule, None, facts)
 
 
-def verdict_rule(assessment: Assessment, preemptor_priority: int) -> tuple[bool, str]:
+def verdict_rule(assessment: Assessment, preemptor_priority: int) -> tuple[bool, Rule]:
     """(eligible, rule): rule 0, scope (namespaces, opt-out) / malformed, then rule 1, then rules 2-8."""
     if assessment.blocked is not None:
         return False, assessment.blocked[0]
     minimum = assessment.min_preemptable
     if minimum is not None and preemptor_priority >= minimum:
-        return True, "1-minimum-preemptable-priority"
+        return True, Rule.MINIMUM_PREEMPTABLE
     return assessment.eligible, assessment.rule
 
 

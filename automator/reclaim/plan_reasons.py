@@ -16,28 +16,29 @@ from datetime import datetime
 
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.objects.resources import FieldError, Requests
+from automator.objects.resources import FieldProblem, Requests
 from automator.reclaim.annotations import ReclaimMarks
 from automator.reclaim.cluster_index import NodeState
+from automator.reclaim.eligibility import Rule
 from automator.reclaim.fit import static_misfit
 from automator.reclaim.model import PlannerConfig
 from automator.reclaim.victims import NodeResult
 from steward_common.conventions import WORD_COOLDOWN, WORD_GAVE_UP, WORD_NOMINATED
 
-# Short names of protection rules for unresolved reasons.
-_SHORT = {
-    "0-pdb": "pdb",
-    "annotation-malformed": "malformed annotation",
-    "resources-malformed": "malformed fields",
-    "excluded": "eviction refused",
-    "2-toleration-negative": "never preempted",
-    "3-not-scheduled": "not scheduled",
-    "4-too-young": "too young",
-    "5-usage-unknown": "usage unknown",
-    "5-coverage-low": "low coverage",
-    "6-gpu-busy": "busy",
-    "7-cpu-unknown": "cpu unknown",
-    "7-cpu-busy": "cpu busy",
+# Short names of protection rules for unresolved reasons (the others are named by their word).
+_SHORT: dict[Rule, str] = {
+    Rule.PDB: "pdb",
+    Rule.ANNOTATION_MALFORMED: "malformed annotation",
+    Rule.RESOURCES_MALFORMED: "malformed fields",
+    Rule.EXCLUDED: "eviction refused",
+    Rule.TOLERATION_NEGATIVE: "never preempted",
+    Rule.NOT_SCHEDULED: "not scheduled",
+    Rule.TOO_YOUNG: "too young",
+    Rule.USAGE_UNKNOWN: "usage unknown",
+    Rule.COVERAGE_LOW: "low coverage",
+    Rule.GPU_BUSY: "busy",
+    Rule.CPU_UNKNOWN: "cpu unknown",
+    Rule.CPU_BUSY: "cpu busy",
 }
 
 
@@ -92,8 +93,8 @@ def cooldown(
 ) -> str | None:
     """Why the preemptor is in cooldown (reason starting with the word), or None."""
     last = marks.last
-    if isinstance(last, FieldError):
-        return f"{WORD_COOLDOWN}: annotation {last.field} {last.message}: treated as in cooldown"
+    if isinstance(last, FieldProblem):
+        return f"{WORD_COOLDOWN}: annotation {last.path} {last.problem}: treated as in cooldown"
     if last is not None:
         elapsed = (now - last).total_seconds()
         if elapsed < config.cooldown_seconds:
@@ -115,8 +116,8 @@ def cooldown(
 def gave_up(marks: ReclaimMarks, config: PlannerConfig) -> str | None:
     """Why no more victims are evicted for the preemptor (--max-reclaims-per-preemptor), or None."""
     count, limit = marks.count, config.max_reclaims_per_preemptor
-    if isinstance(count, FieldError):
-        return f"{WORD_GAVE_UP}: annotation {count.field} {count.message}: no more victims"
+    if isinstance(count, FieldProblem):
+        return f"{WORD_GAVE_UP}: annotation {count.path} {count.problem}: no more victims"
     if count is not None and count >= limit:
         return (
             f"{WORD_GAVE_UP}: victims were evicted for it {count} times (--max-reclaims-per-preemptor "
@@ -147,9 +148,9 @@ def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], 
     nodes whose search was cut off and the nodes ruled out."""
     text = (
         f"closest: {closest} needs {req.gpus} GPUs, {max(result.free_gpus, 0)} free + "
-        f"{result.reclaimable} reclaimable ({protected_summary(result)})"
+        f"{result.split.reclaimable} reclaimable ({protected_summary(result)})"
     )
-    if result.misfit and result.free_gpus + result.reclaimable >= req.gpus:
+    if result.misfit and result.free_gpus + result.split.reclaimable >= req.gpus:
         text += f"; enough GPUs but {result.misfit}"
     reason = f"no node fits even after evicting all eligible idle pods; {text}"
     if cut:
@@ -160,9 +161,9 @@ def unresolved(req: Requests, closest: str, result: NodeResult, cut: list[str], 
 
 
 def protected_summary(result: NodeResult) -> str:
-    counts = Counter(_SHORT.get(rule, rule) for rule, _ in result.split.protected.values())
-    if result.not_lower:
-        counts["not lower priority"] += result.not_lower
+    counts = Counter(_SHORT.get(rule, str(rule)) for rule, _ in result.split.protected.values())
+    if result.split.not_lower:
+        counts["not lower priority"] += result.split.not_lower
     if not counts:
         return "no protected pods"
     total = sum(counts.values())

@@ -191,19 +191,10 @@ class _Pass:
             assessment = pod.assessment
             rule = verdict_rule(assessment, priority)[1]
             verdict = Verdict(preemptor, True, rule, partial(verdict_reason, assessment, priority))
-            known = verdicts.get(pod.key)
-            if known is None:
-                verdicts[pod.key] = [verdict]
-            else:
-                known.append(verdict)
+            verdicts.setdefault(pod.key, []).append(verdict)
         protected = split.protected
         for key, (rule, why) in protected.items():
-            verdict = Verdict(preemptor, False, rule, why)
-            known = verdicts.get(key)
-            if known is None:
-                verdicts[key] = [verdict]
-            else:
-                known.append(verdict)
+            verdicts.setdefault(key, []).append(Verdict(preemptor, False, rule, why))
         self.verdict_count += len(split.eligible) + len(protected)
 
     def _unresolved(self, pre: Preemptor, reason: str, kind: UnresolvedReason) -> None:
@@ -284,7 +275,7 @@ class _Pass:
         best: tuple[SetKey, NodeState, NodeResult] | None = None
         cache = self._shape_cache(pre.priority, req)
         for node in static.feasible:  # in name order: the first of equal sets wins
-            if node.alloc.gpus < req.gpus:
+            if node.alloc.gpus < req.gpus:  # fewer GPUs in all than requested: no set ever fits
                 too_small.append(node)
                 continue
             result = self._search(cache, node, req, pre.priority)
@@ -309,9 +300,13 @@ class _Pass:
         cache = self._shape_cache(pre.priority, req)
         nodes, names = self.index.nodes, static.names
         for bound, name, version in self.rankings.ranking(nodes, pre.priority, req):
+            # Entries come in bound order and a node's sets are never before its bound: once a bound is
+            # past the best set found, no node left can beat it (equal sets go to the first name).
             if best is not None and (bound, name) > (best[0][:-1], best[1]):
-                break  # no node left can beat the best set found (equal sets go to the first name)
+                break
             node = nodes[name]
+            # a stale entry (the node's current one is in the list too: Rankings.changed), or a node the
+            # preemptor can never use
             if version != node.version or name not in names:
                 continue
             result = self._search(cache, node, req, pre.priority)
@@ -365,16 +360,7 @@ class _Pass:
         if self.trial is not None:  # a gang's members take their requests: nodes change after all
             static.fits.pop(amounts, None)
         if amounts not in static.fits:
-            static.fits[amounts] = next(
-                (
-                    node
-                    for node in static.feasible
-                    if node.alloc.gpus - node.used_gpus >= req.gpus
-                    and node.alloc.cpu_m - node.used_cpu >= req.cpu_m
-                    and node.alloc.memory - node.used_mem >= req.memory
-                ),
-                None,
-            )
+            static.fits[amounts] = next((n for n in static.feasible if n.shortfall(req) is None), None)
         node = static.fits[amounts]
         if node is None:
             assert self.budget_stop is not None
@@ -458,7 +444,7 @@ class _Pass:
             node.used_gpus += gpus
         else:
             self.trial.freed[node.name] = self.trial.freed.get(node.name, 0) + gpus
-            spare = self.rankings.spare
+            spare = self.rankings.with_free_gpus
             if spare is not None and node not in spare:
                 spare.append(node)  # it may now fit a member as it is
         node.version += 1
@@ -575,9 +561,9 @@ class _Pass:
             return
         for _, result in results:
             self._record(pre, result, force=True)
-        most = max(r.free_gpus + r.reclaimable for _, r in results)
+        most = max(r.free_gpus + r.split.reclaimable for _, r in results)
         node, result = max(
-            ((n, r) for n, r in results if r.free_gpus + r.reclaimable == most),
+            ((n, r) for n, r in results if r.free_gpus + r.split.reclaimable == most),
             key=lambda nr: tie_key(nr[0].name),
         )
         cut = [node.name for node, result in results if result.cut_off]

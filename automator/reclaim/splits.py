@@ -11,10 +11,9 @@ from functools import partial
 
 from automator.objects.keys import ObjectKey
 from automator.reclaim.cluster_index import Candidate, NodeState, Unit
-from automator.reclaim.eligibility import verdict_reason, verdict_rule
-from steward_common.conventions import WORD_GANG_MALFORMED, WORD_GANG_MEMBER_PROTECTED
+from automator.reclaim.eligibility import Rule, verdict_reason, verdict_rule
 
-_EXCLUDED = ("excluded", "excluded: an eviction was refused earlier in this pass")
+_EXCLUDED = (Rule.EXCLUDED, "excluded: an eviction was refused earlier in this pass")
 
 
 class Split:
@@ -38,7 +37,7 @@ class Split:
 
     def __init__(self, candidates: list[Candidate], priority: int, exclude: frozenset[ObjectKey]) -> None:
         self.priority, self.exclude = priority, exclude
-        self._protected: dict[ObjectKey, tuple[str, str | Callable[[], str]]] | None = None
+        self._protected: dict[ObjectKey, tuple[Rule, str | Callable[[], str]]] | None = None
         eligible: list[Candidate] = []
         protected: list[Candidate] = []  # excluded or not eligible (verdict_rule), in the node's order
         not_lower = reclaimable = largest = 0
@@ -70,7 +69,7 @@ class Split:
         self.largest = largest  # the most GPUs one eligible pod frees
 
     @property
-    def protected(self) -> dict[ObjectKey, tuple[str, str | Callable[[], str]]]:
+    def protected(self) -> dict[ObjectKey, tuple[Rule, str | Callable[[], str]]]:
         """The protected pods' rules and reasons (or how to write them)."""
         protected = self._protected
         if protected is None:
@@ -88,13 +87,14 @@ class Split:
         return protected
 
 
-def gang_protection(unit: Unit, priority: int, exclude: frozenset[ObjectKey]) -> tuple[str, str]:
+def gang_protection(unit: Unit, priority: int, exclude: frozenset[ObjectKey]) -> tuple[Rule, str]:
     """(rule, reason) of every member of a victim gang that is not eligible as a whole: the first member
     (in name order) that is protected, and its rule."""
     gang = unit.gang
     if gang.problem is not None:
-        return (WORD_GANG_MALFORMED, f"{gang.problem}: protected")
+        return (Rule.GANG_MALFORMED, f"{gang.problem}: protected")
     for member in unit.members:
+        rule: str
         if member.priority >= priority:
             rule, why = "priority", f"priority {member.priority} is not lower than {priority}"
         elif exclude and member.key in exclude:
@@ -104,9 +104,11 @@ def gang_protection(unit: Unit, priority: int, exclude: frozenset[ObjectKey]) ->
             why = verdict_reason(member.assessment, priority)
         else:
             continue
-        why = f"{WORD_GANG_MEMBER_PROTECTED}: gang {gang.name}: {member.key} [{rule}] {why}"
-        return (WORD_GANG_MEMBER_PROTECTED, why)
-    return (WORD_GANG_MEMBER_PROTECTED, f"{WORD_GANG_MEMBER_PROTECTED}: gang {gang.name}")
+        return (
+            Rule.GANG_MEMBER_PROTECTED,
+            f"{Rule.GANG_MEMBER_PROTECTED}: gang {gang.name}: {member.key} [{rule}] {why}",
+        )
+    return (Rule.GANG_MEMBER_PROTECTED, f"{Rule.GANG_MEMBER_PROTECTED}: gang {gang.name}")
 
 
 NO_SPLIT = Split([], 0, frozenset())
@@ -130,12 +132,12 @@ class Splits:
         table[node.name] = (node.version, split)
         return split
 
-    def reclaimable(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
+    def most_gpus(self, nodes: Iterable[NodeState], priority: int) -> dict[str, tuple[int, NodeState]]:
         """Per readable node (in the order given), its free plus reclaimable GPUs for the priority: from its
         split when it has one, else summed without making one (most nodes then rank for no shape)."""
         table = self.table.setdefault(priority, {})
         exclude = self.exclude
-        gains: dict[str, tuple[int, NodeState]] = {}
+        most: dict[str, tuple[int, NodeState]] = {}
         for node in nodes:
             if node.error is not None:
                 continue
@@ -151,5 +153,5 @@ class Splits:
                         and not (exclude and pod.key in exclude)
                     ]
                 )
-            gains[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)
-        return gains
+            most[node.name] = (node.alloc.gpus - node.used_gpus + reclaimable, node)
+        return most

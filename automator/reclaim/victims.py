@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 from automator.objects.resources import Requests
 from automator.reclaim.cluster_index import Candidate, NodeState
@@ -29,14 +30,6 @@ class NodeResult:
     split: Split
     misfit: str | None
     cut_off: bool = False  # the search ran out of budget: the node is skipped for this preemptor
-
-    @property
-    def reclaimable(self) -> int:
-        return self.split.reclaimable
-
-    @property
-    def not_lower(self) -> int:
-        return self.split.not_lower
 
 
 def set_key(victims: Sequence[Candidate]) -> SetKey:
@@ -57,21 +50,16 @@ NO_VICTIMS: SetKey = (0, 0, 0, 0, 0.0, ())
 def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) -> NodeResult:
     """Best victim set on one node for a preemptor with these requests (split: the node's candidates for
     the preemptor's priority)."""
-    alloc = node.alloc  # node.free(), inlined: every feasible node is searched while verdicts are recorded
-    free_g, free_c, free_m = (
-        alloc.gpus - node.used_gpus,
-        alloc.cpu_m - node.used_cpu,
-        alloc.memory - node.used_mem,
-    )
-    result = NodeResult(None, (), free_g, split, None)
-    if free_g >= req.gpus and free_c >= req.cpu_m and free_m >= req.memory:
+    result = NodeResult(None, (), node.alloc.gpus - node.used_gpus, split, None)
+    need = node.shortfall(req)
+    if need is None:
         result.key = NO_VICTIMS
         return result
-    need = (req.gpus - free_g, req.cpu_m - free_c, req.memory - free_m)
     if split.units:
-        return _with_units(result, node.name, need, split, pdbs, (free_c, free_m), req)
+        free = (req.cpu_m - need[1], req.memory - need[2])
+        return _with_units(result, node.name, need, split, pdbs, free, req)
     if need[0] > split.reclaimable or not split.eligible:
-        return result
+        return result  # even every eligible victim frees too few GPUs: no set fits
     found = best_set(split.eligible, need, pdbs)
     if found is CUT_OFF:
         result.cut_off = True
@@ -83,6 +71,7 @@ def search_node(node: NodeState, req: Requests, split: Split, pdbs: PdbIndex) ->
         result.key, result.victims = set_key(found), tuple(found)
     else:
         eligible = split.eligible
+        free_c, free_m = req.cpu_m - need[1], req.memory - need[2]
         cpu = free_c + sum(p.req.cpu_m for p in eligible)
         mem = free_m + sum(p.req.memory for p in eligible)
         result.misfit = _misfit(req, len(eligible), (free_c, cpu), (free_m, mem))
@@ -215,16 +204,18 @@ def best_set(eligible: Sequence[Candidate], need: tuple[int, int, int], pdbs: Pd
         rest = pods[starts[j] :]
         suffix.append(
             (
-                _prefix(sorted((p.req.gpus for p in rest), reverse=True)),
-                _prefix(sorted((p.req.cpu_m for p in rest), reverse=True)),
-                _prefix(sorted((p.req.memory for p in rest), reverse=True)),
-                _prefix(sorted(p.req.gpus for p in rest)),
-                _prefix(sorted(p.priority for p in rest)),
-                _prefix_f(sorted(p.age for p in rest)),
+                prefix_sums(sorted((p.req.gpus for p in rest), reverse=True), 0),
+                prefix_sums(sorted((p.req.cpu_m for p in rest), reverse=True), 0),
+                prefix_sums(sorted((p.req.memory for p in rest), reverse=True), 0),
+                prefix_sums(sorted(p.req.gpus for p in rest), 0),
+                prefix_sums(sorted(p.priority for p in rest), 0),
+                prefix_sums(sorted(p.age for p in rest), 0.0),
             )
         )
     min_prio = [min((c.priority for c in classes[j:]), default=0) for j in range(len(classes) + 1)]
     top_g = suffix[0][0]
+    # Fewer pods than the `lower` largest free too few GPUs; sizes go up, and the count comes first in the
+    # order, so the first size with a fitting set holds the best set.
     lower = next((k for k in range(n + 1) if top_g[k] >= need[0]), n + 1)
     search = _Search(classes, suffix, min_prio, need, pdbs)
     for size in range(max(lower, 1), n + 1):
@@ -267,16 +258,41 @@ def _few_best(
     return []
 
 
-def _prefix(values: list[int]) -> list[int]:
-    return list(itertools.accumulate(values, initial=0))
+_N = TypeVar("_N", int, float)
 
 
-def _prefix_f(values: list[float]) -> list[float]:
-    return list(itertools.accumulate(values, initial=0.0))
+def prefix_sums(values: Iterable[_N], zero: _N) -> list[_N]:
+    """[zero, v0, v0 + v1, ...]: entry k is the sum of the first k values (the bounds read sorted values)."""
+    return list(itertools.accumulate(values, initial=zero))
 
 
 # Steps (branches tried) one node's search may take for one preemptor before the node is skipped.
 SEARCH_BUDGET = 200_000
+
+
+class _Chosen(NamedTuple):
+    """What the pods chosen so far in a branch add up to, in the terms of the order."""
+
+    gpus: int
+    cpu: int
+    memory: int
+    max_priority: int
+    priority_sum: int
+    age: float  # run time lost
+
+    def plus(self, cls: _Class, take: int, picked: list[Candidate]) -> _Chosen:
+        """With `take` more pods of the class (`picked`, its first ones)."""
+        return _Chosen(
+            self.gpus + take * cls.gpus,
+            self.cpu + take * cls.cpu,
+            self.memory + take * cls.mem,
+            max(self.max_priority, cls.priority),
+            self.priority_sum + take * cls.priority,
+            self.age + sum(p.age for p in picked),
+        )
+
+
+NOTHING_CHOSEN = _Chosen(0, 0, 0, 0, 0, 0.0)
 
 
 class _Search:
@@ -311,88 +327,76 @@ class _Search:
 
     def run(self, size: int) -> None:
         self.best = None
-        self.chosen: list[Candidate] = []
-        self._branch(0, size, 0, 0, 0, 0, 0, 0.0)
+        self.taken: list[Candidate] = []
+        self._branch(0, size, NOTHING_CHOSEN)
 
-    def _branch(self, j: int, left: int, g: int, c: int, m: int, maxp: int, sump: int, age: float) -> None:
+    def _branch(self, j: int, left: int, chosen: _Chosen) -> None:
+        """Every way to fill `left` more slots from classes j.. onto the pods chosen so far."""
         self.steps += 1
         if self.steps > SEARCH_BUDGET:
             return
+        need_g, need_c, need_m = self.need
         if left == 0:
-            if g >= self.need[0] and c >= self.need[1] and m >= self.need[2]:
-                key = set_key(sorted(self.chosen, key=_rank))
+            if chosen.gpus >= need_g and chosen.cpu >= need_c and chosen.memory >= need_m:
+                key = set_key(sorted(self.taken, key=_rank))
                 if self.best is None or key < self.best[0]:
-                    self.best = (key, list(self.chosen))
+                    self.best = (key, list(self.taken))
             return
         top_g, top_c, top_m, low_g, low_p, low_a = self.suffix[j]
-        if left >= len(top_g):  # fewer pods left than slots
+        if left >= len(top_g):  # fewer pods left than slots: no set of this size down this branch
             return
-        if g + top_g[left] < self.need[0] or c + top_c[left] < self.need[1] or m + top_m[left] < self.need[2]:
+        # Even the `left` largest of the rest cannot free what is still needed: nothing down here fits.
+        if chosen.gpus + top_g[left] < need_g or chosen.cpu + top_c[left] < need_c:
+            return
+        if chosen.memory + top_m[left] < need_m:
             return
         if self.best is not None:
+            # Every set down this branch has the size of the best one, and at least these GPUs (the `left`
+            # fewest of the rest, and what is needed), highest priority (the lowest of the rest) and priority
+            # sum (the `left` lowest): when that is already worse, no set here comes first. Run times tie
+            # within a rounding step (0.002), so only a clearly larger run time lost prunes.
             bound = (
-                max(g + low_g[left], self.need[0]),
-                max(maxp, self.min_prio[j]),
-                sump + low_p[left],
+                max(chosen.gpus + low_g[left], need_g),
+                max(chosen.max_priority, self.min_prio[j]),
+                chosen.priority_sum + low_p[left],
             )
             best = self.best[0]
-            if bound > best[1:4] or (bound == best[1:4] and age + low_a[left] > best[4] + 0.002):
+            if bound > best[1:4] or (bound == best[1:4] and chosen.age + low_a[left] > best[4] + 0.002):
                 return
         cls = self.classes[j]
         most = min(left, len(cls.pods))
-        for pdb in cls.pdbs:
+        for pdb in cls.pdbs:  # more would take a PodDisruptionBudget below zero: no such set is allowed
             most = min(most, self.remaining.get(pdb, 0) - self.counts[pdb])
         least = 0
-        if self.forbidden[j]:
+        if self.forbidden[j]:  # a pod dominating it was left out: the best set never holds it (_dominates)
             most = min(most, 0)
-        if self.forced[j]:
+        if self.forced[j]:  # it dominates a pod taken: the best set holds it too
             least = 1
         for take in range(max(most, 0), least - 1, -1):
             if take and self.forces[j]:
                 for y in self.forces[j]:
                     self.forced[y] += 1
-                self._take(j, cls, take, left, g, c, m, maxp, sump, age)
+                self._take(j, cls, take, left, chosen)
                 for y in self.forces[j]:
                     self.forced[y] -= 1
             elif not take and self.forbids[j]:
                 for y in self.forbids[j]:
                     self.forbidden[y] += 1
-                self._branch(j + 1, left, g, c, m, maxp, sump, age)
+                self._branch(j + 1, left, chosen)
                 for y in self.forbids[j]:
                     self.forbidden[y] -= 1
             elif take:
-                self._take(j, cls, take, left, g, c, m, maxp, sump, age)
+                self._take(j, cls, take, left, chosen)
             else:
-                self._branch(j + 1, left, g, c, m, maxp, sump, age)
+                self._branch(j + 1, left, chosen)
 
-    def _take(
-        self,
-        j: int,
-        cls: _Class,
-        take: int,
-        left: int,
-        g: int,
-        c: int,
-        m: int,
-        maxp: int,
-        sump: int,
-        age: float,
-    ) -> None:
-        picked = cls.pods[:take]
-        self.chosen.extend(picked)
+    def _take(self, j: int, cls: _Class, take: int, left: int, chosen: _Chosen) -> None:
+        picked = cls.pods[:take]  # a class's first pods are always the best `take` of it (_Class)
+        self.taken.extend(picked)
         for pdb in cls.pdbs:
             self.counts[pdb] += take
-        self._branch(
-            j + 1,
-            left - take,
-            g + take * cls.gpus,
-            c + take * cls.cpu,
-            m + take * cls.mem,
-            max(maxp, cls.priority),
-            sump + take * cls.priority,
-            age + sum(p.age for p in picked),
-        )
-        del self.chosen[-take:]
+        self._branch(j + 1, left - take, chosen.plus(cls, take, picked))
+        del self.taken[-take:]
         for pdb in cls.pdbs:
             self.counts[pdb] -= take
 

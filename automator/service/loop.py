@@ -66,6 +66,8 @@ class Service:
     interval: float
     metrics: AutomatorMetrics
     is_leader: Callable[[], bool] = lambda: True
+    # Who holds the Lease (a pod name), as this replica last read it; None when unknown.
+    leader_identity: Callable[[], str | None] = lambda: None
     max_replans: int = 5
     max_evictions_per_hour: int | None = None
     clock: Callable[[], datetime] = _now
@@ -111,6 +113,8 @@ class Service:
         return True, f"ok: last pass {age:.0f} s ago"
 
     def decisions(self) -> dict[str, Any]:
+        if not self.is_leader():
+            return self._standby()
         with self._lock:
             last = self.last
         if last is None:
@@ -124,5 +128,21 @@ class Service:
             }
         else:
             body = last.to_json()
-        body["leader"] = self.is_leader()
+        body["leader"] = True
         return body
+
+    def _standby(self) -> dict[str, Any]:
+        """A standby runs no pass (a pass it ran as leader is stale): it names the replica that does."""
+        holder = self.leader_identity()
+        where = f"pod {holder} leads" if holder else "no replica is known to hold the Lease now"
+        return {
+            "decisions": [],
+            "unresolved": [],
+            "mode": str(self.mode),
+            "timestamp": None,
+            "result": "standby",
+            "reason": f"standby: {where}; the leader runs the passes and answers /decisions",
+            "acted": False,
+            "leader": False,
+            "leader_pod": holder,
+        }

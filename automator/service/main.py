@@ -239,6 +239,7 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         interval=settings.interval,
         metrics=metrics,
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        leader_identity=(lambda: elector.holder) if elector is not None else (lambda: None),
         max_replans=settings.max_replans,
         max_evictions_per_hour=settings.max_evictions_per_hour,
     )

@@ -389,6 +389,7 @@ def test_leader_election_respects_a_held_lease(fake_kube: FakeApiServer) -> None
         assert wait_until(lambda: lease_methods(fake_kube).count("GET") >= 2)
         assert not elector.is_leader
         assert "PUT" not in lease_methods(fake_kube) and holder(fake_kube) == "replica-0"
+        assert elector.holder == "replica-0"  # what a standby's /decisions names
     finally:
         elector.stop(timeout=10)
 
@@ -415,6 +416,10 @@ def test_hanging_lease_renewal_never_leaves_two_leaders(fake_kube: FakeApiServer
         leaders = [one.is_leader, two.is_leader or two.try_acquire_or_renew()]
         assert leaders.count(True) <= 1, (c1.t, leaders)
     assert not one.is_leader and two.is_leader  # replica 2 took over, replica 1 had already stepped down
+    assert two.holder == "replica-2"
+    assert one.holder == "replica-2"  # replica 1's reads still land: it names the new leader
+    c1.now += 16  # and once that record is older than the lease duration, by its own clock, nobody
+    assert one.holder is None
     assert holder(fake_kube) == "replica-2"
     assert fake_kube.requests("PUT", LEASE)[0].code == 504  # replica 1's renewals did hang
 

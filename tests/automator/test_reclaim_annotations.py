@@ -10,7 +10,7 @@ import pytest
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import pod_record
-from automator.objects.resources import FieldError
+from automator.objects.resources import FieldProblem
 from automator.reclaim.annotations import read_marks, reclaim_annotations
 from automator.reclaim.model import Decision, PlannerConfig, Victim
 from automator.reclaim.planner import plan
@@ -48,8 +48,8 @@ def test_a_time_with_a_zone_is_read_in_utc(text: str, expected: datetime) -> Non
 @pytest.mark.parametrize("text", [NAIVE, "2025-06-01", "20250601T1200Z", "yesterday", ""])
 def test_a_time_without_a_zone_or_not_rfc3339_is_malformed(text: str) -> None:
     last = read_marks({LAST_RECLAIM_ANNOTATION: text}).last
-    assert isinstance(last, FieldError) and last.field == LAST_RECLAIM_ANNOTATION
-    assert repr(text) in last.message
+    assert isinstance(last, FieldProblem) and last.path == LAST_RECLAIM_ANNOTATION
+    assert repr(text) in last.problem
 
 
 def test_a_naive_time_keeps_the_planner_in_cooldown() -> None:
@@ -77,7 +77,7 @@ def test_a_count_is_a_whole_number(text: str, count: int) -> None:
 @pytest.mark.parametrize("text", ["1_0", "-1", "1.0", "\u0663", "three", "9" * 30])
 def test_a_count_that_is_not_a_whole_number_of_ascii_digits_is_malformed(text: str) -> None:
     count = read_marks({RECLAIM_COUNT_ANNOTATION: text}).count
-    assert isinstance(count, FieldError) and count.field == RECLAIM_COUNT_ANNOTATION
+    assert isinstance(count, FieldProblem) and count.path == RECLAIM_COUNT_ANNOTATION
 
 
 @pytest.mark.parametrize("text", ["1_0", "-1"])
@@ -91,7 +91,7 @@ def test_a_malformed_count_gives_up_in_the_planner_and_starts_again_when_written
 
 def test_a_long_malformed_value_is_not_echoed_whole() -> None:
     count = read_marks({RECLAIM_COUNT_ANNOTATION: "x" * 5000}).count
-    assert isinstance(count, FieldError) and len(count.message) < 200
+    assert isinstance(count, FieldProblem) and len(count.problem) < 200
 
 
 def test_victims_are_keys_and_an_item_that_is_not_one_is_skipped() -> None:

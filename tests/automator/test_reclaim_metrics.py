@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from automator.metrics import AutomatorMetrics, MetricSpec, declare, unresolved_by_reason
+from automator.metrics import AutomatorMetrics, declare, row, unresolved_by_reason
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import pod_record
@@ -218,6 +218,6 @@ class _Declared:
 
 
 def test_a_metric_table_and_its_attributes_cannot_drift() -> None:
-    spec = MetricSpec("passes", Counter, "passes", "help")
+    spec = row("x_", "passes", "counter", "passes", "help")
     with pytest.raises(TypeError, match="forgotten"):
-        declare(_Declared(), CollectorRegistry(), "x_", [spec])
+        declare(_Declared(), CollectorRegistry(), [spec])

@@ -120,6 +120,24 @@ def test_standby_runs_no_pass_and_is_ready() -> None:
     assert http.get("/decisions").get_json()["leader"] is False
 
 
+def test_a_standby_names_the_leader_instead_of_no_pass() -> None:
+    leader = Leader(True)
+    svc, _, _ = make_service(leader=leader)
+    holder: list[str | None] = ["gpu-steward-automator-7c9f-abcde"]
+    svc.leader_identity = lambda: holder[0]
+    http = client_for(svc)
+    svc.run_once()
+    assert http.get("/decisions").get_json()["decisions"]  # the leader answers with its pass
+    leader.leading = False  # it lost the Lease: its pass is stale, another pod leads
+    body = http.get("/decisions").get_json()
+    assert body["result"] == "standby" and body["leader"] is False and body["decisions"] == []
+    assert body["leader_pod"] == holder[0] and holder[0] in body["reason"]
+    assert body["timestamp"] is None and body["acted"] is False
+    holder[0] = None  # nobody holds it (the last holder's record expired)
+    body = http.get("/decisions").get_json()
+    assert body["leader_pod"] is None and "no replica" in body["reason"]
+
+
 def test_metrics_endpoint() -> None:
     svc, _, _ = make_service()
     svc.run_once()

@@ -102,7 +102,7 @@ def _automator_activity(
     demo's DRA node."""
     while not stop_event.wait(1.0):
         dra.run_once()
-        keda.requests.labels(endpoint="http", status="200").inc()
+        keda.requests.labels(transport="http", status="200").inc()
         keda.refresh_duration.observe(0.05)
         keda.cache_age.set(3)
         keda.cached_queries.set(2)

@@ -1,5 +1,6 @@
 """The install manifests: every kustomization renders with kubectl's own kustomize, every built-in object
-validates against the Kubernetes 1.34 schemas, the overlays do what they say, and generated files are current.
+validates against the Kubernetes 1.33-1.37 schemas, the overlays do what they say, and generated files are
+current.
 
 Custom resources (Prometheus Operator, KEDA) have no schema here (no network to fetch the published CRDs):
 they are listed in NOT_VALIDATED and checked only for their apiVersion/kind/metadata shape.
@@ -19,9 +20,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from exporter.settings import Config
+from steward_common.quantity import parse_quantity
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 KUBERNETES_VERSION = "1.34.0"
+# The releases the manifests are validated against (docs/install.md): every object against each.
+KUBERNETES_VERSIONS = ("1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
 KUSTOMIZATIONS = [
     "",
     "overlays/enforce",
@@ -62,7 +68,8 @@ def _validate(obj: dict[str, Any]) -> None:
     assert isinstance(name, str) and name, f"{key}: metadata.name"
     if key in NOT_VALIDATED:
         return
-    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
@@ -178,3 +185,18 @@ def test_validation_rejects_a_broken_object() -> None:
     del deployment["spec"]["selector"]
     with pytest.raises(kubernetes_validate.ValidationError):
         _validate(deployment)
+
+
+# Memory a connection holds in the exporter's server while its TLS handshake is half sent (the worst case of
+# a connection): measured at about 47 kB (1,000 such connections to exporter/server.py's HttpServer).
+HANDSHAKE_BYTES = 48_000
+
+
+def test_the_exporters_connection_cap_fits_its_memory_limit() -> None:
+    (daemonset,) = [o for o in render("exporter") if o["kind"] == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    cap = int(env.get("GPU_STEWARD_HTTP_MAX_CONNECTIONS") or Config().http_max_connections)
+    limit = parse_quantity(container["resources"]["limits"]["memory"])
+    # Every connection at its worst takes at most a quarter of the limit: the rest is the snapshot's.
+    assert cap * HANDSHAKE_BYTES <= limit / 4, (cap, limit)

@@ -4,6 +4,7 @@ threads with many idle connections, and the web config file (TLS, basic auth).""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import http.client
 import socket
@@ -230,6 +231,32 @@ def test_tls_and_basic_auth(certs: Path) -> None:
             except ConnectionResetError:
                 answer = b""
             assert not answer.startswith(b"HTTP/1.1 200")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_a_half_sent_tls_handshake_is_closed_after_the_request_timeout(certs: Path) -> None:
+    # The handshake counts against --http-timeout (1 s here), not the keep-alive idle timeout (60 s here).
+    web = load_web_config(web_config(certs, users=False))
+    loop = make_loop()
+    server = HttpServer(
+        make_handler(Exposition(loop, "mock"), loop, web),
+        "127.0.0.1",
+        0,
+        Limits(workers=2, timeout=1.0, idle_timeout=60.0),
+        ssl_context=web.ssl_context,
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=30) as sock:
+            sock.sendall(b"\x16\x03\x01\x02\x00\x01")  # a ClientHello's first bytes, never the rest
+            started = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):  # closed by the server, either way
+                assert sock.recv(1024) == b""
+            assert time.monotonic() - started < 10
     finally:
         server.shutdown()
         server.server_close()

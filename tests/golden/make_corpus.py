@@ -8,7 +8,8 @@ answering with a clean error).
 Cases: the planner benchmark's clusters (tests/bench/bench_planner.py) at 125, 300, 1,250 and 5,000 nodes,
 seeds 1, 4 and 9, with the default eviction budget and without one; every cluster file in tests/ and
 deploy/demo/; malformed variants of each kind read (one field of one object given a wrong type or value);
-the DRA benchmark clusters (tests/bench/bench_dra.py) and the DRA fixtures.
+the DRA benchmark clusters (tests/bench/bench_dra.py) and the DRA fixtures; numbers (not quantity strings)
+whose reading decides a fit, read through their text (`cpu: 16.1` is 16100 millicores, not 16101).
 
 Regenerate: `PYTHONPATH=$PWD .venv/bin/python -m tests.golden.make_corpus` (writes tests/golden/corpus.json);
 tests/golden/test_golden.py compares a fresh run with it byte for byte.
@@ -402,6 +403,30 @@ def _malformed_cases() -> Iterator[Case]:
             )
 
 
+# -- numbers in a hand-written file, read through their text: the docs example's urgent-1 (16 cpu, after
+# train-a's eviction 4 of gpu-a's cpu stay taken) fits gpu-a exactly when the number is read as written
+
+QUANTITY_VARIANTS: tuple[tuple[str, str, Any, Any], ...] = (
+    # (variant, gpu-a's allocatable cpu, urgent-1's cpu request); 16.1 and 20.2 are a little above and a
+    # little below as binary floats
+    ("pod-cpu-float", "20100m", 16.1),
+    ("node-cpu-float", 20.2, "16200m"),
+)
+
+
+def _quantity_cases() -> Iterator[Case]:
+    docs_cluster, docs_usage = DOCS_EXAMPLE / "cluster.yaml", DOCS_EXAMPLE / "usage.yaml"
+    for variant, node_cpu, pod_cpu in QUANTITY_VARIANTS:
+        items = copy.deepcopy(_items(docs_cluster))
+        for item in items:
+            if item["metadata"]["name"] == "gpu-a":
+                item["status"]["allocatable"]["cpu"] = node_cpu
+            if item["metadata"]["name"] == "urgent-1":
+                item["spec"]["containers"][0]["resources"]["requests"]["cpu"] = pod_cpu
+        plan = ["plan", "--output", "json"]
+        yield _malformed_case(f"quantity-docs-{variant}-plan", docs_cluster, docs_usage, items, plan)
+
+
 # -- the DRA benchmark clusters
 
 
@@ -417,7 +442,7 @@ def _dra_bench_case(nodes: int) -> Case:
 
 
 def cases() -> list[Case]:
-    found = [*_bench_cases(), *_file_cases(), *_malformed_cases()]
+    found = [*_bench_cases(), *_file_cases(), *_malformed_cases(), *_quantity_cases()]
     found += [_dra_bench_case(125), _dra_bench_case(1250)]
     names = [c.name for c in found]
     assert len(names) == len(set(names)), "case names repeat"

@@ -24,6 +24,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 OUTPUT = HERE / "prometheus-config.yaml"
 NAMESPACE = "gpu-steward"
+# The scrape jobs' namespace is the only double-quoted text of the scrape file: deploy/transformers/
+# namespace replaces the quoted parts (kustomize replacements split a string at a delimiter) with an
+# overlay's namespace.
+NAMESPACE_QUOTE = '"'
 
 
 def _rule_generator() -> ModuleType:
@@ -63,9 +67,35 @@ def _job(name: str, port: str, *, honor_labels: bool) -> dict[str, Any]:
         "scrape_timeout": "10s",
         "honor_labels": honor_labels,
         # Core Endpoints are deprecated since Kubernetes 1.33; EndpointSlices replace them.
-        "kubernetes_sd_configs": [{"role": "endpointslice", "namespaces": {"names": [NAMESPACE]}}],
+        "kubernetes_sd_configs": [
+            {"role": "endpointslice", "namespaces": {"names": [_Namespace(NAMESPACE)]}}
+        ],
         "relabel_configs": relabel,
     }
+
+
+class _Namespace(str):
+    """A namespace name, written double-quoted (see NAMESPACE_QUOTE)."""
+
+
+def _dumper() -> type[yaml.SafeDumper]:
+    base: type[yaml.SafeDumper] = _rule_generator()._Dumper
+    dumper: type[yaml.SafeDumper] = type("Dumper", (base,), {})
+
+    def quoted(dumper: yaml.SafeDumper, value: _Namespace) -> yaml.ScalarNode:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style=NAMESPACE_QUOTE)
+
+    dumper.add_representer(_Namespace, quoted)
+    return dumper
+
+
+def scrape_text() -> str:
+    """The scrape file; the namespace is its only double-quoted text (checked here)."""
+    text = yaml.dump({"scrape_configs": scrape_configs()}, Dumper=_dumper(), sort_keys=False, width=1000)
+    quoted = f"{NAMESPACE_QUOTE}{NAMESPACE}{NAMESPACE_QUOTE}"
+    if text.count(NAMESPACE_QUOTE) != 2 * text.count(quoted) or not text.count(quoted):
+        raise ValueError("the scrape file quotes something besides its namespace")
+    return text
 
 
 def scrape_configs() -> list[dict[str, Any]]:
@@ -82,9 +112,7 @@ def render() -> str:
     groups = rules.load_groups(rules.source_files(REPO))
     data = {
         "gpu-steward-rules.yaml": yaml.dump({"groups": groups}, Dumper=dump, sort_keys=False, width=1000),
-        "gpu-steward-scrape.yaml": yaml.dump(
-            {"scrape_configs": scrape_configs()}, Dumper=dump, sort_keys=False, width=1000
-        ),
+        "gpu-steward-scrape.yaml": scrape_text(),
     }
     config_map = {
         "apiVersion": "v1",

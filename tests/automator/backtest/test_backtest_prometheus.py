@@ -23,12 +23,12 @@ import yaml
 from automator import cli
 from automator.backtest import history
 from automator.backtest.cli import policies
-from automator.backtest.cluster import KSM_QUERIES
+from automator.backtest.cluster import KSM_QUERIES, NODE_ALLOCATABLE
 from automator.backtest.run import run_backtest
 from automator.prom import PrometheusAdapter
 from tests.automator.backtest.backfill import END, Pod, build
 from tests.automator.backtest.test_reconstruction import CLASSES as CLASS_ITEMS
-from tools.promserver import Prometheus, start_backfilled_prometheus
+from tools.promserver import Prometheus, start_backfilled_prometheus, start_prometheus
 
 H, M = 3600, 60
 F = (int(time.time()) // H) * H - 6 * H
@@ -221,3 +221,21 @@ def test_chunks_change_nothing_but_the_query_count(
         prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
     )
     assert result.queries == 2 * (WINDOW // STEP + 1) + 7 * (len(KSM_QUERIES) + 1) + 2
+
+
+def test_a_prometheus_without_kube_state_metrics_is_named_as_the_cause(
+    prometheus: Prometheus, classes_file: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The backfilled history has kube-state-metrics: no such warning.
+    assert not [w for w in _backtest(prometheus, classes_file, capsys)["warnings"] if "kube_pod_info" in w]
+    # A real Prometheus that never scraped kube-state-metrics: every step without data, and the report says
+    # which series are missing and where to look.
+    empty = start_prometheus(tmp_path / "empty", {})
+    try:
+        report = _backtest(empty, classes_file, capsys)
+    finally:
+        empty.stop()
+    [policy] = report["policies"]
+    assert policy["totals"]["steps_without_data"] == policy["totals"]["steps"] > 0
+    (warning,) = [w for w in report["warnings"] if "kube-state-metrics" in w and "kube_pod_info" in w]
+    assert NODE_ALLOCATABLE in warning and "scraped by this Prometheus" in warning

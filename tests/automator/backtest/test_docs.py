@@ -3,13 +3,14 @@ query load it states, and its worked example, rerun on the same history."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 from pathlib import Path
 
 import pytest
 
-from automator import cli
+from automator import cli, settings
 from automator.backtest.cli import MAX_POLICIES, SWEEP_ALIASES
 from automator.backtest.cluster import KSM_QUERIES
 from automator.backtest.history import CHUNK_STEPS
@@ -79,3 +80,21 @@ def test_worked_example_is_what_the_command_prints(
 def _shifted(stamp: str, shift: int) -> str:
     t = int(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))) - time.timezone
     return _stamp(t + shift)
+
+
+def _synopsis_flags(text: str) -> set[str]:
+    synopsis = text.split("```\ngpu-automator backtest", 1)[1].split("```", 1)[0]
+    return set(re.findall(r"--[a-z][-a-z]*", synopsis))
+
+
+def test_the_synopsis_lists_every_flag_but_the_planners() -> None:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    backtest = {o for a in sub.choices["backtest"]._actions for o in a.option_strings if o.startswith("--")}
+    planner_parser = argparse.ArgumentParser()
+    settings.add_planner_arguments(planner_parser)
+    planner = {o for a in planner_parser._actions for o in a.option_strings}
+    assert _synopsis_flags(_doc()) == backtest - planner - {"--help"}
+    # The one approximation that can evict more is named, with the flag that turns it off.
+    approximations = _doc().split("## Approximations", 1)[1].split("\n## ", 1)[0]
+    assert "evict *more*" in approximations and "--strict-placement" in approximations

@@ -218,8 +218,8 @@ def test_requests_are_counted_by_status() -> None:
     client, _c, _p, _clock, metrics = make()
     client.get(URL + "&profile=training")
     client.get(URL + "&profile=nope")
-    assert metrics.requests.labels(endpoint="http", status="200")._value.get() == 1
-    assert metrics.requests.labels(endpoint="http", status="400")._value.get() == 1
+    assert metrics.requests.labels(transport="http", status="200")._value.get() == 1
+    assert metrics.requests.labels(transport="http", status="400")._value.get() == 1
 
 
 # --- authentication ----------------------------------------------------------------------------------

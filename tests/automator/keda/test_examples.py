@@ -16,6 +16,7 @@ import yaml
 from automator.cli import main
 from automator.keda.request import METRICS_PATH, VALUE_LOCATION, question
 from automator.keda.settings import KEDA_SETTINGS
+from tests.deploy.test_crds import minimum_keda
 
 KEDA_GRPC = next(s for s in KEDA_SETTINGS if s.flag == "--keda-grpc-port")
 
@@ -80,6 +81,16 @@ def test_bad_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str])
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["Gpu_Steward", "has space", "x..y", "trailing-", "a" * 254, ""])
+def test_a_secret_name_the_api_would_refuse_exits_2_naming_it(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["keda", "scaledobject", "--namespace", "ml", "--deployment", "api", "--profile", "training"]
+    assert main([*argv, "--secret", name]) == 2
+    assert "--secret" in capsys.readouterr().err
+    assert main([*argv, "--secret", "team.gpu-steward-keda"]) == 0  # a dotted name is an object name too
+
+
 def test_api_key_and_selector(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["keda", "scaledobject", "--namespace", "ml", "--selector", "app=trainer", "--profile", "training"]
     assert main([*argv, "--scale-target", "StatefulSet/trainer", "--auth", "apiKey"]) == 0
@@ -130,3 +141,55 @@ def test_keda_grpc_overlay_opens_the_scaler_port_the_example_names() -> None:
     address = so["spec"]["triggers"][0]["metadata"]["scalerAddress"]
     ns = service["metadata"]["namespace"]
     assert address == f"{service['metadata']['name']}.{ns}.svc:{grpc_port['port']}"
+
+
+DOCS = REPO / "docs" / "keda.md"
+GENERATED_MARK = "<!-- generated: "
+
+
+def _generated_blocks() -> list[tuple[str, str]]:
+    """(arguments, YAML) of every docs/keda.md block marked as the command's output."""
+    blocks = []
+    for part in DOCS.read_text().split(GENERATED_MARK)[1:]:
+        args, rest = part.split(" -->", 1)
+        body = rest.split("```yaml\n", 1)[1].split("```", 1)[0]
+        blocks.append((args, body))
+    return blocks
+
+
+def test_the_docs_examples_are_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    # Each document of a marked block (the block may show some of the printed documents) is one that the
+    # command prints for those arguments, field for field.
+    blocks = _generated_blocks()
+    assert blocks
+    for args, body in blocks:
+        assert main(shlex.split(args)) == 0, args
+        printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+        shown = [d for d in yaml.safe_load_all(body) if d]
+        assert shown, args
+        for doc in shown:
+            assert doc in printed, (args, doc)
+
+
+def test_the_docs_name_the_metrics_api_auth_key_the_command_writes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["keda", "scaledobject", "--namespace", "n", "--deployment", "d", "--profile", "batch"]) == 0
+    (scaled,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "ScaledObject"]
+    (key,) = [k for k in scaled["spec"]["triggers"][0]["metadata"] if k.lower().startswith("authmode")]
+    text = DOCS.read_text()
+    assert f"`{key}" in text
+    wrong = "authModes" if key == "authMode" else "authMode"
+    assert f"`{wrong}" not in text and f"{wrong}:" not in text
+
+
+def test_the_quick_start_names_the_keda_its_command_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    quick = DOCS.read_text().split("## Set-up in five minutes", 1)[1].split("\n## ", 1)[0]
+    (line,) = [
+        x.strip() for x in quick.splitlines() if x.strip().startswith("gpu-automator keda scaledobject")
+    ]
+    command = line.split("|", 1)[0].split()[1:]
+    assert main(command) == 0
+    (scaled,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "ScaledObject"]
+    major, minor = minimum_keda(scaled)
+    assert f"KEDA {major}.{minor} or newer" in quick
