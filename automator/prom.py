@@ -15,22 +15,18 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
 
 from automator.dra.model import ContainerUsage
 from automator.objects.model import PodKey, PodUsage
 from automator.ports import PrometheusUnavailable, Usage, When, Windows
+from automator.prom_http import Endpoint, HttpFailure, get_result
 from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
 from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS
 from steward_common.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
+from steward_common.urls import redact_url, userinfo
 
 log = logging.getLogger(__name__)
 
@@ -184,14 +180,6 @@ def parse_recent_result(
     return fresh, at
 
 
-def redact_url(url: str) -> str:
-    """The URL as it may be shown: any userinfo replaced by `***` (the adapter still sends it)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
-
-
 @dataclass(frozen=True)
 class PrometheusCredentials:
     """How the adapter authenticates to Prometheus; read from files so no secret sits in a flag."""
@@ -205,8 +193,19 @@ class PrometheusCredentials:
         return tuple(x for x in found if x)
 
 
+# The largest answer read: an instant answer carries one sample per pod and statistic (about 2 MB at
+# 10,000 pods); a range answer (the backtest) up to 240 per series.
+MAX_ANSWER_BYTES = 64 * 2**20
+MAX_RANGE_ANSWER_BYTES = 512 * 2**20
+
+
 class PrometheusAdapter:
-    """Reads the recorded GPU series and cAdvisor CPU usage for a pass."""
+    """Reads the recorded GPU series and cAdvisor CPU usage for a pass.
+
+    Every query ends by one deadline (`timeout` seconds: connect, headers and body together), reads at most
+    MAX_ANSWER_BYTES (MAX_RANGE_ANSWER_BYTES for range queries) and follows no redirect
+    (automator/prom_http.py).
+    """
 
     def __init__(
         self,
@@ -215,26 +214,17 @@ class PrometheusAdapter:
         rule_interval: float = 30.0,
         observe_query: Callable[[float], None] | None = None,
         credentials: PrometheusCredentials | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         creds = credentials or PrometheusCredentials()
-        session = requests.Session()
-        if creds.ca_file:
-            session.verify = creds.ca_file
-        headers = {"Authorization": f"Bearer {creds.bearer_token}"} if creds.bearer_token else None
-        # No retries: a pass runs every --interval seconds anyway, and a retry would hide a slow Prometheus.
-        self._client = PrometheusConnect(
-            url=url,
-            timeout=timeout,
-            retry=Retry(total=0, raise_on_status=False),
-            headers=headers,
-            auth=creds.basic_auth,
-            session=session,
-        )
+        # ValueError, showing no userinfo, for a URL that is not http(s) with a host
+        self._endpoint = Endpoint.of(url, creds.bearer_token, creds.basic_auth, creds.ca_file)
         # What an error text must never carry: the URL's userinfo and the credentials' values.
-        parts = urlsplit(url)
-        self._secrets = tuple(x for x in (parts.password, parts.username) if x) + creds.secrets()
+        self._secrets = tuple(x for x in userinfo(url) or () if x) + creds.secrets()
         self.url = redact_url(url)
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
+        self.max_range_answer_bytes = max(max_answer_bytes, MAX_RANGE_ANSWER_BYTES)
         self.rule_interval = rule_interval
         self._observe = observe_query
         self.queries_last_call = 0
@@ -247,12 +237,14 @@ class PrometheusAdapter:
 
     def _query(self, expr: str, what: str, at: datetime | float | None) -> list[dict[str, Any]]:
         stamp = at.timestamp() if isinstance(at, datetime) else at
-        params = {"time": f"{stamp:.3f}"} if stamp is not None else None
+        params = {"query": expr}
+        if stamp is not None:
+            params["time"] = f"{stamp:.3f}"
         if self.answers is None or stamp is None:
-            return self._ask(what, lambda: self._client.custom_query(expr, params=params))
+            return self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
         key = (expr, stamp)
         if key not in self.answers:
-            self.answers[key] = self._ask(what, lambda: self._client.custom_query(expr, params=params))
+            self.answers[key] = self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
         return self.answers[key]
 
     def query_at(self, expr: str, what: str, at: float) -> list[dict[str, Any]]:
@@ -260,38 +252,29 @@ class PrometheusAdapter:
         return self._query(expr, what, at)
 
     def query_range(self, expr: str, start: int, end: int, step: int, what: str) -> list[dict[str, Any]]:
-        """A range query (whole seconds: the client rounds them) answered as a matrix, one entry per series;
-        PrometheusUnavailable as for instant queries. The caller keeps (end - start) / step small: Prometheus
-        refuses more than 11,000 points per series."""
+        """A range query (whole seconds) answered as a matrix, one entry per series; PrometheusUnavailable
+        as for instant queries. The caller keeps (end - start) / step small: Prometheus refuses more than
+        11,000 points per series."""
+        params = {"query": expr, "start": str(start), "end": str(end), "step": f"{step}s"}
+        return self._ask(what, "/api/v1/query_range", params, self.max_range_answer_bytes)
 
-        def ask() -> Any:
-            start_time, end_time = (datetime.fromtimestamp(t, tz=UTC) for t in (start, end))
-            return self._client.custom_query_range(expr, start_time, end_time, f"{step}s")
-
-        return self._ask(what, ask)
-
-    def _ask(self, what: str, call: Callable[[], Any]) -> list[dict[str, Any]]:
+    def _ask(self, what: str, path: str, params: dict[str, str], max_bytes: int) -> list[dict[str, Any]]:
         self.queries_last_call += 1
         self.queries_total += 1
         start = time.monotonic()
         try:
-            result = call()
-        except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError) as e:
-            # ValueError: a body that is not JSON (a proxy's HTML page); KeyError: JSON without data.result.
-            # The exception text repeats the URL-encoded query: keep the reason readable.
-            text = str(e)
-            timed_out = isinstance(e, requests.Timeout) or "timed out" in text
-            kind = f"timed out after {self.timeout:g}s" if timed_out else type(e).__name__
-            if "(Caused by " in text:  # requests: the cause is at the end, after the encoded query
-                text = text.split("(Caused by ", 1)[1].removesuffix(")")
-            detail = self._scrub(text if len(text) <= 300 else text[:300] + "...")
-            raise PrometheusUnavailable(f"{what} query to {self.url} failed ({kind}): {detail}") from e
+            result = get_result(self._endpoint, path, params, self.timeout, max_bytes)
+        except HttpFailure as e:
+            kind = f"timed out after {self.timeout:g}s" if e.timed_out else "failed"
+            detail = self._scrub(e.reason)
+            raise PrometheusUnavailable(f"{what} query to {self.url} {kind}: {detail}") from None
         finally:
             if self._observe is not None:
                 self._observe(time.monotonic() - start)
-        if not isinstance(result, list):
+        if not isinstance(result, list) or not all(isinstance(s, dict) for s in result):
+            shown = self._scrub(repr(result)[:200])
             raise PrometheusUnavailable(
-                f"{what} query to {self.url}: result is not a vector or matrix: {result!r:.200}"
+                f"{what} query to {self.url}: result is not a vector or matrix: {shown}"
             )
         return result
 

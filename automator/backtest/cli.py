@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from automator import settings
 from automator.objects.resources import FieldError, parse_time
 from steward_common import settingspec as spec
+from steward_common.urls import http_url
 
 if TYPE_CHECKING:  # the planner is loaded by the run alone: `gpu-automator --help` starts without it
     from automator.backtest.replay import Policy
@@ -223,14 +224,16 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
     lookahead = duration(args.lookahead, "--lookahead")
     if not 1 <= lookahead <= 86_400:
         raise BacktestError(f"--lookahead: {lookahead} s is not between 1 s and 1 day")
-    if not args.prometheus.strip():
-        raise BacktestError("--prometheus: empty URL")
+    try:
+        url = http_url(args.prometheus)
+    except ValueError as exc:
+        raise BacktestError(f"--prometheus: {exc}") from None
     try:
         extra = spec.resolve(args, BACKTEST_SETTINGS[1:], os.environ)
     except settings.SettingError as exc:
         raise BacktestError(str(exc)) from None
     return Options(
-        args.prometheus.strip(),
+        url,
         start,
         end,
         step,
