@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 import math
 import re
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from automator.dra.model import ContainerUsage
 from automator.objects.model import PodKey, PodUsage
 from automator.ports import PrometheusUnavailable, Usage, When, Windows
 from automator.prom_http import Endpoint, HttpFailure, get_result
+from automator.settings import SettingError, secret_file
 from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
 from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS
 from steward_common.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
@@ -180,6 +183,43 @@ def parse_recent_result(
     return fresh, at
 
 
+def _stamp_problem(stamp: Any) -> str | None:
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+        return f"time {stamp!r:.40} is not a finite number"
+    return None
+
+
+def point_problem(point: Any) -> str | None:
+    """What is wrong with one [time, "value"] pair of an answer (None: nothing). The value is left as text:
+    a non-finite one means something per reader (a pod unknown, or an unreadable history)."""
+    if not isinstance(point, list) or len(point) != 2:
+        return f"sample {point!r:.60} is not a [time, value] pair"
+    if not isinstance(point[1], str):
+        return f"sample value {point[1]!r:.40} is not text"
+    return _stamp_problem(point[0])
+
+
+def answer_problem(result: Any) -> str | None:
+    """What is wrong with an answer's data.result (None: a vector or matrix of well-formed series): each
+    series an object whose labels are an object of text, with one pair (`value`) or a list of pairs
+    (`values`: each checked by its reader, which walks them anyway)."""
+    if not isinstance(result, list):
+        return f"not a vector or matrix: {result!r:.200}"
+    for series in result:
+        if not isinstance(series, dict):
+            return f"series {series!r:.60} is not an object"
+        labels = series.get("metric", {})
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            return f"labels {labels!r:.100} are not an object of text"
+        if "value" in series:
+            problem = point_problem(series["value"])
+            if problem is not None:
+                return problem
+        elif not isinstance(series.get("values"), list):
+            return f"series {labels!r:.100} has neither a value nor a list of values"
+    return None
+
+
 @dataclass(frozen=True)
 class PrometheusCredentials:
     """How the adapter authenticates to Prometheus; read from files so no secret sits in a flag."""
@@ -197,6 +237,34 @@ class PrometheusCredentials:
 # 10,000 pods); a range answer (the backtest) up to 240 per series.
 MAX_ANSWER_BYTES = 64 * 2**20
 MAX_RANGE_ANSWER_BYTES = 512 * 2**20
+
+
+def read_credentials(
+    bearer_token_file: str | None, basic_auth_file: str | None, ca_file: str | None
+) -> PrometheusCredentials:
+    """The credentials for Prometheus from their files (run's and backtest's flags of the same names),
+    read once; SettingError names the flag, never the content."""
+    token = basic = None
+    if bearer_token_file:
+        token = secret_file("--prometheus-bearer-token-file", bearer_token_file)
+    if basic_auth_file:
+        flag = "--prometheus-basic-auth-file"
+        user, sep, password = secret_file(flag, basic_auth_file).partition(":")
+        if not sep or not user or not password:
+            raise SettingError(f"{flag}: expected one line 'user:password'")
+        basic = (user, password)
+    if token and basic:
+        raise SettingError(
+            "--prometheus-bearer-token-file and --prometheus-basic-auth-file exclude each other"
+        )
+    if ca_file:
+        if not Path(ca_file).is_file():
+            raise SettingError(f"--prometheus-ca-file: {ca_file} is not a readable file")
+        try:
+            ssl.create_default_context(cafile=ca_file)
+        except (ssl.SSLError, OSError) as e:
+            raise SettingError(f"--prometheus-ca-file: {ca_file} holds no usable PEM certificate: {e}") from e
+    return PrometheusCredentials(token, basic, ca_file)
 
 
 class PrometheusAdapter:
@@ -231,7 +299,8 @@ class PrometheusAdapter:
         self.queries_total = 0  # every query since the adapter was made (the backtest reports it)
         # Answers kept by (query, evaluation time) while the caller wants them (the backtest, for one step:
         # the policies of a sweep ask the same queries at the same time, and Prometheus answers them once).
-        self.answers: dict[tuple[str, float], list[dict[str, Any]]] | None = None
+        # A failed query is kept as its failure.
+        self.answers: dict[tuple[str, float], list[dict[str, Any]] | PrometheusUnavailable] | None = None
         self.nonfinite_last_call = 0
         self.clock_skew_seconds: float | None = None
 
@@ -244,8 +313,15 @@ class PrometheusAdapter:
             return self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
         key = (expr, stamp)
         if key not in self.answers:
-            self.answers[key] = self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
-        return self.answers[key]
+            try:
+                self.answers[key] = self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
+            except PrometheusUnavailable as e:
+                # remembered too: the other policies of the step get the failure, not another wait
+                self.answers[key] = e
+        found = self.answers[key]
+        if isinstance(found, PrometheusUnavailable):
+            raise PrometheusUnavailable(found.reason)
+        return found
 
     def query_at(self, expr: str, what: str, at: float) -> list[dict[str, Any]]:
         """One instant query evaluated at `at` (Unix seconds); PrometheusUnavailable on any failure."""
@@ -271,12 +347,14 @@ class PrometheusAdapter:
         finally:
             if self._observe is not None:
                 self._observe(time.monotonic() - start)
-        if not isinstance(result, list) or not all(isinstance(s, dict) for s in result):
-            shown = self._scrub(repr(result)[:200])
+        problem = answer_problem(result)
+        if problem is not None:
+            query = params["query"]
+            shown = query if len(query) <= 200 else query[:200] + "..."
             raise PrometheusUnavailable(
-                f"{what} query to {self.url}: result is not a vector or matrix: {shown}"
+                f"{what} query to {self.url} unreadable ({shown!r}): {self._scrub(problem)}"
             )
-        return result
+        return result  # type: ignore[no-any-return]
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -339,10 +417,14 @@ class PrometheusAdapter:
             key = _key(series, q)
             if key not in keys:
                 continue
+            values = series.get("values") or []
             try:
-                points = [(float(t), float(v)) for t, v in series.get("values") or []]
-            except (TypeError, ValueError) as e:
-                raise PrometheusUnavailable(f"unparsable samples for {key} in {q!r}") from e
+                problem = next(filter(None, map(point_problem, values)), None)
+                if problem is not None:
+                    raise ValueError(problem)
+                points = [(float(t), float(v)) for t, v in values]
+            except ValueError as e:
+                raise PrometheusUnavailable(f"unparsable samples for {key} in {q!r:.300}: {e}") from e
             found[key] = sorted(p for p in points if math.isfinite(p[1]))
         return found
 

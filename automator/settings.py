@@ -12,6 +12,7 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from automator.keda import settings as keda
@@ -312,3 +313,24 @@ def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
             "(two replicas would both evict)"
         )
     return settings
+
+
+# A token or "user:password" line; anything larger is not a credential file.
+MAX_SECRET_BYTES = 16384
+
+
+def secret_file(flag: str, path: str) -> str:
+    """A credential file's first line, stripped; SettingError names the flag, never the content."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise SettingError(f"{flag}: cannot read {path}: {e.strerror}") from e
+    if len(raw) > MAX_SECRET_BYTES:
+        raise SettingError(f"{flag}: {path} is larger than {MAX_SECRET_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise SettingError(f"{flag}: cannot read {path}: not UTF-8 text") from e
+    if not text or "\n" in text or not text.isprintable():
+        raise SettingError(f"{flag}: {path} must hold one non-empty line of printable text")
+    return text

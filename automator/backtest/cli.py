@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # the planner is loaded by the run alone: `gpu-automator --he
 COMMAND = "backtest"
 MAX_POLICIES = 64
 MAX_STEPS = 1_000_000  # a year at 30 s steps: more is a typo in --from, --to or --step
+# More queries than this (a week at 30 s steps makes about 42,000) run only with --yes: the count is said
+MAX_QUERIES = 100_000
 DEFAULT_LOOKAHEAD = "30m"
 
 SWEEP_ALIASES: Mapping[str, str] = {
@@ -42,7 +44,11 @@ SWEEP_ALIASES: Mapping[str, str] = {
 # The settings of run a backtest also applies (the rest of run's are about serving, not deciding).
 _SERVICE = {s.flag: s for s in settings.SERVICE_SETTINGS}
 HOURLY = _SERVICE["--max-evictions-per-hour"]
-BACKTEST_SETTINGS = (HOURLY, _SERVICE["--rule-interval"], _SERVICE["--prometheus-timeout"])
+CREDENTIALS = tuple(
+    _SERVICE[f]
+    for f in ("--prometheus-bearer-token-file", "--prometheus-basic-auth-file", "--prometheus-ca-file")
+)
+BACKTEST_SETTINGS = (HOURLY, _SERVICE["--rule-interval"], _SERVICE["--prometheus-timeout"], *CREDENTIALS)
 _SWEEPABLE = {
     s.flag.removeprefix("--"): s
     for s in (*settings.PLANNER_SETTINGS, HOURLY)
@@ -68,6 +74,9 @@ class Options:
     rule_interval: float
     timeout: float
     strict_placement: bool = False
+    # run's credential files: bearer token, basic auth, CA (automator/prom.py read_credentials)
+    credentials: tuple[str | None, str | None, str | None] = (None, None, None)
+    yes: bool = False  # run even above MAX_QUERIES
 
 
 def add_parser(sub: Any) -> None:
@@ -93,6 +102,11 @@ def add_parser(sub: Any) -> None:
         "--strict-placement",
         action="store_true",
         help="a pending pod that history never shows on a node (nor its owner's pods) fits no node",
+    )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"run even when the backtest would make more than {MAX_QUERIES:,} Prometheus queries",
     )
     p.add_argument("--output", choices=("text", "json", "html"), default="text")
     p.add_argument("--out", metavar="FILE", help="write the report here (default: standard output)")
@@ -245,4 +259,6 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
         extra["rule_interval"],
         extra["prometheus_timeout"],
         args.strict_placement,
+        tuple(extra[s.dest] for s in CREDENTIALS),
+        bool(getattr(args, "yes", False)),
     )

@@ -7,13 +7,15 @@ bound), and the live adapter's own usage queries at each step (automator/prom.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from automator.backtest.cluster import KSM_QUERIES, POD_INFO, Evidence, Frame
+from automator.backtest.replay import Policy
 from automator.ports import PrometheusUnavailable
-from automator.prom import PrometheusAdapter
+from automator.prom import PrometheusAdapter, point_problem
 
 # Steps per range query: Prometheus refuses more than 11,000 points per series, and a chunk's answers are
 # held in memory while its steps are replayed.
@@ -41,19 +43,32 @@ class Grid:
             yield first, min(CHUNK_STEPS, self.count - first)
 
 
+def _unreadable(metric: str, problem: str) -> PrometheusUnavailable:
+    return PrometheusUnavailable(f"{metric} query {KSM_QUERIES[metric]!r} unreadable: {problem}")
+
+
 def _frames(
     grid: Grid, first: int, count: int, answers: dict[str, list[dict[str, Any]]]
 ) -> list[dict[str, list[tuple[dict[str, str], float]]]]:
+    """Each step's samples; every point checked (a [finite time, finite value] pair): anything else makes
+    the answer unreadable, naming the query (the adapter has checked the series and their labels)."""
     frames: list[dict[str, list[tuple[dict[str, str], float]]]] = [{} for _ in range(count)]
     for metric, matrix in answers.items():
         for series in matrix:
             labels = series.get("metric") or {}
-            for stamp, text in series.get("values") or []:
-                i = round((float(stamp) - grid.start) / grid.step) - first
+            for point in series.get("values") or ():
+                problem = point_problem(point)
+                if problem is not None:
+                    raise _unreadable(metric, f"{labels!r:.100}: {problem}")
                 try:
-                    value = float(text)
-                except (TypeError, ValueError) as e:
-                    raise PrometheusUnavailable(f"{metric}: unparsable sample {text!r}") from e
+                    value = float(point[1])
+                except ValueError:
+                    value = math.nan
+                if not math.isfinite(value):
+                    raise _unreadable(
+                        metric, f"{labels!r:.100}: sample {point[1]!r:.40} is not a finite number"
+                    )
+                i = round((point[0] - grid.start) / grid.step) - first
                 if 0 <= i < count:
                     frames[i].setdefault(metric, []).append((labels, value))
     return frames
@@ -64,6 +79,16 @@ def ksm_frames(prom: PrometheusAdapter, grid: Grid, first: int, count: int) -> l
     start, end = grid.at(first), grid.at(first + count - 1)
     answers = {m: prom.query_range(q, start, end, grid.step, m) for m, q in KSM_QUERIES.items()}
     return list(_frames(grid, first, count, answers))
+
+
+def estimated_queries(grid: Grid, policies: Sequence[Policy]) -> int:
+    """The queries a run makes, about: per step the usage queries of the policies' distinct windows (the
+    recent window's and the default idle window's: a class's own window or CPU idleness adds more), per
+    chunk one range query per kube-state-metrics metric and the evidence query; look-aheads not counted."""
+    recent = {p.config.recent_window_seconds for p in policies}
+    windows = {p.config.default_gpu_idle_seconds for p in policies}
+    chunks = -(-grid.count // CHUNK_STEPS)
+    return grid.count * (len(recent) + len(windows)) + chunks * (len(KSM_QUERIES) + 1)
 
 
 def evidence_query(seconds: int) -> str:

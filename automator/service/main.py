@@ -34,7 +34,7 @@ from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElecto
 from automator.metrics import AutomatorMetrics
 from automator.objects.cache import RecordCache
 from automator.ports import KubeAdapter
-from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials
+from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials, read_credentials
 from automator.service.cooldown import ActuatorState, evictions_record, restore_evictions
 from automator.service.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.service.scheduling import Job, Wiring, serve
@@ -48,7 +48,7 @@ from automator.service.web import (
     http_server,
     usable_token,
 )
-from automator.settings import ServiceSettings, SettingError, service_settings
+from automator.settings import ServiceSettings, SettingError, secret_file, service_settings
 from steward_common.conventions import COMPONENT
 from steward_common.printable import log_handler
 
@@ -73,8 +73,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-# A token or "user:password" line; anything larger is not a credential file.
-MAX_SECRET_BYTES = 16384
 
 
 def _package_version() -> str:
@@ -99,7 +97,7 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     token: str | None = None
     if settings.decisions_token_file:
         flag = "--decisions-token-file"
-        token = _secret_file(flag, settings.decisions_token_file)
+        token = secret_file(flag, settings.decisions_token_file)
         if not usable_token(token):
             raise SettingError(
                 f"{flag}: {settings.decisions_token_file}: a bearer token is one word of visible ASCII "
@@ -108,42 +106,13 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     return DecisionsAccess(settings.decisions_endpoint, token)
 
 
-def _secret_file(flag: str, path: str) -> str:
-    """A credential file's first line, stripped; SettingError names the flag, never the content."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise SettingError(f"{flag}: cannot read {path}: {e.strerror}") from e
-    if len(raw) > MAX_SECRET_BYTES:
-        raise SettingError(f"{flag}: {path} is larger than {MAX_SECRET_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as e:
-        raise SettingError(f"{flag}: cannot read {path}: not UTF-8 text") from e
-    if not text or "\n" in text or not text.isprintable():
-        raise SettingError(f"{flag}: {path} must hold one non-empty line of printable text")
-    return text
-
-
 def prometheus_credentials(settings: ServiceSettings) -> PrometheusCredentials:
     """The credentials for Prometheus, read once at start from their files."""
-    token = basic = None
-    if settings.prometheus_bearer_token_file:
-        token = _secret_file("--prometheus-bearer-token-file", settings.prometheus_bearer_token_file)
-    if settings.prometheus_basic_auth_file:
-        flag = "--prometheus-basic-auth-file"
-        user, sep, password = _secret_file(flag, settings.prometheus_basic_auth_file).partition(":")
-        if not sep or not user or not password:
-            raise SettingError(f"{flag}: expected one line 'user:password'")
-        basic = (user, password)
-    if token and basic:
-        raise SettingError(
-            "--prometheus-bearer-token-file and --prometheus-basic-auth-file exclude each other"
-        )
-    ca = settings.prometheus_ca_file
-    if ca and not Path(ca).is_file():
-        raise SettingError(f"--prometheus-ca-file: {ca} is not a readable file")
-    return PrometheusCredentials(token, basic, ca)
+    return read_credentials(
+        settings.prometheus_bearer_token_file,
+        settings.prometheus_basic_auth_file,
+        settings.prometheus_ca_file,
+    )
 
 
 def _restore_budget(state: ActuatorState, found: Mapping[str, str], cap: int) -> None:
