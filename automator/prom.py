@@ -14,17 +14,19 @@ import math
 import re
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from automator.dra.model import ContainerUsage
 from automator.objects.model import PodKey, PodUsage
 from automator.ports import PrometheusUnavailable, Usage, When, Windows
-from automator.prom_http import Endpoint, HttpFailure, get_result
+from automator.prom_http import Endpoint, HttpFailure, get_body, result_of
 from automator.settings import SettingError, secret_file
 from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
 from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS
@@ -183,6 +185,29 @@ def parse_recent_result(
     return fresh, at
 
 
+# A range answer, decoded by type: each series' values stay raw bytes until the caller reads that series.
+class _RangeSeries(msgspec.Struct):
+    metric: dict[str, str] = {}
+    values: msgspec.Raw = msgspec.Raw(b"[]")
+
+
+class _Matrix(msgspec.Struct):
+    result: list[_RangeSeries]
+
+
+class _RangeAnswer(msgspec.Struct):
+    status: str
+    data: _Matrix | None = None
+    error: str = ""
+
+
+_RANGE_ANSWER = msgspec.json.Decoder(_RangeAnswer)
+_POINTS = msgspec.json.Decoder(list[tuple[float, str]])
+_EMPTY_SERIES = _RangeSeries()
+# One series of a range answer: its labels and its [time, "value"] pairs (times not yet checked finite).
+RangeSeries = tuple[dict[str, str], list[tuple[float, str]]]
+
+
 def _stamp_problem(stamp: Any) -> str | None:
     if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
         return f"time {stamp!r:.40} is not a finite number"
@@ -327,33 +352,63 @@ class PrometheusAdapter:
         """One instant query evaluated at `at` (Unix seconds); PrometheusUnavailable on any failure."""
         return self._query(expr, what, at)
 
-    def query_range(self, expr: str, start: int, end: int, step: int, what: str) -> list[dict[str, Any]]:
-        """A range query (whole seconds) answered as a matrix, one entry per series; PrometheusUnavailable
-        as for instant queries. The caller keeps (end - start) / step small: Prometheus refuses more than
-        11,000 points per series."""
+    def query_range(self, expr: str, start: int, end: int, step: int, what: str) -> Iterator[RangeSeries]:
+        """A range query (whole seconds): each series' labels and [time, "value"] pairs, decoded one series
+        at a time as the caller iterates (the answer's body is held until then, never the parsed JSON of
+        every series at once). PrometheusUnavailable, naming the query, for a failure or an answer that is
+        not a matrix of such series. The caller keeps (end - start) / step small: Prometheus refuses more
+        than 11,000 points per series."""
         params = {"query": expr, "start": str(start), "end": str(end), "step": f"{step}s"}
-        return self._ask(what, "/api/v1/query_range", params, self.max_range_answer_bytes)
+        body = self._body(what, "/api/v1/query_range", params, self.max_range_answer_bytes)
+        try:
+            answer = _RANGE_ANSWER.decode(body)
+        except msgspec.MsgspecError as e:
+            raise self._unreadable(what, expr, str(e)) from None
+        del body
+        if answer.status != "success" or answer.data is None:
+            raise self._unreadable(what, expr, f"status {answer.status!r}: {answer.error:.200}")
+        return self._series(what, expr, answer.data.result)
 
-    def _ask(self, what: str, path: str, params: dict[str, str], max_bytes: int) -> list[dict[str, Any]]:
+    def _series(self, what: str, expr: str, result: list[_RangeSeries]) -> Iterator[RangeSeries]:
+        for i, series in enumerate(result):
+            try:
+                points = _POINTS.decode(series.values)
+            except msgspec.MsgspecError as e:
+                raise self._unreadable(what, expr, f"series {series.metric!r:.100}: {e}") from None
+            result[i] = _EMPTY_SERIES  # read: its share of the body is no longer needed
+            yield series.metric, points
+
+    def _unreadable(self, what: str, expr: str, problem: str) -> PrometheusUnavailable:
+        shown = expr if len(expr) <= 200 else expr[:200] + "..."
+        return PrometheusUnavailable(
+            f"{what} query to {self.url} unreadable ({shown!r}): {self._scrub(problem)}"
+        )
+
+    def _body(self, what: str, path: str, params: dict[str, str], max_bytes: int) -> bytes:
         self.queries_last_call += 1
         self.queries_total += 1
         start = time.monotonic()
         try:
-            result = get_result(self._endpoint, path, params, self.timeout, max_bytes)
+            return get_body(self._endpoint, path, params, self.timeout, max_bytes)
         except HttpFailure as e:
-            kind = f"timed out after {self.timeout:g}s" if e.timed_out else "failed"
-            detail = self._scrub(e.reason)
-            raise PrometheusUnavailable(f"{what} query to {self.url} {kind}: {detail}") from None
+            raise self._failed(what, e) from None
         finally:
             if self._observe is not None:
                 self._observe(time.monotonic() - start)
+
+    def _failed(self, what: str, e: HttpFailure) -> PrometheusUnavailable:
+        kind = f"timed out after {self.timeout:g}s" if e.timed_out else "failed"
+        return PrometheusUnavailable(f"{what} query to {self.url} {kind}: {self._scrub(e.reason)}")
+
+    def _ask(self, what: str, path: str, params: dict[str, str], max_bytes: int) -> list[dict[str, Any]]:
+        body = self._body(what, path, params, max_bytes)
+        try:
+            result = result_of(body)
+        except HttpFailure as e:
+            raise self._failed(what, e) from None
         problem = answer_problem(result)
         if problem is not None:
-            query = params["query"]
-            shown = query if len(query) <= 200 else query[:200] + "..."
-            raise PrometheusUnavailable(
-                f"{what} query to {self.url} unreadable ({shown!r}): {self._scrub(problem)}"
-            )
+            raise self._unreadable(what, params["query"], problem)
         return result  # type: ignore[no-any-return]
 
     def _scrub(self, text: str) -> str:

@@ -227,8 +227,8 @@ def _excerpt(body: bytes) -> str:
     return text if len(text) <= ERROR_EXCERPT else text[:ERROR_EXCERPT] + "..."
 
 
-def get_result(endpoint: Endpoint, path: str, params: dict[str, str], timeout: float, max_bytes: int) -> Any:
-    """`data.result` of a successful answer of Prometheus' API at `path`; HttpFailure for anything else."""
+def get_body(endpoint: Endpoint, path: str, params: dict[str, str], timeout: float, max_bytes: int) -> bytes:
+    """The body (decompressed) of a 200 answer of Prometheus' API at `path`; HttpFailure for anything else."""
     deadline = _Deadline(timeout)
     connection = _Connection(endpoint.host, endpoint.port, deadline, endpoint.tls)
     try:
@@ -250,6 +250,11 @@ def get_result(endpoint: Endpoint, path: str, params: dict[str, str], timeout: f
             connection.raw.close()
     if response.status != 200:
         raise HttpFailure(f"answered {response.status}: {_excerpt(body)}")
+    return body
+
+
+def result_of(body: bytes) -> Any:
+    """`data.result` of a successful answer's body; HttpFailure for anything else."""
     try:
         answer = json.loads(body)
     except RecursionError:

@@ -8,16 +8,17 @@ bound), and the live adapter's own usage queries at each step (automator/prom.py
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import overload
 
 from automator.backtest.cluster import KSM_QUERIES, POD_INFO, Evidence, Frame
 from automator.backtest.replay import Policy
 from automator.ports import PrometheusUnavailable
-from automator.prom import PrometheusAdapter, point_problem
+from automator.prom import PrometheusAdapter, RangeSeries
 
-# Steps per range query: Prometheus refuses more than 11,000 points per series, and a chunk's answers are
+# Steps per range query: Prometheus refuses more than 11,000 points per series, and a chunk's samples are
 # held in memory while its steps are replayed.
 CHUNK_STEPS = 240
 
@@ -44,41 +45,73 @@ class Grid:
 
 
 def _unreadable(metric: str, problem: str) -> PrometheusUnavailable:
-    return PrometheusUnavailable(f"{metric} query {KSM_QUERIES[metric]!r} unreadable: {problem}")
+    return PrometheusUnavailable(f"{metric} query unreadable ({KSM_QUERIES[metric]!r}): {problem}")
 
 
-def _frames(
-    grid: Grid, first: int, count: int, answers: dict[str, list[dict[str, Any]]]
-) -> list[dict[str, list[tuple[dict[str, str], float]]]]:
-    """Each step's samples; every point checked (a [finite time, finite value] pair): anything else makes
-    the answer unreadable, naming the query (the adapter has checked the series and their labels)."""
-    frames: list[dict[str, list[tuple[dict[str, str], float]]]] = [{} for _ in range(count)]
-    for metric, matrix in answers.items():
-        for series in matrix:
-            labels = series.get("metric") or {}
-            for point in series.get("values") or ():
-                problem = point_problem(point)
-                if problem is not None:
-                    raise _unreadable(metric, f"{labels!r:.100}: {problem}")
+# One series of a chunk: its labels and its value at each step of the chunk (NaN: no sample then; a
+# sample is never NaN, every one is checked finite).
+_Series = tuple[dict[str, str], "array[float]"]
+
+
+class ChunkFrames(Sequence[Frame]):
+    """The kube-state-metrics samples of one chunk, 8 bytes per series and step: each step's Frame is made
+    when that step is replayed, and dropped after it."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.series: dict[str, list[_Series]] = {}
+
+    def __len__(self) -> int:
+        return self.steps
+
+    @overload
+    def __getitem__(self, i: int) -> Frame: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Frame]: ...
+    def __getitem__(self, i: int | slice) -> Frame | Sequence[Frame]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.steps))]
+        if not -self.steps <= i < self.steps:
+            raise IndexError(i)
+        i %= self.steps
+        frame: dict[str, Sequence[tuple[Mapping[str, str], float]]] = {}
+        for metric, series in self.series.items():
+            samples = [(labels, value) for labels, values in series if (value := values[i]) == value]
+            if samples:
+                frame[metric] = samples
+        return frame
+
+    def add(self, metric: str, grid: Grid, first: int, answer: Iterable[RangeSeries]) -> None:
+        """One metric's answer, read series by series; every point checked (finite time and value):
+        anything else makes the answer unreadable, naming the query."""
+        series = self.series.setdefault(metric, [])
+        for labels, points in answer:
+            values = array("d", _ABSENT) * self.steps
+            for stamp, text in points:
                 try:
-                    value = float(point[1])
+                    value = float(text)
                 except ValueError:
                     value = math.nan
-                if not math.isfinite(value):
-                    raise _unreadable(
-                        metric, f"{labels!r:.100}: sample {point[1]!r:.40} is not a finite number"
-                    )
-                i = round((point[0] - grid.start) / grid.step) - first
-                if 0 <= i < count:
-                    frames[i].setdefault(metric, []).append((labels, value))
-    return frames
+                if not (math.isfinite(value) and math.isfinite(stamp)):
+                    problem = f"sample [{stamp!r}, {text!r:.40}] is not a finite time and number"
+                    raise _unreadable(metric, f"{labels!r:.100}: {problem}")
+                i = round((stamp - grid.start) / grid.step) - first
+                if 0 <= i < self.steps:
+                    values[i] = value
+            series.append((labels, values))
 
 
-def ksm_frames(prom: PrometheusAdapter, grid: Grid, first: int, count: int) -> list[Frame]:
-    """The kube-state-metrics samples at each step of one chunk (one range query per metric)."""
+_ABSENT = (math.nan,)
+
+
+def ksm_frames(prom: PrometheusAdapter, grid: Grid, first: int, count: int) -> ChunkFrames:
+    """The kube-state-metrics samples at each step of one chunk: one range query per metric, each answer
+    read into the chunk's arrays and dropped before the next query."""
     start, end = grid.at(first), grid.at(first + count - 1)
-    answers = {m: prom.query_range(q, start, end, grid.step, m) for m, q in KSM_QUERIES.items()}
-    return list(_frames(grid, first, count, answers))
+    frames = ChunkFrames(count)
+    for metric, query in KSM_QUERIES.items():
+        frames.add(metric, grid, first, prom.query_range(query, start, end, grid.step, metric))
+    return frames
 
 
 def estimated_queries(grid: Grid, policies: Sequence[Policy]) -> int:
