@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -35,7 +35,8 @@ from automator.metrics import AutomatorMetrics
 from automator.objects.cache import RecordCache
 from automator.ports import KubeAdapter
 from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials, read_credentials
-from automator.service.cooldown import ActuatorState, evictions_record, restore_evictions
+from automator.service.cooldown import ActuatorState
+from automator.service.fencing import lease_record, restore
 from automator.service.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.service.scheduling import Job, Wiring, serve
 from automator.service.web import (
@@ -115,10 +116,12 @@ def prometheus_credentials(settings: ServiceSettings) -> PrometheusCredentials:
     )
 
 
-def _restore_budget(state: ActuatorState, found: Mapping[str, str], cap: int) -> None:
-    added = restore_evictions(state, found, datetime.now(UTC), cap)
-    if added:
-        log.info("hourly eviction budget: %d evictions of the last hour read from the Lease", added)
+def _restore(state: ActuatorState, found: Mapping[str, str], cap: int) -> None:
+    evictions, reclaims = restore(state, found, datetime.now(UTC), cap)
+    if evictions:
+        log.info("hourly eviction budget: %d evictions of the last hour read from the Lease", evictions)
+    if reclaims:
+        log.info("cooldown: %d recent reclaims read from the Lease", reclaims)
 
 
 def _cluster(
@@ -141,18 +144,26 @@ def _cluster(
         _lease_namespace(settings),
         identity,
         on_change=metrics.set_leader,
-        # The hourly eviction budget lives on the Lease, so a restart or the next leader keeps it.
-        annotations=lambda: evictions_record(list(state.evictions), datetime.now(UTC)),
-        on_acquire=lambda found: _restore_budget(state, found, settings.max_evictions_per_hour),
+        # The hourly eviction budget and the recent reclaims live on the Lease, so a restart or the next
+        # leader keeps them (written at each renewal, and before each eviction: service/fencing.py).
+        annotations=lambda: lease_record(state, datetime.now(UTC)),
+        on_acquire=lambda found: _restore(state, found, settings.max_evictions_per_hour),
     )
     kube = KubernetesAdapter(
         api,
         identity=identity,
         request_timeout=settings.api_timeout,
         gpu_resources=gpu_resources,
-        write_timeout=elector.write_margin,
+        write_timeout=elector.write_timeout,
     )
     return kube, elector
+
+
+def _fence(elector: LeaderElector | None, state: ActuatorState) -> Callable[[], None] | None:
+    """The Lease record written before each eviction (service/fencing.py); None without a Lease."""
+    if elector is None:
+        return None
+    return lambda: elector.record(lease_record(state, datetime.now(UTC)))
 
 
 def _add_dra_check(
@@ -208,6 +219,7 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         interval=settings.interval,
         metrics=metrics,
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        fence=_fence(elector, state),
         max_replans=settings.max_replans,
         max_evictions_per_hour=settings.max_evictions_per_hour,
     )
