@@ -15,7 +15,7 @@ import base64
 import http.client
 import io
 import json
-import select
+import selectors
 import socket
 import ssl
 import time
@@ -119,19 +119,22 @@ def _connect(host: str, port: int, deadline: _Deadline) -> socket.socket:
 
 
 def _handshake(sock: ssl.SSLSocket, deadline: _Deadline) -> None:
-    """The TLS handshake, non-blocking, so that a peer sending its records slowly still meets the deadline."""
+    """The TLS handshake, non-blocking, so that a peer sending its records slowly still meets the deadline
+    (a selector, not select(): a process with many connections has descriptors past FD_SETSIZE)."""
     sock.setblocking(False)
-    while True:
-        try:
-            sock.do_handshake()
-            return
-        except ssl.SSLWantReadError:
-            ready = select.select([sock], [], [], deadline.left())[0]
-        except ssl.SSLWantWriteError:
-            ready = select.select([], [sock], [], deadline.left())[1]
-        if not ready:
-            deadline.left()  # raises once the deadline passed
-            raise HttpFailure("TLS handshake: deadline passed", timed_out=True)
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        while True:
+            try:
+                sock.do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                selector.modify(sock, selectors.EVENT_READ)
+            except ssl.SSLWantWriteError:
+                selector.modify(sock, selectors.EVENT_WRITE)
+            if not selector.select(deadline.left()):
+                deadline.left()  # raises once the deadline passed
+                raise HttpFailure("TLS handshake: deadline passed", timed_out=True)
 
 
 class _Connection(http.client.HTTPConnection):

@@ -10,10 +10,13 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pytest_httpserver import HTTPServer
@@ -21,7 +24,7 @@ from werkzeug import Request, Response
 
 from automator.objects.model import PodKey, UsageWindow
 from automator.ports import PrometheusUnavailable
-from automator.prom import DraMemoryReader, PrometheusAdapter
+from automator.prom import DraMemoryReader, PrometheusAdapter, read_credentials
 from tests.automator.cli_run import run_cli
 
 ANSWER = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
@@ -241,3 +244,25 @@ def test_backtest_refuses_a_url_that_is_not_http_with_a_host(
 def test_the_adapter_refuses_such_a_url_too() -> None:
     with pytest.raises(ValueError, match=r"got '\*\*\*@host:9090'"):
         PrometheusAdapter("admin:hunter2@host:9090")
+
+
+def test_https_with_the_ca_file_is_read_and_an_unknown_ca_refused(tmp_path: Path) -> None:
+    key, crt = str(tmp_path / "key"), str(tmp_path / "crt")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", crt],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(crt, key)
+    server = HTTPServer(host="127.0.0.1", port=0, ssl_context=context)
+    server.start()
+    try:
+        server.expect_request("/api/v1/query").respond_with_data(ANSWER, content_type="application/json")
+        url = f"https://127.0.0.1:{server.port}"
+        trusted = PrometheusAdapter(url, credentials=read_credentials(None, None, crt))
+        assert trusted.keda_query("vector(1)") == []
+        with pytest.raises(PrometheusUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+            PrometheusAdapter(url).keda_query("vector(1)")  # the system's CAs do not know it
+    finally:
+        server.stop()
