@@ -12,25 +12,26 @@ from __future__ import annotations
 import logging
 import math
 import re
+import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
+import msgspec
 
 from automator.objects.keys import ObjectKey
 from automator.ports import ContainerUsage, PrometheusUnavailable, Usage, When, Windows
+from automator.prom_http import Endpoint, HttpFailure, get_body, result_of
 from automator.reclaim.model import PodUsage
 from steward_common.conventions import NAMESPACE_LABEL, POD_LABEL
 from steward_common.metrics import CONTAINER_LABELS, DEVICE_LABELS
 from steward_common.series import CONTAINER_MEMORY, FRESH_RULE_INTERVALS, FRESHNESS_SECONDS, POD_ACTIVITY
+from steward_common.settingspec import SettingError, secret_file
+from steward_common.urls import redact_url, userinfo
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +185,64 @@ def parse_recent_result(
     return fresh, at
 
 
-def redact_url(url: str) -> str:
-    """The URL as it may be shown: any userinfo replaced by `***` (the adapter still sends it)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+# A range answer, decoded by type: each series' values stay raw bytes until the caller reads that series.
+class _RangeSeries(msgspec.Struct):
+    metric: dict[str, str] = {}
+    values: msgspec.Raw = msgspec.Raw(b"[]")
+
+
+class _Matrix(msgspec.Struct):
+    result: list[_RangeSeries]
+
+
+class _RangeAnswer(msgspec.Struct):
+    status: str
+    data: _Matrix | None = None
+    error: str = ""
+
+
+_RANGE_ANSWER = msgspec.json.Decoder(_RangeAnswer)
+_POINTS = msgspec.json.Decoder(list[tuple[float, str]])
+_EMPTY_SERIES = _RangeSeries()
+# One series of a range answer: its labels and its [time, "value"] pairs (times not yet checked finite).
+RangeSeries = tuple[dict[str, str], list[tuple[float, str]]]
+
+
+def _stamp_problem(stamp: Any) -> str | None:
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+        return f"time {stamp!r:.40} is not a finite number"
+    return None
+
+
+def point_problem(point: Any) -> str | None:
+    """What is wrong with one [time, "value"] pair of an answer (None: nothing). The value is left as text:
+    a non-finite one means something per reader (a pod unknown, or an unreadable history)."""
+    if not isinstance(point, list) or len(point) != 2:
+        return f"sample {point!r:.60} is not a [time, value] pair"
+    if not isinstance(point[1], str):
+        return f"sample value {point[1]!r:.40} is not text"
+    return _stamp_problem(point[0])
+
+
+def answer_problem(result: Any) -> str | None:
+    """What is wrong with an answer's data.result (None: a vector or matrix of well-formed series): each
+    series an object whose labels are an object of text, with one pair (`value`) or a list of pairs
+    (`values`: each checked by its reader, which walks them anyway)."""
+    if not isinstance(result, list):
+        return f"not a vector or matrix: {result!r:.200}"
+    for series in result:
+        if not isinstance(series, dict):
+            return f"series {series!r:.60} is not an object"
+        labels = series.get("metric", {})
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            return f"labels {labels!r:.100} are not an object of text"
+        if "value" in series:
+            problem = point_problem(series["value"])
+            if problem is not None:
+                return problem
+        elif not isinstance(series.get("values"), list):
+            return f"series {labels!r:.100} has neither a value nor a list of values"
+    return None
 
 
 @dataclass(frozen=True)
@@ -205,8 +258,47 @@ class PrometheusCredentials:
         return tuple(x for x in found if x)
 
 
+# The largest answer read: an instant answer carries one sample per pod and statistic (about 2 MB at
+# 10,000 pods); a range answer (the backtest) up to 240 per series.
+MAX_ANSWER_BYTES = 64 * 2**20
+MAX_RANGE_ANSWER_BYTES = 512 * 2**20
+
+
+def read_credentials(
+    bearer_token_file: str | None, basic_auth_file: str | None, ca_file: str | None
+) -> PrometheusCredentials:
+    """The credentials for Prometheus from their files (run's and backtest's flags of the same names),
+    read once; SettingError names the flag, never the content."""
+    token = basic = None
+    if bearer_token_file:
+        token = secret_file("--prometheus-bearer-token-file", bearer_token_file)
+    if basic_auth_file:
+        flag = "--prometheus-basic-auth-file"
+        user, sep, password = secret_file(flag, basic_auth_file).partition(":")
+        if not sep or not user or not password:
+            raise SettingError(f"{flag}: expected one line 'user:password'")
+        basic = (user, password)
+    if token and basic:
+        raise SettingError(
+            "--prometheus-bearer-token-file and --prometheus-basic-auth-file exclude each other"
+        )
+    if ca_file:
+        if not Path(ca_file).is_file():
+            raise SettingError(f"--prometheus-ca-file: {ca_file} is not a readable file")
+        try:
+            ssl.create_default_context(cafile=ca_file)
+        except (ssl.SSLError, OSError) as e:
+            raise SettingError(f"--prometheus-ca-file: {ca_file} holds no usable PEM certificate: {e}") from e
+    return PrometheusCredentials(token, basic, ca_file)
+
+
 class PrometheusAdapter:
-    """Reads the recorded GPU series and cAdvisor CPU usage for a pass."""
+    """Reads the recorded GPU series and cAdvisor CPU usage for a pass.
+
+    Every query ends by one deadline (`timeout` seconds: connect, headers and body together), reads at most
+    MAX_ANSWER_BYTES (MAX_RANGE_ANSWER_BYTES for range queries) and follows no redirect
+    (automator/prom_http.py).
+    """
 
     def __init__(
         self,
@@ -215,85 +307,109 @@ class PrometheusAdapter:
         rule_interval: float = 30.0,
         observe_query: Callable[[float], None] | None = None,
         credentials: PrometheusCredentials | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         creds = credentials or PrometheusCredentials()
-        session = requests.Session()
-        if creds.ca_file:
-            session.verify = creds.ca_file
-        headers = {"Authorization": f"Bearer {creds.bearer_token}"} if creds.bearer_token else None
-        # No retries: a pass runs every --interval seconds anyway, and a retry would hide a slow Prometheus.
-        self._client = PrometheusConnect(
-            url=url,
-            timeout=timeout,
-            retry=Retry(total=0, raise_on_status=False),
-            headers=headers,
-            auth=creds.basic_auth,
-            session=session,
-        )
+        # ValueError, showing no userinfo, for a URL that is not http(s) with a host
+        self._endpoint = Endpoint.of(url, creds.bearer_token, creds.basic_auth, creds.ca_file)
         # What an error text must never carry: the URL's userinfo and the credentials' values.
-        parts = urlsplit(url)
-        self._secrets = tuple(x for x in (parts.password, parts.username) if x) + creds.secrets()
+        self._secrets = tuple(x for x in userinfo(url) or () if x) + creds.secrets()
         self.url = redact_url(url)
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
+        self.max_range_answer_bytes = max(max_answer_bytes, MAX_RANGE_ANSWER_BYTES)
         self.rule_interval = rule_interval
         self._observe = observe_query
         self.queries_last_call = 0
         self.queries_total = 0  # every query since the adapter was made (the backtest reports it)
         # Answers kept by (query, evaluation time) while the caller wants them (the backtest, for one step:
         # the policies of a sweep ask the same queries at the same time, and Prometheus answers them once).
-        self.answers: dict[tuple[str, float], list[dict[str, Any]]] | None = None
+        # A failed query is kept as its failure.
+        self.answers: dict[tuple[str, float], list[dict[str, Any]] | PrometheusUnavailable] | None = None
         self.nonfinite_last_call = 0
         self.clock_skew_seconds: float | None = None
 
     def _query(self, expr: str, what: str, at: datetime | float | None) -> list[dict[str, Any]]:
         stamp = at.timestamp() if isinstance(at, datetime) else at
-        params = {"time": f"{stamp:.3f}"} if stamp is not None else None
+        params = {"query": expr}
+        if stamp is not None:
+            params["time"] = f"{stamp:.3f}"
         if self.answers is None or stamp is None:
-            return self._ask(what, lambda: self._client.custom_query(expr, params=params))
+            return self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
         key = (expr, stamp)
         if key not in self.answers:
-            self.answers[key] = self._ask(what, lambda: self._client.custom_query(expr, params=params))
-        return self.answers[key]
+            try:
+                self.answers[key] = self._ask(what, "/api/v1/query", params, self.max_answer_bytes)
+            except PrometheusUnavailable as e:
+                # remembered too: the other policies of the step get the failure, not another wait
+                self.answers[key] = e
+        found = self.answers[key]
+        if isinstance(found, PrometheusUnavailable):
+            raise PrometheusUnavailable(found.reason)
+        return found
 
     def query_at(self, expr: str, what: str, at: float) -> list[dict[str, Any]]:
         """One instant query evaluated at `at` (Unix seconds); PrometheusUnavailable on any failure."""
         return self._query(expr, what, at)
 
-    def query_range(self, expr: str, start: int, end: int, step: int, what: str) -> list[dict[str, Any]]:
-        """A range query (whole seconds: the client rounds them) answered as a matrix, one entry per series;
-        PrometheusUnavailable as for instant queries. The caller keeps (end - start) / step small: Prometheus
-        refuses more than 11,000 points per series."""
+    def query_range(self, expr: str, start: int, end: int, step: int, what: str) -> Iterator[RangeSeries]:
+        """A range query (whole seconds): each series' labels and [time, "value"] pairs, decoded one series
+        at a time as the caller iterates (the answer's body is held until then, never the parsed JSON of
+        every series at once). PrometheusUnavailable, naming the query, for a failure or an answer that is
+        not a matrix of such series. The caller keeps (end - start) / step small: Prometheus refuses more
+        than 11,000 points per series."""
+        params = {"query": expr, "start": str(start), "end": str(end), "step": f"{step}s"}
+        body = self._body(what, "/api/v1/query_range", params, self.max_range_answer_bytes)
+        try:
+            answer = _RANGE_ANSWER.decode(body)
+        except msgspec.MsgspecError as e:
+            raise self._unreadable(what, expr, str(e)) from None
+        del body
+        if answer.status != "success" or answer.data is None:
+            raise self._unreadable(what, expr, f"status {answer.status!r}: {answer.error:.200}")
+        return self._series(what, expr, answer.data.result)
 
-        def ask() -> Any:
-            start_time, end_time = (datetime.fromtimestamp(t, tz=UTC) for t in (start, end))
-            return self._client.custom_query_range(expr, start_time, end_time, f"{step}s")
+    def _series(self, what: str, expr: str, result: list[_RangeSeries]) -> Iterator[RangeSeries]:
+        for i, series in enumerate(result):
+            try:
+                points = _POINTS.decode(series.values)
+            except msgspec.MsgspecError as e:
+                raise self._unreadable(what, expr, f"series {series.metric!r:.100}: {e}") from None
+            result[i] = _EMPTY_SERIES  # read: its share of the body is no longer needed
+            yield series.metric, points
 
-        return self._ask(what, ask)
+    def _unreadable(self, what: str, expr: str, problem: str) -> PrometheusUnavailable:
+        shown = expr if len(expr) <= 200 else expr[:200] + "..."
+        return PrometheusUnavailable(
+            f"{what} query to {self.url} unreadable ({shown!r}): {self._scrub(problem)}"
+        )
 
-    def _ask(self, what: str, call: Callable[[], Any]) -> list[dict[str, Any]]:
+    def _body(self, what: str, path: str, params: dict[str, str], max_bytes: int) -> bytes:
         self.queries_last_call += 1
         self.queries_total += 1
         start = time.monotonic()
         try:
-            result = call()
-        except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError) as e:
-            # ValueError: a body that is not JSON (a proxy's HTML page); KeyError: JSON without data.result.
-            # The exception text repeats the URL-encoded query: keep the reason readable.
-            text = str(e)
-            timed_out = isinstance(e, requests.Timeout) or "timed out" in text
-            kind = f"timed out after {self.timeout:g}s" if timed_out else type(e).__name__
-            if "(Caused by " in text:  # requests: the cause is at the end, after the encoded query
-                text = text.split("(Caused by ", 1)[1].removesuffix(")")
-            detail = self._scrub(text if len(text) <= 300 else text[:300] + "...")
-            raise PrometheusUnavailable(f"{what} query to {self.url} failed ({kind}): {detail}") from e
+            return get_body(self._endpoint, path, params, self.timeout, max_bytes)
+        except HttpFailure as e:
+            raise self._failed(what, e) from None
         finally:
             if self._observe is not None:
                 self._observe(time.monotonic() - start)
-        if not isinstance(result, list):
-            raise PrometheusUnavailable(
-                f"{what} query to {self.url}: result is not a vector or matrix: {result!r:.200}"
-            )
-        return result
+
+    def _failed(self, what: str, e: HttpFailure) -> PrometheusUnavailable:
+        kind = f"timed out after {self.timeout:g}s" if e.timed_out else "failed"
+        return PrometheusUnavailable(f"{what} query to {self.url} {kind}: {self._scrub(e.reason)}")
+
+    def _ask(self, what: str, path: str, params: dict[str, str], max_bytes: int) -> list[dict[str, Any]]:
+        body = self._body(what, path, params, max_bytes)
+        try:
+            result = result_of(body)
+        except HttpFailure as e:
+            raise self._failed(what, e) from None
+        problem = answer_problem(result)
+        if problem is not None:
+            raise self._unreadable(what, params["query"], problem)
+        return result  # type: ignore[no-any-return]
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -356,10 +472,14 @@ class PrometheusAdapter:
             key = _key(series, q)
             if key not in keys:
                 continue
+            values = series.get("values") or []
             try:
-                points = [(float(t), float(v)) for t, v in series.get("values") or []]
-            except (TypeError, ValueError) as e:
-                raise PrometheusUnavailable(f"unparsable samples for {key} in {q!r}") from e
+                problem = next(filter(None, map(point_problem, values)), None)
+                if problem is not None:
+                    raise ValueError(problem)
+                points = [(float(t), float(v)) for t, v in values]
+            except ValueError as e:
+                raise PrometheusUnavailable(f"unparsable samples for {key} in {q!r:.300}: {e}") from e
             found[key] = sorted(p for p in points if math.isfinite(p[1]))
         return found
 

@@ -22,6 +22,7 @@ from steward_common import settingspec as spec
 from steward_common.conventions import DEFAULT_LEASE_NAME
 from steward_common.series import RULE_INTERVAL_SECONDS
 from steward_common.settingspec import Setting, SettingError
+from steward_common.urls import http_url
 
 __all__ = ["SettingError"]
 
@@ -143,9 +144,9 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
     ),
     Setting(
         "--prometheus-url",
-        spec.non_empty,
+        http_url,
         "http://prometheus-operated.monitoring.svc:9090",
-        "Prometheus base URL",
+        "Prometheus base URL (http or https, with a host)",
     ),
     Setting(
         "--prometheus-bearer-token-file",

@@ -26,9 +26,14 @@ from urllib.parse import parse_qs, urlsplit
 
 from exporter.exposition import OPENMETRICS_TYPE, TEXT_TYPE, Exposition, parse_names
 from exporter.loop import CollectionLoop
-from exporter.webconfig import WebConfig
+from exporter.webconfig import AuthBusy, WebConfig
 
 log = logging.getLogger(__name__)
+
+
+# Requests waiting for a worker, per worker: beyond, a request is answered 503 at once (the queue, and
+# with it the wait of a scrape behind it, is bounded).
+QUEUE_PER_WORKER = 4
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,11 @@ def make_handler(exposition: Exposition, loop: CollectionLoop, web: WebConfig | 
         if path == "/readyz":
             ready = loop.ready()
             return _text(200 if ready else 503, "ready\n" if ready else "no snapshot yet\n")
-        if not web.check_basic(request.headers.get("authorization")):
+        try:
+            allowed = web.check_basic(request.headers.get("authorization"))
+        except AuthBusy:  # every bcrypt slot taken (a flood of new passwords): no wait for one
+            return _text(503, "too many credential checks at once, retry\n", ("Retry-After", "1"))
+        if not allowed:
             return _text(401, "unauthorized\n", ("WWW-Authenticate", 'Basic realm="gpu-steward"'))
         if path == "/metrics":
             accept = request.headers.get("accept", "")
@@ -183,6 +192,9 @@ class HttpServer:
         self._conns: set[_Conn] = set()
         self._conns_lock = threading.Lock()  # the selector adds and sweeps, workers remove
         self._pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="http")
+        # requests given to the pool and not yet done: at most workers * (1 + QUEUE_PER_WORKER)
+        self._pending = 0
+        self._pending_lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = threading.Event()
 
@@ -286,7 +298,28 @@ class HttpServer:
 
     def _dispatch(self, conn: _Conn, head: bytes | None, response: Response | None = None) -> None:
         self._selector.unregister(conn.sock)
+        with self._pending_lock:
+            full = self._pending >= self._limits.workers * (1 + QUEUE_PER_WORKER)
+            if not full:
+                self._pending += 1
+        if full:
+            self._refuse(conn)
+            return
         self._pool.submit(self._serve, conn, head, response)
+
+    def _refuse(self, conn: _Conn) -> None:
+        """A 503 written without waiting (what the socket takes now), then the connection closed."""
+        with contextlib.suppress(OSError):
+            conn.sock.send(
+                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n"
+            )
+        self._close(conn)
+
+    def pending(self) -> int:
+        """Requests with the workers, running or queued."""
+        with self._pending_lock:
+            return self._pending
 
     def _sweep(self, now: float) -> None:
         """Close connections past their deadline (a request not sent in time, or idle too long)."""
@@ -307,6 +340,13 @@ class HttpServer:
     # --- the workers ----------------------------------------------------------------------------------
 
     def _serve(self, conn: _Conn, head: bytes | None, response: Response | None) -> None:
+        try:
+            self._serve_connection(conn, head, response)
+        finally:
+            with self._pending_lock:
+                self._pending -= 1
+
+    def _serve_connection(self, conn: _Conn, head: bytes | None, response: Response | None) -> None:
         try:
             while True:
                 request = parse_request(head) if head is not None else None

@@ -57,6 +57,13 @@ TLS_VERSIONS = {
 }
 _TLS_FIELDS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
 _AUTH_CACHE_SIZE = 256  # checked (user, password digest) pairs: bcrypt costs ~0.1 s per check
+# bcrypt checks running at once: the other workers stay free for scrapes whose credentials are cached,
+# whatever a flood of wrong passwords costs
+MAX_CONCURRENT_CHECKS = 2
+
+
+class AuthBusy(Exception):
+    """Every bcrypt slot is taken: the request is answered 503 at once instead of waiting for one."""
 
 
 # A bcrypt hash as htpasswd and the bcrypt library write it: version, cost (4-31), 22 salt and 31 hash chars.
@@ -74,6 +81,9 @@ class WebConfig:
     dummy_hash: bytes | None = None
     _checked: dict[tuple[bytes, bytes], bool] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_CONCURRENT_CHECKS)
+    )
 
     def _hash_of(self, user: bytes) -> bytes | None:
         """The user's hash; every configured name is compared, in constant time, whichever matches."""
@@ -92,7 +102,8 @@ class WebConfig:
     def authorized(self, user: str | bytes, password: str | bytes) -> bool:
         """Whether the credentials match a user's bcrypt hash. An unknown user costs one bcrypt check too
         (against a dummy hash), so names cannot be told apart by timing; results are cached (a scrape
-        every few seconds must not cost a bcrypt round each time), known and unknown names alike."""
+        every few seconds must not cost a bcrypt round each time), known and unknown names alike. AuthBusy
+        when an uncached pair finds every bcrypt slot taken."""
         name = user.encode() if isinstance(user, str) else user
         secret = password.encode() if isinstance(password, str) else password
         digest = hashlib.sha256(secret).digest()
@@ -101,7 +112,14 @@ class WebConfig:
         if known is not None:
             return known
         hashed = self._hash_of(name)
-        ok = bcrypt.checkpw(secret, self._dummy() if hashed is None else hashed) and hashed is not None
+        if not self._slots.acquire(blocking=False):
+            raise AuthBusy
+        try:
+            ok = bcrypt.checkpw(secret, self._dummy() if hashed is None else hashed) and hashed is not None
+        except ValueError:  # a hash bcrypt refuses (parse_web_config refuses them at start): no match
+            ok = False
+        finally:
+            self._slots.release()
         with self._lock:
             if len(self._checked) >= _AUTH_CACHE_SIZE:
                 self._checked.clear()
@@ -191,6 +209,15 @@ def _tls(raw: dict[str, Any], base: Path, where: str) -> ssl.SSLContext:
     return context
 
 
+def _check_salt(text: str, where: str) -> None:
+    """bcrypt itself reads the hash's salt (at the lowest cost, not the hash's own: a check at start costs
+    a millisecond): a salt the format allows but bcrypt refuses would make every request of the user fail."""
+    try:
+        bcrypt.hashpw(b"", f"{text[:4]}04${text[7:29]}".encode())
+    except ValueError as e:
+        raise _fail(where, f"bcrypt refuses the hash's salt ({e})") from None
+
+
 def parse_web_config(data: Any, base: Path) -> WebConfig:
     raw = _mapping(data, "(document)", {"tls_server_config", "http_server_config", "basic_auth_users"})
     context = (
@@ -206,6 +233,7 @@ def parse_web_config(data: Any, base: Path) -> WebConfig:
             raise _fail(where, "expected a bcrypt hash ($2y$...), not a plain password")
         if not _BCRYPT.fullmatch(text):
             raise _fail(where, "not a well-formed bcrypt hash ($2y$, a cost of 04 to 31, then 53 characters)")
+        _check_salt(text, where)
         users[_string(user, where)] = text.encode()
     http = _mapping(raw.get("http_server_config"), "http_server_config", {"headers"})
     headers = _mapping(http.get("headers"), "http_server_config.headers", set(http.get("headers") or {}))

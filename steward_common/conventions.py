@@ -29,6 +29,9 @@ RECLAIM_COUNT_ANNOTATION: Final = "gpu-steward.io/reclaim-count"
 # On the leader election Lease: the evictions of the last hour, by minute, so that the hourly budget
 # survives a restart and passes to the next leader.
 EVICTIONS_ANNOTATION: Final = "gpu-steward.io/evictions-last-hour"
+# On the Lease too, written before each eviction: the recent reclaims (preemptor, time, controller, the
+# cooldown annotations meant for it), so that the next leader keeps them in cooldown (service/fencing.py).
+RECLAIMS_ANNOTATION: Final = "gpu-steward.io/recent-reclaims"
 # Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
 WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = (
     LAST_RECLAIM_ANNOTATION,

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 T = TypeVar("T")
@@ -196,3 +197,24 @@ def csv(item: Callable[[str], str] = non_empty) -> Callable[[str], tuple[str, ..
         return tuple(dict.fromkeys(item(part.strip()) for part in text.split(",") if part.strip()))
 
     return convert
+
+
+# A token or "user:password" line; anything larger is not a credential file.
+MAX_SECRET_BYTES = 16384
+
+
+def secret_file(flag: str, path: str) -> str:
+    """A credential file's first line, stripped; SettingError names the flag, never the content."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise SettingError(f"{flag}: cannot read {path}: {e.strerror}") from e
+    if len(raw) > MAX_SECRET_BYTES:
+        raise SettingError(f"{flag}: {path} is larger than {MAX_SECRET_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise SettingError(f"{flag}: cannot read {path}: not UTF-8 text") from e
+    if not text or "\n" in text or not text.isprintable():
+        raise SettingError(f"{flag}: {path} must hold one non-empty line of printable text")
+    return text

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from automator import settings
 from automator.objects.resources import FieldError, parse_time
 from steward_common import settingspec as spec
+from steward_common.urls import http_url
 
 if TYPE_CHECKING:  # the planner is loaded by the run alone: `gpu-automator --help` starts without it
     from automator.backtest.replay import Policy
@@ -31,6 +32,8 @@ if TYPE_CHECKING:  # the planner is loaded by the run alone: `gpu-automator --he
 COMMAND = "backtest"
 MAX_POLICIES = 64
 MAX_STEPS = 1_000_000  # a year at 30 s steps: more is a typo in --from, --to or --step
+# More queries than this (a week at 30 s steps makes about 42,000) run only with --yes: the count is said
+MAX_QUERIES = 100_000
 DEFAULT_LOOKAHEAD = "30m"
 
 SWEEP_ALIASES: Mapping[str, str] = {
@@ -41,7 +44,11 @@ SWEEP_ALIASES: Mapping[str, str] = {
 # The settings of run a backtest also applies (the rest of run's are about serving, not deciding).
 _SERVICE = {s.flag: s for s in settings.SERVICE_SETTINGS}
 HOURLY = _SERVICE["--max-evictions-per-hour"]
-BACKTEST_SETTINGS = (HOURLY, _SERVICE["--rule-interval"], _SERVICE["--prometheus-timeout"])
+CREDENTIALS = tuple(
+    _SERVICE[f]
+    for f in ("--prometheus-bearer-token-file", "--prometheus-basic-auth-file", "--prometheus-ca-file")
+)
+BACKTEST_SETTINGS = (HOURLY, _SERVICE["--rule-interval"], _SERVICE["--prometheus-timeout"], *CREDENTIALS)
 _SWEEPABLE = {
     s.flag.removeprefix("--"): s
     for s in (*settings.PLANNER_SETTINGS, HOURLY)
@@ -67,6 +74,9 @@ class Options:
     rule_interval: float
     timeout: float
     strict_placement: bool = False
+    # run's credential files: bearer token, basic auth, CA (automator/prom.py read_credentials)
+    credentials: tuple[str | None, str | None, str | None] = (None, None, None)
+    yes: bool = False  # run even above MAX_QUERIES
 
 
 def add_parser(sub: Any) -> None:
@@ -92,6 +102,11 @@ def add_parser(sub: Any) -> None:
         "--strict-placement",
         action="store_true",
         help="a pending pod that history never shows on a node (nor its owner's pods) fits no node",
+    )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"run even when the backtest would make more than {MAX_QUERIES:,} Prometheus queries",
     )
     p.add_argument("--output", choices=("text", "json", "html"), default="text")
     p.add_argument("--out", metavar="FILE", help="write the report here (default: standard output)")
@@ -223,14 +238,16 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
     lookahead = duration(args.lookahead, "--lookahead")
     if not 1 <= lookahead <= 86_400:
         raise BacktestError(f"--lookahead: {lookahead} s is not between 1 s and 1 day")
-    if not args.prometheus.strip():
-        raise BacktestError("--prometheus: empty URL")
+    try:
+        url = http_url(args.prometheus)
+    except ValueError as exc:
+        raise BacktestError(f"--prometheus: {exc}") from None
     try:
         extra = spec.resolve(args, BACKTEST_SETTINGS[1:], os.environ)
     except settings.SettingError as exc:
         raise BacktestError(str(exc)) from None
     return Options(
-        args.prometheus.strip(),
+        url,
         start,
         end,
         step,
@@ -242,4 +259,6 @@ def options(args: argparse.Namespace, now: float | None = None) -> Options:
         extra["rule_interval"],
         extra["prometheus_timeout"],
         args.strict_placement,
+        tuple(extra[s.dest] for s in CREDENTIALS),
+        bool(getattr(args, "yes", False)),
     )

@@ -7,15 +7,18 @@ bound), and the live adapter's own usage queries at each step (automator/prom.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import overload
 
 from automator.backtest.cluster import KSM_QUERIES, POD_INFO, Evidence, Frame
+from automator.backtest.replay import Policy
 from automator.ports import PrometheusUnavailable
-from automator.prom import PrometheusAdapter
+from automator.prom import PrometheusAdapter, RangeSeries
 
-# Steps per range query: Prometheus refuses more than 11,000 points per series, and a chunk's answers are
+# Steps per range query: Prometheus refuses more than 11,000 points per series, and a chunk's samples are
 # held in memory while its steps are replayed.
 CHUNK_STEPS = 240
 
@@ -41,29 +44,84 @@ class Grid:
             yield first, min(CHUNK_STEPS, self.count - first)
 
 
-def _frames(
-    grid: Grid, first: int, count: int, answers: dict[str, list[dict[str, Any]]]
-) -> list[dict[str, list[tuple[dict[str, str], float]]]]:
-    frames: list[dict[str, list[tuple[dict[str, str], float]]]] = [{} for _ in range(count)]
-    for metric, matrix in answers.items():
-        for series in matrix:
-            labels = series.get("metric") or {}
-            for stamp, text in series.get("values") or []:
-                i = round((float(stamp) - grid.start) / grid.step) - first
+def _unreadable(metric: str, problem: str) -> PrometheusUnavailable:
+    return PrometheusUnavailable(f"{metric} query unreadable ({KSM_QUERIES[metric]!r}): {problem}")
+
+
+# One series of a chunk: its labels and its value at each step of the chunk (NaN: no sample then; a
+# sample is never NaN, every one is checked finite).
+_Series = tuple[dict[str, str], "array[float]"]
+
+
+class ChunkFrames(Sequence[Frame]):
+    """The kube-state-metrics samples of one chunk, 8 bytes per series and step: each step's Frame is made
+    when that step is replayed, and dropped after it."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.series: dict[str, list[_Series]] = {}
+
+    def __len__(self) -> int:
+        return self.steps
+
+    @overload
+    def __getitem__(self, i: int) -> Frame: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Frame]: ...
+    def __getitem__(self, i: int | slice) -> Frame | Sequence[Frame]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.steps))]
+        if not -self.steps <= i < self.steps:
+            raise IndexError(i)
+        i %= self.steps
+        frame: dict[str, Sequence[tuple[Mapping[str, str], float]]] = {}
+        for metric, series in self.series.items():
+            samples = [(labels, value) for labels, values in series if (value := values[i]) == value]
+            if samples:
+                frame[metric] = samples
+        return frame
+
+    def add(self, metric: str, grid: Grid, first: int, answer: Iterable[RangeSeries]) -> None:
+        """One metric's answer, read series by series; every point checked (finite time and value):
+        anything else makes the answer unreadable, naming the query."""
+        series = self.series.setdefault(metric, [])
+        for labels, points in answer:
+            values = array("d", _ABSENT) * self.steps
+            for stamp, text in points:
                 try:
                     value = float(text)
-                except (TypeError, ValueError) as e:
-                    raise PrometheusUnavailable(f"{metric}: unparsable sample {text!r}") from e
-                if 0 <= i < count:
-                    frames[i].setdefault(metric, []).append((labels, value))
+                except ValueError:
+                    value = math.nan
+                if not (math.isfinite(value) and math.isfinite(stamp)):
+                    problem = f"sample [{stamp!r}, {text!r:.40}] is not a finite time and number"
+                    raise _unreadable(metric, f"{labels!r:.100}: {problem}")
+                i = round((stamp - grid.start) / grid.step) - first
+                if 0 <= i < self.steps:
+                    values[i] = value
+            series.append((labels, values))
+
+
+_ABSENT = (math.nan,)
+
+
+def ksm_frames(prom: PrometheusAdapter, grid: Grid, first: int, count: int) -> ChunkFrames:
+    """The kube-state-metrics samples at each step of one chunk: one range query per metric, each answer
+    read into the chunk's arrays and dropped before the next query."""
+    start, end = grid.at(first), grid.at(first + count - 1)
+    frames = ChunkFrames(count)
+    for metric, query in KSM_QUERIES.items():
+        frames.add(metric, grid, first, prom.query_range(query, start, end, grid.step, metric))
     return frames
 
 
-def ksm_frames(prom: PrometheusAdapter, grid: Grid, first: int, count: int) -> list[Frame]:
-    """The kube-state-metrics samples at each step of one chunk (one range query per metric)."""
-    start, end = grid.at(first), grid.at(first + count - 1)
-    answers = {m: prom.query_range(q, start, end, grid.step, m) for m, q in KSM_QUERIES.items()}
-    return list(_frames(grid, first, count, answers))
+def estimated_queries(grid: Grid, policies: Sequence[Policy]) -> int:
+    """The queries a run makes, about: per step the usage queries of the policies' distinct windows (the
+    recent window's and the default idle window's: a class's own window or CPU idleness adds more), per
+    chunk one range query per kube-state-metrics metric and the evidence query; look-aheads not counted."""
+    recent = {p.config.recent_window_seconds for p in policies}
+    windows = {p.config.default_gpu_idle_seconds for p in policies}
+    chunks = -(-grid.count // CHUNK_STEPS)
+    return grid.count * (len(recent) + len(windows)) + chunks * (len(KSM_QUERIES) + 1)
 
 
 def evidence_query(seconds: int) -> str:

@@ -20,13 +20,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 Timeline = list[tuple[float, int, int, int]]
 
 # Evictions listed per policy; the JSON report (--output json) has all of them.
 MAX_EVICTION_ROWS = 500
+# The timeline plot, readable at the sweep cap (64 policies over a week at 30 s steps): at most this many
+# lines (distinct timelines; policies with equal ones share a line) and points per line. The table above
+# the plots lists every policy.
+MAX_LINES = 10
+MAX_PLOT_POINTS = 1_000
 # Everything the page may load: nothing (styles are inline).
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; form-action 'none'"
 
@@ -144,18 +148,47 @@ def _times(timeline: Timeline) -> list[datetime]:
     return [datetime.fromtimestamp(t, tz=UTC) for t, *_ in timeline]
 
 
-def _timeline_figure(names: Sequence[str], timelines: dict[str, Timeline]) -> Figure:
+def _downsampled(timeline: Timeline) -> Timeline:
+    """At most MAX_PLOT_POINTS points: each bucket of steps at its first time, with its highest idle GPUs
+    and the sum of its evictions and regrets (so the cumulative counts stay exact at each point)."""
+    if len(timeline) <= MAX_PLOT_POINTS:
+        return timeline
+    size = -(-len(timeline) // MAX_PLOT_POINTS)
+    out: Timeline = []
+    for i in range(0, len(timeline), size):
+        part = timeline[i : i + size]
+        out.append((part[0][0], max(p[1] for p in part), sum(p[2] for p in part), sum(p[3] for p in part)))
+    return out
+
+
+def _lines(
+    names: Sequence[str], timelines: dict[str, Timeline]
+) -> tuple[list[tuple[int, str, Timeline]], int]:
+    """One line per distinct timeline (policies whose timelines are equal share it), at most MAX_LINES:
+    (colour index, label, timeline) of each, and how many distinct timelines were left out."""
+    groups: dict[tuple[tuple[float, int, int, int], ...], list[int]] = {}
+    for i, name in enumerate(names):
+        found = timelines.get(name)
+        if found:
+            groups.setdefault(tuple(_downsampled(found)), []).append(i)
+    lines = []
+    for points, members in list(groups.items())[:MAX_LINES]:
+        label = names[members[0]]
+        if len(members) > 1:
+            label += f" (and {len(members) - 1} more with the same timeline)"
+        lines.append((members[0], label, list(points)))
+    return lines, max(0, len(groups) - MAX_LINES)
+
+
+def _timeline_figure(lines: Sequence[tuple[int, str, Timeline]]) -> Figure:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    fig = Figure(figsize=(11, 7.5), layout="constrained")
     idle, events = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
-    for i, name in enumerate(names):
-        timeline = timelines.get(name, [])
-        if not timeline:
-            continue
+    for i, label, timeline in lines:
         color = f"C{i % 10}"
         when = _times(timeline)
-        idle.plot(when, [p[1] for p in timeline], color=color, linewidth=1.2, label=_label(name))
+        idle.plot(when, [p[1] for p in timeline], color=color, linewidth=1.2, label=_label(label))
         evicted = regret = 0
         total, regrets = [], []
         for _, _, ev, rg in timeline:
@@ -163,11 +196,8 @@ def _timeline_figure(names: Sequence[str], timelines: dict[str, Timeline]) -> Fi
             regret += rg
             total.append(evicted)
             regrets.append(regret)
-        events.step(when, total, where="post", color=color, linewidth=1.2, label=_label(f"{name}: evictions"))
-        events.step(
-            when, regrets, where="post", color=color, linestyle="--", linewidth=1.2,
-            label=_label(f"{name}: regret"),
-        )  # fmt: skip
+        events.step(when, total, where="post", color=color, linewidth=1.2)
+        events.step(when, regrets, where="post", color=color, linestyle="--", linewidth=1.2)
         marks = [(w, r) for w, r, p in zip(when, regrets, timeline, strict=True) if p[3]]
         if marks:
             events.plot(*zip(*marks, strict=True), "x", color=color, markersize=6)
@@ -179,14 +209,9 @@ def _timeline_figure(names: Sequence[str], timelines: dict[str, Timeline]) -> Fi
     for ax in (idle, events):
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
-        _legend(ax)
+    if lines:  # one entry per line (a colour), below both plots: it never narrows them
+        fig.legend(loc="outside lower center", ncols=min(2, len(lines)), fontsize="small")
     return fig
-
-
-def _legend(ax: Axes) -> None:
-    """Beside the plot, where it hides no line."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
 
 
 def _sweep_figure(policies: Sequence[dict[str, Any]]) -> Figure:
@@ -220,12 +245,19 @@ def _plots(policies: Sequence[dict[str, Any]], timelines: dict[str, Timeline]) -
     # Same bytes for the same report (hashsalt: the clip-path ids); text as paths: the page needs no font.
     with matplotlib.rc_context({"svg.hashsalt": "gpu-steward-backtest", "svg.fonttype": "path"}):
         parts = []
-        if any(timelines.get(n) for n in names):
-            fig = _timeline_figure(names, timelines)
+        lines, left_out = _lines(names, timelines)
+        if lines:
+            fig = _timeline_figure(lines)
+            more = (
+                f" {left_out} more distinct timelines are not drawn (the table has every policy)."
+                if left_out
+                else ""
+            )
             parts.append(
                 f"<figure id='timeline'>{_svg(fig, 'timeline-')}<figcaption>Idle GPUs, evictions and regret "
-                "at each step, per policy. A step without data shows 0 idle GPUs and plans nothing."
-                "</figcaption></figure>"
+                "at each step, per policy (policies with the same timeline share a line; over a long "
+                "window each point is the highest idle count of its interval). A step without data shows "
+                f"0 idle GPUs and plans nothing.{more}</figcaption></figure>"
             )
         else:
             parts.append("<p id='timeline'>No steps: nothing to plot over time.</p>")

@@ -17,6 +17,7 @@ from typing import Any
 
 from automator.backtest.replay import Replay, gpu_hours
 from automator.objects.resources import rfc3339
+from steward_common.printable import printable, printable_lines
 
 # Warnings repeated per step are cut to this many, then counted.
 MAX_WARNINGS = 20
@@ -109,13 +110,13 @@ _COLUMNS = ("policy", "evictions", "regret", "GPU-hours", "wait saved (h)", "ste
 
 def report_text(report: dict[str, Any]) -> str:
     """One table of every policy's totals (a sweep reads off it), then per policy its evictions by
-    namespace and its regret evictions by name."""
+    namespace and its regret evictions by name. Every character that is not printable is escaped."""
     rows = [_COLUMNS]
     for p in report["policies"]:
         t = p["totals"]
         rows.append(
             (
-                p["name"],
+                printable(p["name"]),
                 str(t["evictions"]),
                 str(t["regret_evictions"]),
                 f"{t['gpu_hours_reclaimed']:.2f}",
@@ -155,7 +156,8 @@ def report_text(report: dict[str, Any]) -> str:
             )
     if report["warnings"]:
         lines += ["", "warnings:", *(f"  {w}" for w in report["warnings"])]
-    return "\n".join(lines) + "\n"
+    # names, nodes and warnings come from label values: escaped as `plan` escapes them, one line each
+    return printable_lines(lines) + "\n"
 
 
 def _after(seconds: float | None) -> str:

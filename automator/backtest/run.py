@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from automator.backtest import history
-from automator.backtest.cli import BacktestError, Options
+from automator.backtest.cli import MAX_QUERIES, BacktestError, Options
 from automator.backtest.cluster import OPT_OUT_LABEL, POD_LABELS, REQUIRED, IndexedFrame
 from automator.backtest.replay import Policy, Replay
 from automator.backtest.report import report_json, report_text, timelines
@@ -22,10 +22,11 @@ from automator.objects.files import InputError
 from automator.objects.keys import JsonObj, ObjectKey
 from automator.objects.priority_class import PriorityClass, priority_class_records
 from automator.ports import PrometheusUnavailable
-from automator.prom import PrometheusAdapter
+from automator.prom import PrometheusAdapter, read_credentials
 from automator.reclaim.cluster_index import is_reclaim_class
 from automator.reclaim.model import PodUsage, UsageWindow
 from automator.reclaim.snapshot import load_cluster
+from automator.settings import SettingError
 from steward_common.conventions import NEVER_RECLAIM_LABEL, RECLAIM_ANNOTATION
 from steward_common.printable import printable
 
@@ -148,7 +149,27 @@ def run(options: Options) -> int:
     except (InputError, RecursionError, ValueError) as exc:
         print(f"gpu-automator: error: --priority-classes: {printable(str(exc))}", file=sys.stderr)
         return 2
-    prom = PrometheusAdapter(options.prometheus, timeout=options.timeout, rule_interval=options.rule_interval)
+    queries = history.estimated_queries(
+        history.Grid(options.start, options.end, options.step), options.policies
+    )
+    if queries > MAX_QUERIES and not options.yes:
+        print(
+            f"gpu-automator: error: --yes: this backtest makes about {queries:,} Prometheus queries, over "
+            f"the {MAX_QUERIES:,} it makes without --yes (a coarser --step or a shorter window makes fewer)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        credentials = read_credentials(*options.credentials)
+    except SettingError as exc:
+        print(f"gpu-automator: error: {exc}", file=sys.stderr)
+        return 2
+    prom = PrometheusAdapter(
+        options.prometheus,
+        timeout=options.timeout,
+        rule_interval=options.rule_interval,
+        credentials=credentials,
+    )
     progress = _progress(sys.stderr) if sys.stderr.isatty() else None
     try:
         result = run_backtest(
@@ -164,6 +185,9 @@ def run(options: Options) -> int:
         )
     except PrometheusUnavailable as exc:
         print(f"gpu-automator: error: Prometheus: {printable(exc.reason)}", file=sys.stderr)
+        return 1
+    except RecursionError:  # the adapter reads answers with a bounded nesting; this is the last guard
+        print("gpu-automator: error: Prometheus: an answer nested too deeply to read", file=sys.stderr)
         return 1
     if options.output == "json":
         import json

@@ -22,6 +22,13 @@ from automator.objects.keys import JsonObj
 
 log = logging.getLogger(__name__)
 
+# The writes' client timeout, as a share of the write margin (lease duration - renew deadline).
+WRITE_TIMEOUT_SHARE = 0.8
+
+
+class NotHolding(Exception):
+    """This replica does not hold the Lease: nothing may be written as its holder."""
+
 
 def _micro_time(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -75,6 +82,8 @@ class LeaderElector:
         self._annotations = annotations
         self._on_acquire = on_acquire
         self._thread: threading.Thread | None = None
+        # One Lease update at a time: a renewal and a record made before an eviction (record()).
+        self._writing = threading.Lock()
 
     @property
     def is_leader(self) -> bool:
@@ -104,6 +113,31 @@ class LeaderElector:
         ago), and another replica may take the lease lease_duration after the last renewal."""
         return self.lease_duration - self.renew_deadline
 
+    @property
+    def write_timeout(self) -> float:
+        """The client timeout of every write made while leading (evictions, patches, Events, the Lease
+        record): shorter than the write margin, so it ends before another replica may take the lease."""
+        return min(self.request_timeout, WRITE_TIMEOUT_SHARE * self.write_margin)
+
+    def record(self, annotations: Mapping[str, str]) -> None:
+        """Write these annotations on the Lease now, as its holder, before an eviction is sent: raises
+        (NotHolding, or the API's error) when they are not known written; the caller then sends nothing."""
+        with self._writing:
+            if not self.is_leader:
+                raise NotHolding(f"{self.identity} does not hold lease {self.namespace}/{self.name}")
+            t = self.write_timeout
+            resp = self.coordination.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False, _request_timeout=t
+            )
+            lease: JsonObj = json.loads(resp.data)
+            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                raise NotHolding(f"lease {self.namespace}/{self.name} is held by another replica")
+            meta = lease.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            self.coordination.replace_namespaced_lease(
+                self.name, self.namespace, lease, _preload_content=False, _request_timeout=t
+            )
+
     def _set(self, leading: bool) -> None:
         if leading == self._leading:
             return
@@ -128,6 +162,10 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round: read the Lease, then create, take over or renew it. True when this replica holds it."""
+        with self._writing:
+            return self._acquire_or_renew()
+
+    def _acquire_or_renew(self) -> bool:
         started = self._clock()
         now = datetime.now(UTC)
         t = self.request_timeout

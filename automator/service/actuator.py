@@ -37,6 +37,7 @@ from automator.service.cooldown import (
 )
 from automator.service.enforcer import Enforcer
 from automator.service.eviction import Action, ClusterWriter
+from automator.service.fencing import with_replacements
 
 __all__ = ["Action", "ActuatorState", "PassResult", "run_pass", "skew_verdict"]
 
@@ -98,6 +99,7 @@ class _Limits:
     should_continue: Callable[[], bool]
     max_replans: int
     max_evictions_per_hour: int | None
+    fence: Callable[[], None] | None = None  # the Lease record, written before each eviction
 
 
 def run_pass(
@@ -111,12 +113,13 @@ def run_pass(
     should_continue: Callable[[], bool] = lambda: True,
     max_replans: int = 5,
     max_evictions_per_hour: int | None = None,
+    fence: Callable[[], None] | None = None,
 ) -> PassResult:
     """One pass. Never raises; never evicts without usage data, past the clock-skew bound or in dry-run."""
     state = state if state is not None else ActuatorState()
     started = time.monotonic()
     result = PassResult(mode=mode, at=now, result=PassOutcome.OK)
-    limits = _Limits(should_continue, max_replans, max_evictions_per_hour)
+    limits = _Limits(should_continue, max_replans, max_evictions_per_hour, fence)
     try:
         _run(kube, prom, config, mode, now, state, metrics, limits, result)
     except KubernetesUnavailable as e:
@@ -162,7 +165,7 @@ def _run(
 ) -> None:
     snapshot = kube.snapshot()
     forget_reclaims(state, snapshot, now, timedelta(seconds=config.cooldown_seconds))
-    cluster = with_reclaim_memory(snapshot, state.reclaimed)
+    cluster = with_replacements(with_reclaim_memory(snapshot, state.reclaimed), state)
     windows = planner.usage_windows(cluster, config)
     try:
         usage = prom.usage(windows, recent_seconds=config.recent_window_seconds, now=now)
@@ -193,7 +196,9 @@ def _run(
         return
     result.reason = skew_note
     if mode is Mode.ENFORCE:
-        writer = ClusterWriter(kube, {p.key: p for p in cluster.pods}, metrics, limits.should_continue)
+        writer = ClusterWriter(
+            kube, {p.key: p for p in cluster.pods}, metrics, limits.should_continue, fence=limits.fence
+        )
         enforcer = Enforcer(writer, cluster, usage, windows, config, now, state, limits.max_replans, budget)
         enforcer.warn(plan)
         result.plan = plan = enforcer.run(plan)  # the decisions acted on

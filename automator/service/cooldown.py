@@ -39,6 +39,9 @@ class ActuatorState:
     evictions: deque[datetime] = field(default_factory=deque)
     # Preemptors already given a gave-up warning Event: (key, uid).
     gave_up_warned: set[tuple[ObjectKey, str]] = field(default_factory=set)
+    # The controller (kind, name) of each remembered preemptor: its replacement shares the cooldown
+    # (service/fencing.py).
+    controllers: dict[ObjectKey, tuple[str, str]] = field(default_factory=dict)
 
     def evictions_last_hour(self, now: datetime) -> int:
         while self.evictions and now - self.evictions[0] >= HOUR:

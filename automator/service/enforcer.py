@@ -24,6 +24,7 @@ from automator.reclaim.annotations import reclaim_annotations
 from automator.reclaim.model import Decision, Plan, PlannerConfig, PodUsage, Unresolved, UsageWindow, Victim
 from automator.service.cooldown import ActuatorState
 from automator.service.eviction import ClusterWriter, Stop
+from automator.service.fencing import controller
 from steward_common.conventions import (
     REASON_EVICTION_FAILED,
     REASON_GAVE_UP,
@@ -119,9 +120,36 @@ class Enforcer:
                 return False
         return True
 
+    def _remember(self, d: Decision) -> tuple[ObjectKey, tuple[datetime, dict[str, str]] | None]:
+        """The eviction counted and its preemptor remembered as served, before the eviction is sent (the
+        Lease record is made of this): what to put back should the eviction not happen."""
+        pod = self.writer.pods.get(d.preemptor)
+        before = self.state.reclaimed.get(d.preemptor)
+        self.state.evictions.append(self.now)
+        self.state.reclaimed[d.preemptor] = (self.now, reclaim_annotations(pod, d, self.now))
+        owner = controller(pod)
+        if owner is not None:
+            self.state.controllers[d.preemptor] = owner
+        return d.preemptor, before
+
+    def _forget(self, remembered: tuple[ObjectKey, tuple[datetime, dict[str, str]] | None]) -> None:
+        key, before = remembered
+        self.state.evictions.pop()
+        if before is None:
+            self.state.reclaimed.pop(key, None)
+        else:
+            self.state.reclaimed[key] = before
+
     def _evict(self, d: Decision, v: Victim) -> bool:
-        """Evict one victim for real: False (after _refused) when it was not evicted."""
+        """Evict one victim for real, recorded on the Lease first: False (after _refused) when it was not
+        evicted."""
         self.writer.leading(f"the eviction of {v.pod}")
+        remembered = self._remember(d)
+        try:
+            self.writer.fenced(v.pod)
+        except Stop:
+            self._forget(remembered)
+            raise
         result = self.writer.evict(v.pod)
         detail = f"for {d.preemptor}"
         if result.outcome is not EvictionOutcome.OK:
@@ -129,6 +157,7 @@ class Enforcer:
         unknown = result.outcome is EvictionOutcome.UNKNOWN
         self.writer.record("evict", v.pod, str(result.outcome), detail)
         if not unknown and result.outcome not in _GONE:
+            self._forget(remembered)  # the Lease keeps it until the next renewal: counted, never less
             self._refused(d, v, result, dry_run=False)
             return False
         log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
@@ -137,7 +166,6 @@ class Enforcer:
         self.gone.add(v.pod)
         self.evicted_for.setdefault(d.preemptor, []).append(v)
         self.budget -= 1
-        self.state.evictions.append(self.now)
         if unknown:
             # The eviction may still land (a server-side timeout outlasts ours): taken as done, so the
             # preemptor enters cooldown and no second victim goes for it; the next pass lists the pod again.

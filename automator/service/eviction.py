@@ -53,6 +53,9 @@ class ClusterWriter:
     metrics: AutomatorMetrics | None
     should_continue: Callable[[], bool]
     actions: list[Action] = field(default_factory=list)
+    # Writes the actuator's state on the Lease (service/fencing.py) before each eviction; None: no Lease
+    # (one replica, or a snapshot).
+    fence: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.uids = {k: p.uid for k, p in self.pods.items()}
@@ -73,6 +76,16 @@ class ClusterWriter:
             # An Event is a courtesy: losing one must not stop the pass.
             log.error("event %s on %s failed: %s", reason, pod, e)
             self.actions.append(Action("event", str(pod), "error", f"{reason}: {e}"))
+
+    def fenced(self, pod: ObjectKey) -> None:
+        """The eviction of `pod` recorded on the Lease before it is sent: Stop when it cannot be."""
+        if self.fence is None:
+            return
+        try:
+            self.fence()
+        except Exception as e:  # any failure: the record is not known written, so nothing is sent
+            self.actions.append(Action("evict", str(pod), "skipped", f"not recorded on the Lease first: {e}"))
+            raise Stop(f"the eviction of {pod} could not be recorded on the Lease first: {e}") from e
 
     def record(self, kind: str, pod: ObjectKey, result: str, detail: str = "") -> None:
         self.actions.append(Action(kind, str(pod), result, detail))

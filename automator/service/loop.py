@@ -70,6 +70,8 @@ class Service:
     leader_identity: Callable[[], str | None] = lambda: None
     max_replans: int = 5
     max_evictions_per_hour: int | None = None
+    # Writes the actuator's state on the Lease before each eviction (service/fencing.py); None: no Lease.
+    fence: Callable[[], None] | None = None
     clock: Callable[[], datetime] = _now
     state: ActuatorState = field(default_factory=ActuatorState)
     last: PassResult | None = None
@@ -92,6 +94,7 @@ class Service:
             should_continue=self.is_leader,
             max_replans=self.max_replans,
             max_evictions_per_hour=self.max_evictions_per_hour,
+            fence=self.fence,
         )
         with self._lock:
             self.last = result

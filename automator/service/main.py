@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -34,8 +34,9 @@ from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElecto
 from automator.metrics import AutomatorMetrics
 from automator.objects.cache import RecordCache
 from automator.ports import KubeAdapter
-from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials
-from automator.service.cooldown import ActuatorState, evictions_record, restore_evictions
+from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials, read_credentials
+from automator.service.cooldown import ActuatorState
+from automator.service.fencing import lease_record, restore
 from automator.service.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.service.scheduling import Job, Wiring, serve
 from automator.service.web import (
@@ -51,6 +52,7 @@ from automator.service.web import (
 from automator.settings import ServiceSettings, SettingError, service_settings
 from steward_common.conventions import COMPONENT
 from steward_common.printable import log_handler
+from steward_common.settingspec import secret_file
 
 # What callers and tests use from here, wherever it is implemented.
 __all__ = [
@@ -73,8 +75,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-# A token or "user:password" line; anything larger is not a credential file.
-MAX_SECRET_BYTES = 16384
 
 
 def _package_version() -> str:
@@ -99,7 +99,7 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     token: str | None = None
     if settings.decisions_token_file:
         flag = "--decisions-token-file"
-        token = _secret_file(flag, settings.decisions_token_file)
+        token = secret_file(flag, settings.decisions_token_file)
         if not usable_token(token):
             raise SettingError(
                 f"{flag}: {settings.decisions_token_file}: a bearer token is one word of visible ASCII "
@@ -108,48 +108,21 @@ def _decisions_access(settings: ServiceSettings) -> DecisionsAccess:
     return DecisionsAccess(settings.decisions_endpoint, token)
 
 
-def _secret_file(flag: str, path: str) -> str:
-    """A credential file's first line, stripped; SettingError names the flag, never the content."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise SettingError(f"{flag}: cannot read {path}: {e.strerror}") from e
-    if len(raw) > MAX_SECRET_BYTES:
-        raise SettingError(f"{flag}: {path} is larger than {MAX_SECRET_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as e:
-        raise SettingError(f"{flag}: cannot read {path}: not UTF-8 text") from e
-    if not text or "\n" in text or not text.isprintable():
-        raise SettingError(f"{flag}: {path} must hold one non-empty line of printable text")
-    return text
-
-
 def prometheus_credentials(settings: ServiceSettings) -> PrometheusCredentials:
     """The credentials for Prometheus, read once at start from their files."""
-    token = basic = None
-    if settings.prometheus_bearer_token_file:
-        token = _secret_file("--prometheus-bearer-token-file", settings.prometheus_bearer_token_file)
-    if settings.prometheus_basic_auth_file:
-        flag = "--prometheus-basic-auth-file"
-        user, sep, password = _secret_file(flag, settings.prometheus_basic_auth_file).partition(":")
-        if not sep or not user or not password:
-            raise SettingError(f"{flag}: expected one line 'user:password'")
-        basic = (user, password)
-    if token and basic:
-        raise SettingError(
-            "--prometheus-bearer-token-file and --prometheus-basic-auth-file exclude each other"
-        )
-    ca = settings.prometheus_ca_file
-    if ca and not Path(ca).is_file():
-        raise SettingError(f"--prometheus-ca-file: {ca} is not a readable file")
-    return PrometheusCredentials(token, basic, ca)
+    return read_credentials(
+        settings.prometheus_bearer_token_file,
+        settings.prometheus_basic_auth_file,
+        settings.prometheus_ca_file,
+    )
 
 
-def _restore_budget(state: ActuatorState, found: Mapping[str, str], cap: int) -> None:
-    added = restore_evictions(state, found, datetime.now(UTC), cap)
-    if added:
-        log.info("hourly eviction budget: %d evictions of the last hour read from the Lease", added)
+def _restore(state: ActuatorState, found: Mapping[str, str], cap: int) -> None:
+    evictions, reclaims = restore(state, found, datetime.now(UTC), cap)
+    if evictions:
+        log.info("hourly eviction budget: %d evictions of the last hour read from the Lease", evictions)
+    if reclaims:
+        log.info("cooldown: %d recent reclaims read from the Lease", reclaims)
 
 
 def _cluster(
@@ -172,18 +145,26 @@ def _cluster(
         _lease_namespace(settings),
         identity,
         on_change=metrics.set_leader,
-        # The hourly eviction budget lives on the Lease, so a restart or the next leader keeps it.
-        annotations=lambda: evictions_record(list(state.evictions), datetime.now(UTC)),
-        on_acquire=lambda found: _restore_budget(state, found, settings.max_evictions_per_hour),
+        # The hourly eviction budget and the recent reclaims live on the Lease, so a restart or the next
+        # leader keeps them (written at each renewal, and before each eviction: service/fencing.py).
+        annotations=lambda: lease_record(state, datetime.now(UTC)),
+        on_acquire=lambda found: _restore(state, found, settings.max_evictions_per_hour),
     )
     kube = KubernetesAdapter(
         api,
         identity=identity,
         request_timeout=settings.api_timeout,
         gpu_resources=gpu_resources,
-        write_timeout=elector.write_margin,
+        write_timeout=elector.write_timeout,
     )
     return kube, elector
+
+
+def _fence(elector: LeaderElector | None, state: ActuatorState) -> Callable[[], None] | None:
+    """The Lease record written before each eviction (service/fencing.py); None without a Lease."""
+    if elector is None:
+        return None
+    return lambda: elector.record(lease_record(state, datetime.now(UTC)))
 
 
 def _add_dra_check(
@@ -240,6 +221,7 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         metrics=metrics,
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         leader_identity=(lambda: elector.holder) if elector is not None else (lambda: None),
+        fence=_fence(elector, state),
         max_replans=settings.max_replans,
         max_evictions_per_hour=settings.max_evictions_per_hour,
     )

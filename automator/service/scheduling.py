@@ -16,10 +16,10 @@ from flask import Flask
 from automator.dra.job import DraCheckJob
 from automator.keda import wiring as keda
 from automator.kube import LeaderElector
-from automator.prom import redact_url
 from automator.service.loop import Service
 from automator.service.web import http_server
 from automator.settings import ServiceSettings
+from steward_common.urls import redact_url
 
 log = logging.getLogger(__name__)
 

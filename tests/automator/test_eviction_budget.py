@@ -6,6 +6,7 @@ The elector runs against the fake API server (tools/fakekube.py); the record's a
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import pytest
@@ -26,8 +27,18 @@ NOW = k8s.NOW
 
 
 def _elector(
-    fake_kube: FakeApiServer, identity: str, state: ActuatorState, clock: list[float]
+    fake_kube: FakeApiServer,
+    identity: str,
+    state: ActuatorState,
+    clock: list[float],
+    annotations: Callable[[], Mapping[str, str]] | None = None,
+    on_acquire: Callable[[Mapping[str, str]], None] | None = None,
 ) -> LeaderElector:
+    """An elector over the fake API server keeping state's budget on the Lease (or what it is given to)."""
+
+    def restored(found: Mapping[str, str]) -> None:
+        restore_evictions(state, found, NOW, 3)
+
     return LeaderElector(
         client.ApiClient(client.Configuration(host=fake_kube.url)),
         "automator",
@@ -37,8 +48,8 @@ def _elector(
         renew_deadline=3,
         retry_period=1,
         clock=lambda: clock[0],
-        annotations=lambda: evictions_record(list(state.evictions), NOW),
-        on_acquire=lambda found: restore_evictions(state, found, NOW, 3),
+        annotations=annotations or (lambda: evictions_record(list(state.evictions), NOW)),
+        on_acquire=on_acquire or restored,
     )
 
 

@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from automator.prom import redact_url
 from automator.service import main as service
 from automator.settings import SettingError
+from steward_common.urls import redact_url
 from tests.automator.test_service import cluster_objects, resolved
 
 PASSWORD = "hunter2"
@@ -131,6 +131,12 @@ def test_a_missing_ca_file_names_the_flag(tmp_path: Path) -> None:
         ("http://admin:hunter2@prom:9090/x", "http://***@prom:9090/x"),
         ("https://token@[::1]:9090", "https://***@[::1]:9090"),
         ("http://prom:9090", "http://prom:9090"),
+        # without a scheme (refused as a URL, and the refusal shows it), or with a / or @ in the password
+        ("admin:hunter2@host:9090", "***@host:9090"),
+        ("admin:hunter2@host:9090/prom", "***@host:9090/prom"),
+        ("http://user:pa/ss@host:9090", "http://***@host:9090"),
+        ("http://u:p@ss@host", "http://***@host"),
+        ("host:9090", "host:9090"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:

@@ -30,6 +30,7 @@ BENCHES = [
     "tests.bench.bench_keda",
     "tests.bench.bench_rules",
     "tests.bench.bench_backtest",
+    "tests.bench.bench_backtest_memory",
 ]
 DOC = ROOT / "docs" / "benchmarks.md"
 MEASURED = "_Measured by `make bench` on {date}: {machine}, {cores} cores, {python}._"

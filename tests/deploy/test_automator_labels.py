@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from automator.keda.metrics import KedaMetrics
-from automator.metrics import TARGET_LABELS, TRANSPORT_LABEL, AutomatorMetrics, MetricSpec, declare
+from automator.metrics import TARGET_LABELS, TRANSPORT_LABEL, AutomatorMetrics, declare, row
 from tests.deploy.test_manifests import DEPLOY, _generator, render
 from tests.deploy.test_target_labels import operator_job
 from tools.promserver import Prometheus, free_port, start_prometheus
@@ -96,7 +96,7 @@ def test_a_table_with_a_target_label_is_refused() -> None:
         requests: Counter
 
     for label in sorted(TARGET_LABELS):
-        table = (MetricSpec("requests", Counter, "requests", "help", (label,)),)
+        table = (row("x_", "requests", "counter", "requests", "help", (label,)),)
         with pytest.raises(TypeError, match=label):
-            declare(Owner(), CollectorRegistry(), "x_", table)
-    declare(Owner(), CollectorRegistry(), "x_", (MetricSpec("requests", Counter, "requests", "h", ("t",)),))
+            declare(Owner(), CollectorRegistry(), table)
+    declare(Owner(), CollectorRegistry(), (row("x_", "requests", "counter", "requests", "h", ("t",)),))

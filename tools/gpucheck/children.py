@@ -4,7 +4,9 @@ Three layers, so that no GPU load is left running whatever ends the check:
 - `Children` stops every child it started (SIGTERM to the child's process group, SIGKILL after a grace
   period) when its `with` block ends (a return, an exception, KeyboardInterrupt, SystemExit) and, as a
   last resort, at interpreter exit (atexit);
-- `exit_on_signals` turns SIGTERM and SIGHUP into SystemExit, so those unwind through the same code;
+- `exit_on_signals` turns SIGTERM and SIGHUP into SystemExit, so those unwind through the same code
+  (SIGINT is Python's KeyboardInterrupt, unwinding alike, except in a check started with SIGINT ignored,
+  as a background job is: that check ignores it, as background jobs do; SIGTERM still stops it);
 - every child is started through this module's launcher (`python -m tools.gpucheck.children PPID --
   ARGV...`), which asks the kernel to SIGKILL it when its parent dies (prctl PR_SET_PDEATHSIG, kept across
   exec), then execs the command: even a SIGKILLed check leaves no child behind (the children it starts:

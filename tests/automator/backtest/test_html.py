@@ -240,3 +240,54 @@ def test_harness_sees_requests_and_errors(tmp_path: Path) -> None:
     with open_page(path) as page:
         assert "http://127.0.0.1:9/x.png" in page.requests
         assert any("boom" in e for e in page.errors())
+
+
+def _sweep_cap() -> tuple[dict[str, Any], dict[str, list[tuple[float, int, int, int]]]]:
+    """64 policies (the sweep cap) over a week at 30 s steps, every timeline distinct but 8 shared."""
+    from automator.backtest.cli import MAX_POLICIES
+
+    steps = 7 * 86_400 // 30 + 1
+    names = tuple(f"threshold=0.{i:02d}" for i in range(MAX_POLICIES))
+    report, _ = sample(names)
+    timelines = {
+        name: [(float(F + 30 * s), (s // (1 + j)) % 9, int(s % 997 == j), 0) for s in range(steps)]
+        for j, name in ((min(i, 56), name) for i, name in enumerate(names))
+    }
+    return report, timelines
+
+
+def test_the_page_stays_small_at_the_sweep_cap() -> None:
+    report, timelines = _sweep_cap()
+    page = render_html(report, timelines)
+    assert len(page) < 3_000_000, f"{len(page):,} bytes"
+    assert page.count("<tr><td class='l'>threshold=0.") == 64  # the table still lists every policy
+    assert "more distinct timelines are not drawn" in page
+
+
+def test_the_timeline_keeps_its_width_at_the_sweep_cap() -> None:
+    """The legend is one entry per drawn line, below the plots: it never squeezes them."""
+    from automator.backtest.html import MAX_LINES, MAX_PLOT_POINTS, _lines, _timeline_figure
+
+    report, timelines = _sweep_cap()
+    lines, left_out = _lines([p["name"] for p in report["policies"]], timelines)
+    assert len(lines) == MAX_LINES and left_out == 57 - MAX_LINES  # 56 distinct, the last 8 share one
+    assert all(len(points) <= MAX_PLOT_POINTS for _, _, points in lines)
+    fig = _timeline_figure(lines)
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        assert ax.get_position().width > 0.8
+    legend = fig.legends[0]
+    assert len(legend.get_texts()) == MAX_LINES
+
+
+def test_policies_with_equal_timelines_share_a_line() -> None:
+    from automator.backtest.html import _lines
+
+    _, timelines = sample(("a", "b", "c"))
+    timelines["c"] = list(timelines["a"])
+    lines, left_out = _lines(["a", "b", "c"], timelines)
+    assert [(i, label) for i, label, _ in lines] == [
+        (0, "a (and 1 more with the same timeline)"),
+        (1, "b"),
+    ]
+    assert left_out == 0
