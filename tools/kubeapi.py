@@ -63,6 +63,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("apps", "v1", "deployments", "Deployment", True),
     Resource("apps", "v1", "replicasets", "ReplicaSet", True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", True),
+    # KEDA's ScaledObjects declare the questions the KEDA endpoints answer (docs/keda.md).
+    Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject", True),
 )  # fmt: skip
 BY_KIND = {r.kind: r for r in RESOURCES}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

@@ -89,7 +89,19 @@ class KedaCache:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def answer(self, q: Question, waiters: threading.BoundedSemaphore | None = None) -> Answer:
+    @property
+    def refresh_seconds(self) -> float:
+        return self.config.refresh_seconds
+
+    def target_of(self, scaled_object: tuple[str, str]) -> tuple[str, str] | None:
+        return None  # no ScaledObject is read in on-demand mode
+
+    def answer(
+        self,
+        q: Question,
+        waiters: threading.BoundedSemaphore | None = None,
+        scaled_object: tuple[str, str] | None = None,  # unused: nothing is declared in on-demand mode
+    ) -> Answer:
         """The workload's value now; NoValue (503) when data is missing, stale, unreachable or still being
         fetched for the first time; UnknownWorkload (404) for a Deployment or StatefulSet that does not
         exist. `waiters` bounds the callers of one listener that may wait on a first fetch at once: past

@@ -17,11 +17,21 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from automator.keda.auth import API_KEY_PARAM, AuthConfig, allowed
-from automator.keda.cache import Answer, KedaCache
+from automator.keda.answers import Answerer
+from automator.keda.auth import AuthConfig, allowed
+from automator.keda.cache import Answer
+from automator.keda.declared import NOT_QUESTION, SCALED_OBJECT_PARAM
 from automator.keda.metrics import HTTP_STATUSES, KedaMetrics
-from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, question
+from automator.keda.request import (
+    METRICS_PATH,
+    PROFILES_PATH,
+    VALUE_LOCATION,
+    ParamError,
+    kubernetes_name,
+    question,
+)
 from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
+from automator.keda.table import NotDeclared
 from automator.keda.values import NoValue
 from automator.keda.workloads import UnknownWorkload
 
@@ -68,7 +78,7 @@ def no_value_json(e: NoValue) -> dict[str, Any]:
 
 
 def blueprint(
-    cache: KedaCache,
+    cache: Answerer,
     auth: AuthConfig,
     metrics: KedaMetrics | None = None,
     waiting: int | None = None,
@@ -108,11 +118,18 @@ def blueprint(
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
         try:
-            # The API key never becomes part of a cache key.
-            params = {k: v for k, v in request.args.items() if k != API_KEY_PARAM}
-            a = cache.answer(question(params), waiters)
+            # The API key and the asking ScaledObject's name never become part of a question's key.
+            params = {k: v for k, v in request.args.items() if k not in NOT_QUESTION}
+            q = question(params)
+            asker = request.args.get(SCALED_OBJECT_PARAM)
+            scaled_object = (
+                (q.workload.namespace, kubernetes_name(asker, SCALED_OBJECT_PARAM)) if asker else None
+            )
+            a = cache.answer(q, waiters, scaled_object)
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
+        except NotDeclared as e:
+            return reply(404, {"error": "not_declared", "message": str(e)})
         except UnknownWorkload as e:
             return reply(404, {"error": "not_found", "message": str(e)})
         except NoValue as e:

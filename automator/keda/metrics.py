@@ -10,7 +10,7 @@ from automator.metrics import MetricSpec, declare
 
 PREFIX: Final = "gpu_steward_automator_keda_"
 # Label values of `status`: HTTP codes, and the gRPC codes the scaler answers with.
-HTTP_STATUSES: Final = ("200", "400", "401", "404", "413", "503")
+HTTP_STATUSES: Final = ("200", "400", "401", "403", "404", "413", "503")
 GRPC_STATUSES: Final = (
     "OK",
     "INVALID_ARGUMENT",
@@ -64,6 +64,31 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
         ("workload_namespace", "workload"),
     ),
     MetricSpec(
+        "declared_mode",
+        Gauge,
+        "declared_mode",
+        "1 when answers come from the questions the ScaledObjects declare, 0 in on-demand mode (no "
+        "ScaledObject API) or before the first refresh.",
+    ),
+    MetricSpec(
+        "declared_questions",
+        Gauge,
+        "declared_questions",
+        "Questions the listed ScaledObjects declare (each answered at every refresh).",
+    ),
+    MetricSpec(
+        "declared_failing",
+        Gauge,
+        "declared_failing_questions",
+        "Declared questions whose last computed answer was no value (503, UNAVAILABLE) or not found.",
+    ),
+    MetricSpec(
+        "declaration_problems",
+        Gauge,
+        "declaration_problems",
+        "Triggers pointing at this automator that the last refresh could not read (the log names them).",
+    ),
+    MetricSpec(
         "last_refresh",
         Gauge,
         "last_successful_refresh_timestamp_seconds",
@@ -85,6 +110,10 @@ class KedaMetrics:
     cached_queries: Gauge
     cached_namespaces: Gauge
     workload_available: Gauge
+    declared_mode: Gauge
+    declared_questions: Gauge
+    declared_failing: Gauge
+    declaration_problems: Gauge
     last_refresh: Gauge
 
     def __init__(self, registry: CollectorRegistry) -> None:

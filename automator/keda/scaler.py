@@ -2,12 +2,14 @@
 
 Trigger metadata: deployment | statefulset | selector, profile, signal, aggregation, window, metricType,
 targetValue, activationThreshold; the namespace is the ScaledObject's own (a metadata `namespace` naming
-another is refused). Credentials are the HTTP endpoint's: with a client CA the server speaks TLS and
-requires a certificate it signed; with token files a call carries `authorization: Bearer|Basic ...` or
-`x-api-key` metadata. Errors are gRPC statuses: UNAUTHENTICATED, PERMISSION_DENIED (another namespace),
-INVALID_ARGUMENT naming the key, NOT_FOUND, UNAVAILABLE when data is missing or stale (KEDA's fallback
-applies), RESOURCE_EXHAUSTED when too many StreamIsActive streams are open. A bounded thread pool serves
-the calls; streams take at most --keda-grpc-max-streams of its threads.
+another is refused), the workload by default its scale target. KEDA's external scaler sends no per-call
+metadata and authenticates with mutual TLS only (pkg/scalers/external_scaler.go): with any credential
+configured the server speaks TLS and requires a client certificate the client CA signed, and nothing else
+(a token in metadata admits nothing); without credentials it is open. Errors are gRPC statuses:
+UNAUTHENTICATED, PERMISSION_DENIED (another namespace), INVALID_ARGUMENT naming the key, NOT_FOUND (no such
+workload, or a question no ScaledObject declares), UNAVAILABLE when data is missing or stale (KEDA's
+fallback applies), RESOURCE_EXHAUSTED when too many StreamIsActive streams are open. A bounded thread
+pool serves the calls; streams take at most --keda-grpc-max-streams of its threads.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from automator.keda.auth import AuthConfig, allowed
-from automator.keda.cache import Answer, KedaCache
+from automator.keda.answers import Answerer
+from automator.keda.auth import AuthConfig
+from automator.keda.cache import Answer
 from automator.keda.externalscaler import externalscaler_pb2 as pb
 from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from automator.keda.http import no_value_json
 from automator.keda.metrics import KedaMetrics
-from automator.keda.request import ParamError, Question, question
+from automator.keda.request import WORKLOAD_KINDS, ParamError, Question, question
+from automator.keda.table import NotDeclared
 from automator.keda.values import NoValue
 from automator.keda.workloads import UnknownWorkload
 
@@ -49,7 +53,7 @@ def metric_name(q: Question) -> str:
 class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
     def __init__(
         self,
-        cache: KedaCache,
+        cache: Answerer,
         metrics: KedaMetrics | None = None,
         max_streams: int = 4,
         stream_interval: float | None = None,
@@ -62,7 +66,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         self.client_verified = client_verified
         self.metrics = metrics
         self._streams = threading.BoundedSemaphore(max_streams) if max_streams > 0 else None
-        self.stream_interval = stream_interval or cache.config.refresh_seconds
+        self.stream_interval = stream_interval or cache.refresh_seconds
         self._stopping = threading.Event()
 
     def _count(self, code: grpc.StatusCode) -> None:
@@ -75,14 +79,10 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         raise AssertionError("unreachable")  # abort raises
 
     def _authorize(self, context: grpc.ServicerContext) -> None:
-        if not self.auth.enabled:
-            return
-        metadata: dict[str, str] = {}
-        for key, value in context.invocation_metadata() or ():
-            if isinstance(value, str):  # binary (-bin) metadata never carries these credentials
-                metadata.setdefault(key.lower(), value)
-        if not allowed(self.auth, lambda name: metadata.get(name.lower()), {}, self.client_verified):
-            self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong credentials")
+        # Credentials configured: only a client certificate the server verified (the TLS handshake refuses
+        # every other connection, so this holds by construction); per-call metadata is never read.
+        if self.auth.enabled and not self.client_verified:
+            self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "mutual TLS is required")
 
     def _call(self, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
         self._authorize(context)
@@ -92,27 +92,31 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
             self._abort(context, grpc.StatusCode.PERMISSION_DENIED, str(e))
         except ParamError as e:
             self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{e.parameter}: {e.message}")
-        except UnknownWorkload as e:
+        except (UnknownWorkload, NotDeclared) as e:
             self._abort(context, grpc.StatusCode.NOT_FOUND, str(e))
         except NoValue as e:
             body = no_value_json(e)
             self._abort(context, grpc.StatusCode.UNAVAILABLE, f"{body['error']}: {body['reason']}")
         return result
 
-    @staticmethod
-    def _question(ref: Any) -> Question:
-        """The question of the ScaledObject, pinned to its own namespace."""
+    def _question(self, ref: Any) -> Question:
+        """The question of the ScaledObject, pinned to its own namespace; the workload by default its
+        scale target (as the ScaledObject's declaration reads it)."""
         meta = dict(ref.scalerMetadata)
         if not ref.namespace:
             raise ParamError("namespace", "the ScaledObjectRef names no namespace")
         asked = meta.pop("namespace", None)
         if asked and asked != ref.namespace:
             raise OtherNamespace("namespace: a ScaledObject reads its own namespace only")
+        if not any(meta.get(k) for k in WORKLOAD_KINDS):
+            target = self.cache.target_of((ref.namespace, ref.name))
+            if target is not None:
+                meta[target[0].lower()] = target[1]
         return question(meta, default_namespace=ref.namespace)
 
     def _answer(self, ref: Any) -> tuple[Question, Answer]:
         q = self._question(ref)
-        return q, self.cache.answer(q)
+        return q, self.cache.answer(q, None, (ref.namespace, ref.name) if ref.name else None)
 
     @staticmethod
     def _active(q: Question, a: Answer) -> bool:

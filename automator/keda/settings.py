@@ -6,22 +6,62 @@ Pure: argparse and the standard library only. The service reads them through aut
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from automator.keda import auth
+from automator.keda.declared import DEFAULT_HOSTS
 from steward_common import settingspec as spec
 from steward_common.settingspec import Setting, SettingError
 
 DAY = 86_400
+
+
+def _namespaces(text: str) -> tuple[str, ...]:
+    names = spec.csv()(text)
+    bad = [n for n in names if not _DNS1123_LABEL.fullmatch(n) or len(n) > 63]
+    if bad:
+        raise ValueError(f"expected namespace names, got {spec.shown(bad[0])}")
+    return names
+
+
+def _hosts(text: str) -> tuple[str, ...]:
+    hosts = spec.csv()(text)
+    if not hosts:
+        raise ValueError("expected at least one host name")
+    bad = [h for h in hosts if len(h) > 253 or not _HOST.fullmatch(h)]
+    if bad:
+        raise ValueError(f"expected host names (no port), got {spec.shown(bad[0])}")
+    return tuple(h.lower() for h in hosts)
+
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_HOST = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$")
 
 KEDA_SETTINGS: tuple[Setting[Any], ...] = (
     Setting(
         "--keda-refresh-seconds",
         spec.number(1, 3600),
         "15",
-        "seconds between refreshes of the KEDA cache (one query per signal and window)",
+        "seconds between refreshes of the KEDA answers (one ScaledObject list, one query per signal and "
+        "window declared)",
+    ),
+    Setting(
+        "--keda-namespaces",
+        _namespaces,
+        None,
+        "comma-separated namespaces whose ScaledObjects declare questions (default: the whole cluster)",
+        metavar="NS,...",
+    ),
+    Setting(
+        "--keda-advertised-hosts",
+        _hosts,
+        ",".join(DEFAULT_HOSTS),
+        "comma-separated host names of this automator: an external trigger whose scalerAddress names one "
+        "declares a question",
+        metavar="HOST,...",
     ),
     Setting(
         "--keda-max-age-seconds",
@@ -93,6 +133,8 @@ _DEFAULTS: dict[str, Any] = spec.resolve(argparse.Namespace(), KEDA_SETTINGS, {}
 @dataclass(frozen=True)
 class KedaSettings:
     keda_refresh_seconds: float = _DEFAULTS["keda_refresh_seconds"]
+    keda_namespaces: tuple[str, ...] | None = _DEFAULTS["keda_namespaces"]
+    keda_advertised_hosts: tuple[str, ...] = _DEFAULTS["keda_advertised_hosts"]
     keda_max_age_seconds: float = _DEFAULTS["keda_max_age_seconds"]
     keda_pod_grace_seconds: float = _DEFAULTS["keda_pod_grace_seconds"]
     keda_forget_seconds: float = _DEFAULTS["keda_forget_seconds"]
@@ -125,7 +167,12 @@ def keda_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> KedaS
         )
     if settings.keda_tls_client_ca_file and not settings.keda_tls_cert_file:
         raise SettingError("--keda-tls-client-ca-file: needs --keda-tls-cert-file and --keda-tls-key-file")
-    auth_config(settings)
+    config = auth_config(settings)
+    if settings.keda_grpc_port and config.enabled and not settings.keda_tls_client_ca_file:
+        raise SettingError(
+            "--keda-grpc-port: with credentials configured the external scaler requires mutual TLS: set "
+            "--keda-tls-client-ca-file (KEDA sends no tokens to external scalers, only client certificates)"
+        )
     return settings
 
 

@@ -1,7 +1,8 @@
 """The KEDA endpoints joined to the service: cache, blueprint, external scaler, HTTPS listener.
 
-`attach` registers the /keda/v1/ routes on the service's app (no thread starts: the cache starts its
-refresh on the first question); `start` opens the gRPC and HTTPS listeners when configured.
+`attach` registers the /keda/v1/ routes on the service's app (no thread starts); `start` starts the
+refresh (declared questions, or the on-demand cache when the cluster has no ScaledObject API) and opens the
+gRPC and HTTPS listeners when configured.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from flask import Flask
 from prometheus_client import CollectorRegistry
 
 from automator.keda import auth
+from automator.keda.answers import KedaAnswers
 from automator.keda.cache import CacheConfig, KedaCache
 from automator.keda.http import blueprint
 from automator.keda.metrics import KedaMetrics
 from automator.keda.settings import KedaSettings, auth_config
 from automator.keda.snapshot import SnapshotNamespaces
+from automator.keda.table import DeclaredSource, DeclaredTable, TableConfig
 from automator.keda.workloads import Namespace
 
 log = logging.getLogger(__name__)
@@ -29,7 +32,7 @@ EXTENSION = "gpu_steward_keda"
 
 @dataclass
 class KedaRuntime:
-    cache: KedaCache
+    cache: KedaAnswers
     settings: KedaSettings
     listen_address: str
     auth: auth.AuthConfig
@@ -40,6 +43,8 @@ class KedaRuntime:
     def start(self) -> None:
         """Open the external scaler and the HTTPS listener when their settings ask for them."""
         s = self.settings
+        self.cache.start()
+        self.stoppers.append(lambda: self.cache.stop(timeout=5))
         if s.keda_grpc_port:
             from automator.keda.scaler import ExternalScaler, serve
 
@@ -82,7 +87,7 @@ class KedaRuntime:
     def stop(self) -> None:
         for stop in reversed(self.stoppers):
             stop()
-        self.cache.stop(timeout=5)
+        self.stoppers.clear()
 
 
 def attach(
@@ -94,15 +99,19 @@ def attach(
     """Register the KEDA routes on `app`; the runtime is also kept in app.extensions[EXTENSION]."""
     s: KedaSettings = settings.keda
     list_namespace: Callable[[str], Namespace]
+    source: DeclaredSource
     if settings.cluster_snapshot:
-        list_namespace = SnapshotNamespaces(Path(settings.cluster_snapshot)).namespace
+        snapshot = SnapshotNamespaces(Path(settings.cluster_snapshot))
+        list_namespace, source = snapshot.namespace, snapshot
     else:
-        from automator.keda.kube import NamespaceLister
+        from automator.keda.kube import ClusterLister, NamespaceLister
         from automator.kube import api_client
 
-        list_namespace = NamespaceLister(api_client(settings.kubeconfig)).namespace
+        api = api_client(settings.kubeconfig)
+        list_namespace = NamespaceLister(api, settings.api_timeout).namespace
+        source = ClusterLister(api, s.keda_namespaces or (), settings.api_timeout)
     metrics = KedaMetrics(registry)
-    cache = KedaCache(
+    ondemand = KedaCache(
         run_query,
         list_namespace,
         CacheConfig(
@@ -116,6 +125,17 @@ def attach(
         ),
         metrics,
     )
+    table = DeclaredTable(
+        run_query,
+        TableConfig(
+            max_age_seconds=s.keda_max_age_seconds,
+            pod_grace_seconds=s.keda_pod_grace_seconds,
+            refresh_seconds=s.keda_refresh_seconds,
+            advertised_hosts=s.keda_advertised_hosts,
+        ),
+        metrics,
+    )
+    cache = KedaAnswers(table, ondemand, source, metrics)
     config = auth_config(s)
     # At most half the service's threads wait on a first fetch: the others keep the probes answered.
     app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))

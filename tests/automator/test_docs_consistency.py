@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from automator import cli, settings
 from automator.dra.job import DraCheckJob, SnapshotDraCluster
-from automator.keda.kube import NamespaceLister
+from automator.keda.kube import ClusterLister, NamespaceLister
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
 from automator.objects.model import Mode, PlannerConfig, PodKey
@@ -512,7 +512,10 @@ def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Re
     assert kube.evict(pod, uid="u-1").outcome is EvictionOutcome.OK
     kube.annotate_preemptor(pod, {conventions.LAST_RECLAIM_ANNOTATION: EXAMPLE_NOW.isoformat()}, uid="u-1")
     kube.event(pod, "Normal", "GpuIdleReclaimed", "test", uid="u-1")
-    NamespaceLister(api).namespace("ml")  # the KEDA cache's reads (docs/keda.md)
+    NamespaceLister(api).namespace("ml")  # the KEDA on-demand cache's reads (docs/keda.md)
+    keda = ClusterLister(api)  # the KEDA declared mode's reads: ScaledObjects, then the declared namespaces
+    keda.scaled_objects()
+    keda.namespaces(frozenset({"ml"}))
     DraKubernetesAdapter(kube).dra_objects()  # the DRA check's reads (discovery needs no rule)
     elector = LeaderElector(api, "gpu-steward-automator", lease_namespace, "replica-0", 4, 3, 1)
     # take the free Lease (read, create), then renew it once (read, update): every call the election makes
@@ -551,7 +554,7 @@ def test_rbac_allows_exactly_the_writes_the_adapter_makes(fake_kube: FakeApiServ
         ("", "nodes"), ("", "pods"), ("scheduling.k8s.io", "priorityclasses"),
         ("policy", "poddisruptionbudgets"), ("", "pods/eviction"), ("", "events"),
         ("coordination.k8s.io", "leases"), ("apps", "deployments"), ("apps", "replicasets"),
-        ("apps", "statefulsets"), ("resource.k8s.io", "resourceslices"),
+        ("apps", "statefulsets"), ("keda.sh", "scaledobjects"), ("resource.k8s.io", "resourceslices"),
         ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "deviceclasses"),
     }  # fmt: skip
     assert resources == expected  # the recorder saw every kind of call, so the check below is complete
