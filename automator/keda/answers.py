@@ -37,7 +37,14 @@ class Answerer(Protocol):
         scaled_object: ObjectName | None = None,
     ) -> Answer: ...
 
-    def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None: ...
+    def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None:
+        """The listed ScaledObject's scale target; None in on-demand mode or when not listed."""
+        ...
+
+    @property
+    def declared(self) -> bool:
+        """Whether the answers are the declared ones (a ScaledObject not listed is then warming up)."""
+        ...
 
 
 STARTING: Final = "starting"
@@ -84,6 +91,10 @@ class KedaAnswers:
 
     def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None:
         return self.table.target_of(scaled_object) if self.mode == DECLARED else None
+
+    @property
+    def declared(self) -> bool:
+        return self.mode == DECLARED
 
     def refresh(self) -> None:
         """One refresh of the mode's source; switches mode when the ScaledObject API appears or goes."""

@@ -96,6 +96,10 @@ class KedaCache:
     def target_of(self, scaled_object: tuple[str, str]) -> tuple[str, str] | None:
         return None  # no ScaledObject is read in on-demand mode
 
+    @property
+    def declared(self) -> bool:
+        return False
+
     def answer(
         self,
         q: Question,

@@ -112,6 +112,10 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
             target = self.cache.target_of((ref.namespace, ref.name))
             if target is not None:
                 meta[target[0].lower()] = target[1]
+            elif self.cache.declared:  # not listed yet: its scale target is known at the next refresh
+                raise NoValue(
+                    "warming_up", f"ScaledObject {ref.namespace}/{ref.name} is read at the next refresh"
+                )
         return question(meta, default_namespace=ref.namespace)
 
     def _answer(self, ref: Any) -> tuple[Question, Answer]:
