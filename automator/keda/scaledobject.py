@@ -164,8 +164,8 @@ def _trigger(q: Question, params: dict[str, str], opts: Options, name: str) -> d
 
 def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
     """The Secret template and the TriggerAuthentication that reads it."""
-    auth = auth_of(opts)
-    keys = EXTERNAL_TLS_KEYS if opts.trigger == "external" else SECRET_KEYS[auth]
+    mode = auth_of(opts)
+    keys = EXTERNAL_TLS_KEYS if opts.trigger == "external" else SECRET_KEYS[mode]
     metadata = {"name": opts.secret, "namespace": namespace}
     secret = {
         "apiVersion": "v1",
@@ -173,7 +173,7 @@ def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
         "metadata": metadata,
         "type": "Opaque",
         "stringData": {
-            k: f"REPLACE-WITH-THE-{k.upper()}-{'PEM' if auth == 'tls' else 'THE-AUTOMATOR-ACCEPTS'}"
+            k: f"REPLACE-WITH-THE-{k.upper()}-{'PEM' if mode == 'tls' else 'THE-AUTOMATOR-ACCEPTS'}"
             for k in keys
         },
     }
