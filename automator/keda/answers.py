@@ -35,6 +35,7 @@ class Answerer(Protocol):
         q: Question,
         waiters: threading.BoundedSemaphore | None = None,
         scaled_object: ObjectName | None = None,
+        client: str | None = None,
     ) -> Answer: ...
 
     def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None:
@@ -80,13 +81,15 @@ class KedaAnswers:
         q: Question,
         waiters: threading.BoundedSemaphore | None = None,
         scaled_object: ObjectName | None = None,
+        client: str | None = None,
     ) -> Answer:
-        """NoValue (503), NotDeclared (404, declared mode), UnknownWorkload (404) or the answer."""
+        """NoValue (503), NotDeclared (404, declared mode), UnknownWorkload (404) or the answer. `client`:
+        the caller's address, which the on-demand mode's per-client bound counts."""
         mode = self.mode
         if mode == DECLARED:
             return self.table.answer(q, scaled_object)
         if mode == ON_DEMAND:
-            return self.ondemand.answer(q, waiters)
+            return self.ondemand.answer(q, waiters, client=client)
         raise NoValue("warming_up", "the ScaledObjects have not been read yet")
 
     def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None:

@@ -125,7 +125,7 @@ def blueprint(
             scaled_object = (
                 (q.workload.namespace, kubernetes_name(asker, SCALED_OBJECT_PARAM)) if asker else None
             )
-            a = cache.answer(q, waiters, scaled_object)
+            a = cache.answer(q, waiters, scaled_object, request.remote_addr)
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
         except NotDeclared as e:

@@ -21,6 +21,9 @@ GRPC_STATUSES: Final = (
     "PERMISSION_DENIED",
 )
 
+# Label values of ondemand_refusals' `reason`.
+REFUSALS: Final = ("table_full", "queue_full", "client_limit")
+
 TABLE: Final[tuple[MetricSpec, ...]] = (
     MetricSpec(
         "requests",
@@ -64,6 +67,15 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
         ("workload_namespace", "workload"),
     ),
     MetricSpec(
+        "ondemand_refusals",
+        Counter,
+        "ondemand_refusals",
+        "New on-demand questions answered warming_up to keep the bounds, by reason: table_full (every kept "
+        "entry was asked within the last refresh), queue_full (first fetches), client_limit (new entries "
+        "per client and refresh).",
+        ("reason",),
+    ),
+    MetricSpec(
         "declared_mode",
         Gauge,
         "declared_mode",
@@ -97,8 +109,12 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
 )
 
 
-# Workloads with a workload_available series (the least recently asked is dropped past it).
+# Workloads with a workload_available series in on-demand mode (past it, a series not asked within the
+# alert's `for:` is dropped for a new one; with none such, the new workload gets no series).
 MAX_WORKLOAD_SERIES: Final = 500
+# The `for:` of GpuStewardKedaWorkloadUnavailable (alerts/keda.yaml; a test compares): a series asked this
+# recently is never dropped, so that its alert can fire.
+AVAILABILITY_ALERT_SECONDS: Final = 600.0
 
 
 class KedaMetrics:
@@ -110,6 +126,7 @@ class KedaMetrics:
     cached_queries: Gauge
     cached_namespaces: Gauge
     workload_available: Gauge
+    ondemand_refusals: Counter
     declared_mode: Gauge
     declared_questions: Gauge
     declared_failing: Gauge
@@ -122,3 +139,5 @@ class KedaMetrics:
             self.requests.labels(endpoint="http", status=status)
         for status in GRPC_STATUSES:
             self.requests.labels(endpoint="grpc", status=status)
+        for reason in REFUSALS:
+            self.ondemand_refusals.labels(reason)

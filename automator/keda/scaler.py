@@ -45,6 +45,14 @@ class OtherNamespace(PermissionError):
     """Trigger metadata naming a namespace other than the ScaledObject's (gRPC PERMISSION_DENIED)."""
 
 
+def peer_host(peer: str | None) -> str | None:
+    """The address of a gRPC peer (`ipv4:10.0.0.7:51234`, `ipv6:[::1]:51234`) without its port."""
+    if not peer:
+        return None
+    address = peer.partition(":")[2] or peer
+    return address.rpartition(":")[0].strip("[]") or address
+
+
 def metric_name(q: Question) -> str:
     """The metric's name in the HPA: signal and aggregation (KEDA prefixes the trigger index)."""
     return _NAME_CHARS.sub("-", f"gpu-{q.signal.name}-{q.aggregation}".lower().replace("_", "-"))
@@ -118,16 +126,17 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
                 )
         return question(meta, default_namespace=ref.namespace)
 
-    def _answer(self, ref: Any) -> tuple[Question, Answer]:
+    def _answer(self, ref: Any, context: grpc.ServicerContext) -> tuple[Question, Answer]:
         q = self._question(ref)
-        return q, self.cache.answer(q, None, (ref.namespace, ref.name) if ref.name else None)
+        asker = (ref.namespace, ref.name) if ref.name else None
+        return q, self.cache.answer(q, None, asker, peer_host(context.peer()))
 
     @staticmethod
     def _active(q: Question, a: Answer) -> bool:
         return a.value.value > (q.activation or 0.0)
 
     def IsActive(self, request: Any, context: grpc.ServicerContext) -> Any:
-        q, a = self._call(context, lambda: self._answer(request))
+        q, a = self._call(context, lambda: self._answer(request, context))
         self._count(grpc.StatusCode.OK)
         return pb.IsActiveResponse(result=self._active(q, a))
 
@@ -138,7 +147,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         try:
             last: bool | None = None
             while context.is_active() and not self._stopping.is_set():
-                q, a = self._call(context, lambda: self._answer(request))
+                q, a = self._call(context, lambda: self._answer(request, context))
                 active = self._active(q, a)
                 if active != last:
                     self._count(grpc.StatusCode.OK)
@@ -159,7 +168,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):  # type: ignore[misc]
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
     def GetMetrics(self, request: Any, context: grpc.ServicerContext) -> Any:
-        q, a = self._call(context, lambda: self._answer(request.scaledObjectRef))
+        q, a = self._call(context, lambda: self._answer(request.scaledObjectRef, context))
         self._count(grpc.StatusCode.OK)
         value = pb.MetricValue(
             metricName=request.metricName or metric_name(q),

@@ -94,6 +94,13 @@ KEDA_SETTINGS: tuple[Setting[Any], ...] = (
         "namespaces whose pods are kept fresh (each costs four list calls per refresh)",
     ),
     Setting(
+        "--keda-client-new-questions",
+        spec.integer(1, 1000),
+        "8",
+        "on-demand mode: new signal/window or namespace entries one client address may add per refresh "
+        "(past it: 503 warming_up, nothing stored)",
+    ),
+    Setting(
         "--keda-first-wait-seconds",
         spec.number(0.1, 60),
         "2",
@@ -140,6 +147,7 @@ class KedaSettings:
     keda_forget_seconds: float = _DEFAULTS["keda_forget_seconds"]
     keda_max_queries: int = _DEFAULTS["keda_max_queries"]
     keda_max_namespaces: int = _DEFAULTS["keda_max_namespaces"]
+    keda_client_new_questions: int = _DEFAULTS["keda_client_new_questions"]
     keda_first_wait_seconds: float = _DEFAULTS["keda_first_wait_seconds"]
     keda_bearer_token_file: str | None = _DEFAULTS["keda_bearer_token_file"]
     keda_api_key_file: str | None = _DEFAULTS["keda_api_key_file"]

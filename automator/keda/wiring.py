@@ -122,6 +122,7 @@ def attach(
             max_queries=s.keda_max_queries,
             max_namespaces=s.keda_max_namespaces,
             first_wait_seconds=s.keda_first_wait_seconds,
+            client_new_keys=s.keda_client_new_questions,
         ),
         metrics,
     )

@@ -31,8 +31,9 @@ from automator.keda.metrics import KedaMetrics
 from automator.keda.request import METRICS_PATH, ParamError, parse_selector, question
 from automator.keda.scaler import ExternalScaler, serve
 from automator.keda.tls import serve_tls
+from automator.keda.values import NoValue
 from automator.keda.wiring import EXTENSION, KedaRuntime
-from automator.keda.workloads import Namespace
+from automator.keda.workloads import Namespace, UnknownWorkload
 from automator.objects.pod import pod_record
 from automator.objects.workload import workload_record
 from automator.service.main import build
@@ -293,13 +294,24 @@ def test_probes_and_known_workloads_answer_while_30_clients_ask_new_namespaces()
         cache.stop()
 
 
-def test_namespaces_are_bounded_dropping_the_least_recently_asked() -> None:
+def test_namespaces_are_bounded_dropping_only_what_was_not_asked_within_the_refresh() -> None:
     kube = cluster()
+    now = [NOW]
     cache = _cache(kube=kube, max_namespaces=3)
-    for ns in ("a", "b", "c", "a", "d", "e"):
-        with pytest.raises(Exception):  # noqa: B017  # 404: no such Deployment there; the list is what counts
+    cache.config = CacheConfig(refresh_seconds=15, max_namespaces=3)
+    cache.clock = lambda: now[0]
+
+    def ask(ns: str) -> None:
+        with pytest.raises((UnknownWorkload, NoValue)):  # 404 (no such Deployment) or refused
             cache.answer(question({"namespace": ns, "deployment": "nope", "profile": "training"}))
-    assert list(cache._namespaces) == ["a", "d", "e"]  # b and c were asked least recently
+
+    for ns in ("a", "b", "c", "d"):
+        ask(ns)
+    assert list(cache._namespaces) == ["a", "b", "c"]  # d was refused: all three were asked just now
+    now[0] += 16
+    for ns in ("a", "d", "e"):
+        ask(ns)
+    assert list(cache._namespaces) == ["a", "d", "e"]  # b and c were not asked within the refresh
     kube.lists = 0
     cache.refresh()
     assert kube.lists == 3
