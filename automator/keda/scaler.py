@@ -19,7 +19,6 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -27,6 +26,7 @@ import grpc
 from automator.keda.answers import Answerer
 from automator.keda.auth import AuthConfig
 from automator.keda.cache import Answer
+from automator.keda.certs import Loaded, ReloadingTLS
 from automator.keda.externalscaler import externalscaler_pb2 as pb
 from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from automator.keda.http import no_value_json
@@ -186,10 +186,12 @@ def serve(
     address: str,
     port: int,
     workers: int,
-    tls: tuple[str, str, str] | None = None,
+    tls: ReloadingTLS | None = None,
 ) -> tuple[grpc.Server, int]:
-    """Start the gRPC server; returns it and its port. `tls` (cert, key, client CA files): TLS requiring a
-    client certificate the CA signed; without it plaintext (keep it on a cluster-internal Service)."""
+    """Start the gRPC server; returns it and its port. `tls` (with a client CA): TLS requiring a client
+    certificate the CA signed, the certificates reloaded when their files change (gRPC asks on every new
+    handshake; connections in flight keep theirs); without it plaintext (keep it on a cluster-internal
+    Service)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="keda-grpc"),
         maximum_concurrent_rpcs=workers * 4,  # beyond: RESOURCE_EXHAUSTED, never an unbounded queue
@@ -197,9 +199,20 @@ def serve(
     )
     pb_grpc.add_ExternalScalerServicer_to_server(scaler, server)
     if tls is not None:
-        cert, key, ca = (Path(path).read_bytes() for path in tls)
-        credentials = grpc.ssl_server_credentials(
-            [(key, cert)], root_certificates=ca, require_client_auth=True
+        served = [tls.loaded]
+
+        def configuration(loaded: Loaded) -> Any:
+            return grpc.ssl_server_certificate_configuration([(loaded.key, loaded.cert)], loaded.ca)
+
+        def fetch() -> Any:
+            loaded = tls.current()
+            if loaded is served[0]:
+                return None  # unchanged
+            served[0] = loaded
+            return configuration(loaded)
+
+        credentials = grpc.dynamic_ssl_server_credentials(
+            configuration(tls.loaded), fetch, require_client_authentication=True
         )
         bound = server.add_secure_port(f"{address}:{port}", credentials)
     else:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from automator.keda import auth
+from automator.keda import auth, certs
 from automator.keda.declared import DEFAULT_HOSTS
 from steward_common import settingspec as spec
 from steward_common.settingspec import Setting, SettingError
@@ -176,6 +176,12 @@ def keda_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> KedaS
     if settings.keda_tls_client_ca_file and not settings.keda_tls_cert_file:
         raise SettingError("--keda-tls-client-ca-file: needs --keda-tls-cert-file and --keda-tls-key-file")
     config = auth_config(settings)
+    if settings.keda_tls_cert_file and settings.keda_tls_key_file:  # usable now, not at the first client
+        certs.load(
+            certs.TlsFiles(
+                settings.keda_tls_cert_file, settings.keda_tls_key_file, settings.keda_tls_client_ca_file
+            )
+        )
     if settings.keda_grpc_port and config.enabled and not settings.keda_tls_client_ca_file:
         raise SettingError(
             "--keda-grpc-port: with credentials configured the external scaler requires mutual TLS: set "

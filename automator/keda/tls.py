@@ -5,7 +5,9 @@ Bounds: THREADS workers; the TLS handshake runs in a worker, not in the acceptin
 client holds nothing but its socket, closed after SOCKET_TIMEOUT_SECONDS idle; the whole request head
 (handshake, request line and headers) must arrive within HEAD_DEADLINE_SECONDS of its first byte, so a
 client trickling a header line now and then cannot hold a worker; heads over MAX_HEADER_BYTES get 413.
-With a client CA, every connection must present a certificate it signed (KEDA's `authModes: tls`).
+With a client CA, every connection must present a certificate it signed (KEDA's `authModes: tls`). The
+certificates are reloaded when their files change (automator/keda/certs.py): each new connection gets the
+current context, connections in flight keep theirs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from cheroot import server as cheroot_server
 from cheroot import wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
+from automator.keda.certs import ReloadingTLS
+
 log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT_SECONDS = 10.0
@@ -30,17 +34,6 @@ HEAD_DEADLINE_SECONDS = 10.0
 THREADS = 16
 MAX_HEADER_BYTES = 16 * 1024
 BACKLOG = 64
-
-
-def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """TLS 1.2+ server context; with a client CA, a certificate it signed is required of every client."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    if client_ca_file:
-        context.load_verify_locations(cafile=client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 class HeadDeadlines:
@@ -93,12 +86,13 @@ class _DeferredHandshake(BuiltinSSLAdapter):
     """cheroot's adapter runs the handshake in the accepting thread; here it runs on the first read, in
     the worker, under the head deadline."""
 
-    def __init__(self, cert_file: str, key_file: str, context: ssl.SSLContext) -> None:
-        super().__init__(cert_file, key_file)
-        self.context = context
+    def __init__(self, tls: ReloadingTLS) -> None:
+        super().__init__(tls.files.cert, tls.files.key)
+        self.tls = tls
 
     def wrap(self, sock: socket.socket) -> tuple[ssl.SSLSocket, dict[str, str]]:
-        tls = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        context = self.tls.current().context  # the files' current certificates, reloaded on change
+        tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return tls, {"wsgi.url_scheme": "https", "HTTPS": "on"}
 
 
@@ -121,9 +115,7 @@ class KedaTLSServer(wsgi.Server):
         app: Callable[..., Any],
         address: str,
         port: int,
-        context: ssl.SSLContext,
-        cert_file: str,
-        key_file: str,
+        tls: ReloadingTLS,
         threads: int,
         head_seconds: float,
     ) -> None:
@@ -138,7 +130,7 @@ class KedaTLSServer(wsgi.Server):
             server_name="gpu-steward-keda",
         )
         self.max_request_header_size = MAX_HEADER_BYTES
-        self.ssl_adapter = _DeferredHandshake(cert_file, key_file, context)
+        self.ssl_adapter = _DeferredHandshake(tls)
         self.head_deadlines = HeadDeadlines(head_seconds)
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
@@ -155,15 +147,12 @@ def serve_tls(
     app: Callable[..., Any],
     address: str,
     port: int,
-    cert_file: str,
-    key_file: str,
-    client_ca_file: str | None = None,
+    tls: ReloadingTLS,
     threads: int = THREADS,
     head_seconds: float = HEAD_DEADLINE_SECONDS,
 ) -> KedaTLSServer:
     """Bind and serve in a daemon thread; returns the server (`stop()` ends it, `bind_addr` its port)."""
-    context = tls_context(cert_file, key_file, client_ca_file)
-    server = KedaTLSServer(app, address, port, context, cert_file, key_file, threads, head_seconds)
+    server = KedaTLSServer(app, address, port, tls, threads, head_seconds)
     server.prepare()  # binds now: a port in use fails the start, not a thread
     threading.Thread(target=server.serve, name="keda-https", daemon=True).start()
     return server

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from automator.keda import auth
 from automator.keda.answers import KedaAnswers
 from automator.keda.cache import CacheConfig, KedaCache
+from automator.keda.certs import ReloadingTLS, TlsFiles
 from automator.keda.http import blueprint
 from automator.keda.metrics import KedaMetrics
 from automator.keda.settings import KedaSettings, auth_config
@@ -43,6 +44,9 @@ class KedaRuntime:
     def start(self) -> None:
         """Open the external scaler and the HTTPS listener when their settings ask for them."""
         s = self.settings
+        tls = None
+        if s.keda_tls_cert_file and s.keda_tls_key_file:  # checked at start: a bad file exits 2
+            tls = ReloadingTLS(TlsFiles(s.keda_tls_cert_file, s.keda_tls_key_file, s.keda_tls_client_ca_file))
         self.cache.start()
         self.stoppers.append(lambda: self.cache.stop(timeout=5))
         if s.keda_grpc_port:
@@ -56,20 +60,17 @@ class KedaRuntime:
                 auth=self.auth,
                 client_verified=bool(ca),
             )
-            tls = None
-            if ca and s.keda_tls_cert_file and s.keda_tls_key_file:
-                tls = (s.keda_tls_cert_file, s.keda_tls_key_file, ca)
             server, self.grpc_port = serve(
                 scaler,
                 self.listen_address,
                 s.keda_grpc_port,
                 s.keda_grpc_workers,
-                tls=tls,
+                tls=tls if ca else None,  # credentials configured: mutual TLS (the settings require a CA)
             )
             self.stoppers.append(scaler.stop)
             self.stoppers.append(lambda: server.stop(grace=5).wait(6))
             log.info("KEDA external scaler on %s:%d", self.listen_address, self.grpc_port)
-        if s.keda_tls_cert_file and s.keda_tls_key_file:
+        if tls is not None:
             from automator.keda.tls import THREADS, serve_tls
 
             app = Flask("gpu-steward-keda")
@@ -77,9 +78,7 @@ class KedaRuntime:
             app.register_blueprint(
                 blueprint(self.cache, self.auth, self.cache.metrics, THREADS // 2, client_verified=bool(ca))
             )
-            https = serve_tls(
-                app, self.listen_address, s.keda_tls_port, s.keda_tls_cert_file, s.keda_tls_key_file, ca
-            )
+            https = serve_tls(app, self.listen_address, s.keda_tls_port, tls)
             self.https_port = https.bind_addr[1]
             self.stoppers.append(https.stop)
             log.info("KEDA HTTPS endpoint on %s:%d", self.listen_address, s.keda_tls_port)

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from automator.keda.answers import KedaAnswers
 from automator.keda.auth import AuthConfig
 from automator.keda.cache import CacheConfig, KedaCache
+from automator.keda.certs import ReloadingTLS, TlsFiles
 from automator.keda.metrics import KedaMetrics
 from automator.keda.scaler import ExternalScaler, serve
 from automator.keda.table import DeclaredTable
@@ -78,7 +79,11 @@ def test_keda_calls_with_mutual_tls_and_no_metadata(
     auth = AuthConfig(bearer_tokens=("tok-1",), client_certificates=True)
     scaler = ExternalScaler(answers, answers.metrics, auth=auth, client_verified=True)
     server, port = serve(
-        scaler, "127.0.0.1", 0, 4, tls=(str(certs.server_cert), str(certs.server_key), str(certs.ca))
+        scaler,
+        "127.0.0.1",
+        0,
+        4,
+        tls=ReloadingTLS(TlsFiles(str(certs.server_cert), str(certs.server_key), str(certs.ca))),
     )
     try:
         got = keda_call(keda_stubs, port, certs.ca, certs.client_cert, certs.client_key)

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from automator.keda.auth import AuthConfig, allowed, load
 from automator.keda.cache import CacheConfig, KedaCache
+from automator.keda.certs import ReloadingTLS, TlsFiles
 from automator.keda.externalscaler import externalscaler_pb2 as pb
 from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from automator.keda.http import blueprint
@@ -163,9 +164,8 @@ def _trickle(port: int, ca: Path, stop: threading.Event, cut: list[bool]) -> Non
 def test_trickling_clients_do_not_lock_out_a_client_with_a_token(certs: Certs) -> None:
     cache = _cache()
     auth = AuthConfig(bearer_tokens=("tok-1",))
-    server = serve_tls(
-        _app(cache, auth), "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key), head_seconds=1.0
-    )
+    tls = ReloadingTLS(TlsFiles(str(certs.server_cert), str(certs.server_key)))
+    server = serve_tls(_app(cache, auth), "127.0.0.1", 0, tls, head_seconds=1.0)
     port = server.bind_addr[1]
     stop, cut = threading.Event(), []  # type: ignore[var-annotated]
     tricklers = [
@@ -439,7 +439,7 @@ def test_grpc_mutual_tls(scaler_cache: KedaCache, certs: Certs) -> None:
     scaler = ExternalScaler(
         scaler_cache, scaler_cache.metrics, max_streams=1, auth=auth, client_verified=True
     )
-    tls = (str(certs.server_cert), str(certs.server_key), str(certs.ca))
+    tls = ReloadingTLS(TlsFiles(str(certs.server_cert), str(certs.server_key), str(certs.ca)))
     server, port = serve(scaler, "127.0.0.1", 0, workers=4, tls=tls)
     ca = certs.ca.read_bytes()
     options = (("grpc.ssl_target_name_override", "localhost"),)
