@@ -18,7 +18,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from automator.keda.answers import Answerer
-from automator.keda.auth import AuthConfig, allowed
+from automator.keda.auth import AuthConfig, grant
 from automator.keda.cache import Answer
 from automator.keda.declared import NOT_QUESTION, SCALED_OBJECT_PARAM
 from automator.keda.metrics import HTTP_STATUSES, KedaMetrics
@@ -113,7 +113,8 @@ def blueprint(
 
     @bp.get(METRICS_PATH)
     def keda_metrics() -> Response:
-        if not allowed(auth, request.headers.get, request.args, client_verified):
+        granted = grant(auth, request.headers.get, request.args, client_verified)
+        if granted is None:
             response = reply(401, {"error": "unauthorized", "message": "missing or wrong credentials"})
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
@@ -121,6 +122,10 @@ def blueprint(
             # The API key and the asking ScaledObject's name never become part of a question's key.
             params = {k: v for k, v in request.args.items() if k not in NOT_QUESTION}
             q = question(params)
+            if not granted.allows(q.workload.namespace):  # before anything is read about it
+                return reply(
+                    403, {"error": "forbidden", "message": "this credential may not read that namespace"}
+                )
             asker = request.args.get(SCALED_OBJECT_PARAM)
             scaled_object = (
                 (q.workload.namespace, kubernetes_name(asker, SCALED_OBJECT_PARAM)) if asker else None
