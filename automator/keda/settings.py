@@ -121,6 +121,19 @@ KEDA_SETTINGS: tuple[Setting[Any], ...] = (
         "CA (PEM) whose client certificates the HTTPS listener and the external scaler require (mutual TLS)",
     ),
     Setting("--keda-tls-port", spec.port, "8443", "port of the KEDA HTTPS listener (with a certificate)"),
+    Setting(
+        "--keda-tls-only",
+        spec.boolean,
+        "false",
+        "serve the KEDA routes on the HTTPS listener only, not on the plain main port (needs a certificate)",
+        action="switch",
+    ),
+    Setting(
+        "--keda-tls-max-connections-per-source",
+        spec.integer(1, 64),
+        "8",
+        "connections one source address may hold at once on the KEDA HTTPS listener (of its 16 workers)",
+    ),
     Setting("--keda-grpc-port", spec.integer(0, 65535), "0", "port of the KEDA external scaler (0: off)"),
     Setting("--keda-grpc-workers", spec.integer(1, 256), "8", "threads answering external scaler calls"),
     Setting(
@@ -156,6 +169,8 @@ class KedaSettings:
     keda_tls_key_file: str | None = _DEFAULTS["keda_tls_key_file"]
     keda_tls_client_ca_file: str | None = _DEFAULTS["keda_tls_client_ca_file"]
     keda_tls_port: int = _DEFAULTS["keda_tls_port"]
+    keda_tls_only: bool = _DEFAULTS["keda_tls_only"]
+    keda_tls_max_connections_per_source: int = _DEFAULTS["keda_tls_max_connections_per_source"]
     keda_grpc_port: int = _DEFAULTS["keda_grpc_port"]
     keda_grpc_workers: int = _DEFAULTS["keda_grpc_workers"]
     keda_grpc_max_streams: int = _DEFAULTS["keda_grpc_max_streams"]
@@ -173,6 +188,8 @@ def keda_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> KedaS
         raise SettingError(
             "--keda-grpc-max-streams: must be below --keda-grpc-workers (streams would starve the calls)"
         )
+    if settings.keda_tls_only and not settings.keda_tls_cert_file:
+        raise SettingError("--keda-tls-only: needs --keda-tls-cert-file and --keda-tls-key-file")
     if settings.keda_tls_client_ca_file and not settings.keda_tls_cert_file:
         raise SettingError("--keda-tls-client-ca-file: needs --keda-tls-cert-file and --keda-tls-key-file")
     config = auth_config(settings)

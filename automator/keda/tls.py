@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from cheroot import errors, wsgi
 from cheroot import server as cheroot_server
-from cheroot import wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
 
+from automator.connlimit import SourceLimits
 from automator.keda.certs import ReloadingTLS
 
 log = logging.getLogger(__name__)
@@ -84,15 +85,28 @@ def _cut(sock: socket.socket) -> None:
 
 class _DeferredHandshake(BuiltinSSLAdapter):
     """cheroot's adapter runs the handshake in the accepting thread; here it runs on the first read, in
-    the worker, under the head deadline."""
+    the worker, under the head deadline. A source address past its connection cap is closed here, before
+    it reaches a worker."""
 
-    def __init__(self, tls: ReloadingTLS) -> None:
+    def __init__(self, tls: ReloadingTLS, limits: SourceLimits | None) -> None:
         super().__init__(tls.files.cert, tls.files.key)
         self.tls = tls
+        self.limits = limits
 
     def wrap(self, sock: socket.socket) -> tuple[ssl.SSLSocket, dict[str, str]]:
+        source = None
+        if self.limits is not None:
+            try:
+                source = str(sock.getpeername()[0])
+            except OSError:
+                source = "?"
+            if not self.limits.acquire(source):
+                _cut(sock)
+                sock.close()
+                raise errors.FatalSSLAlert(f"more than {self.limits.per_source} connections from one source")
         context = self.tls.current().context  # the files' current certificates, reloaded on change
         tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        tls.keda_source = source  # type: ignore[attr-defined]  # released when the connection closes
         return tls, {"wsgi.url_scheme": "https", "HTTPS": "on"}
 
 
@@ -105,6 +119,15 @@ class _Request(cheroot_server.HTTPRequest):
 
 class _Connection(cheroot_server.HTTPConnection):
     RequestHandlerClass = _Request
+    _released = False
+
+    def close(self) -> None:
+        limits: SourceLimits | None = self.server.ssl_adapter.limits
+        source = getattr(self.socket, "keda_source", None)
+        if limits is not None and source is not None and not self._released:
+            self._released = True
+            limits.release(source)
+        super().close()
 
 
 class KedaTLSServer(wsgi.Server):
@@ -118,6 +141,7 @@ class KedaTLSServer(wsgi.Server):
         tls: ReloadingTLS,
         threads: int,
         head_seconds: float,
+        per_source: int | None = None,
     ) -> None:
         super().__init__(
             (address, port),
@@ -130,7 +154,7 @@ class KedaTLSServer(wsgi.Server):
             server_name="gpu-steward-keda",
         )
         self.max_request_header_size = MAX_HEADER_BYTES
-        self.ssl_adapter = _DeferredHandshake(tls)
+        self.ssl_adapter = _DeferredHandshake(tls, SourceLimits(per_source) if per_source else None)
         self.head_deadlines = HeadDeadlines(head_seconds)
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
@@ -150,9 +174,11 @@ def serve_tls(
     tls: ReloadingTLS,
     threads: int = THREADS,
     head_seconds: float = HEAD_DEADLINE_SECONDS,
+    per_source: int | None = None,
 ) -> KedaTLSServer:
-    """Bind and serve in a daemon thread; returns the server (`stop()` ends it, `bind_addr` its port)."""
-    server = KedaTLSServer(app, address, port, tls, threads, head_seconds)
+    """Bind and serve in a daemon thread; returns the server (`stop()` ends it, `bind_addr` its port).
+    `per_source`: connections one source address may hold at once (more are closed on accept)."""
+    server = KedaTLSServer(app, address, port, tls, threads, head_seconds, per_source)
     server.prepare()  # binds now: a port in use fails the start, not a thread
     threading.Thread(target=server.serve, name="keda-https", daemon=True).start()
     return server

@@ -78,7 +78,13 @@ class KedaRuntime:
             app.register_blueprint(
                 blueprint(self.cache, self.auth, self.cache.metrics, THREADS // 2, client_verified=bool(ca))
             )
-            https = serve_tls(app, self.listen_address, s.keda_tls_port, tls)
+            https = serve_tls(
+                app,
+                self.listen_address,
+                s.keda_tls_port,
+                tls,
+                per_source=s.keda_tls_max_connections_per_source,
+            )
             self.https_port = https.bind_addr[1]
             self.stoppers.append(https.stop)
             log.info("KEDA HTTPS endpoint on %s:%d", self.listen_address, s.keda_tls_port)
@@ -137,8 +143,9 @@ def attach(
     )
     cache = KedaAnswers(table, ondemand, source, metrics)
     config = auth_config(s)
-    # At most half the service's threads wait on a first fetch: the others keep the probes answered.
-    app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))
+    if not s.keda_tls_only:  # else the KEDA routes are served on the HTTPS listener only
+        # At most half the service's threads wait on a first fetch: the others keep the probes answered.
+        app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))
     runtime = KedaRuntime(cache, s, settings.listen_address, config)
     app.extensions[EXTENSION] = runtime
     return runtime

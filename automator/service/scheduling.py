@@ -18,7 +18,7 @@ from automator.keda import wiring as keda
 from automator.kube import LeaderElector
 from automator.prom import redact_url
 from automator.service.loop import Service
-from automator.service.web import http_server
+from automator.service.web import http_server, probe_app
 from automator.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,17 @@ def serve(settings: ServiceSettings, wiring: Wiring) -> int:
     scheduler = _scheduler(wiring.jobs)
     scheduler.start()
     wiring.app.extensions[keda.EXTENSION].start()
-    server = http_server(wiring.app, settings.listen_address, settings.port, settings.http_threads)
+    server = http_server(
+        wiring.app,
+        settings.listen_address,
+        settings.port,
+        settings.http_threads,
+        per_source=settings.max_connections_per_source,
+    )
+    probes = None
+    if settings.probe_port:  # its own listener and threads: floods of the other ports never reach it
+        probes = http_server(probe_app(service), settings.listen_address, settings.probe_port, 2)
+        threading.Thread(target=probes.run, name="probes", daemon=True).start()
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
@@ -90,4 +100,6 @@ def serve(settings: ServiceSettings, wiring: Wiring) -> int:
             wiring.elector.stop(timeout=5)
         scheduler.shutdown(wait=True)
         wiring.app.extensions[keda.EXTENSION].stop()
+        if probes is not None:
+            probes.close()
     return 0

@@ -432,7 +432,8 @@ def test_probes_service_and_monitor_hit_the_served_port(
 ) -> None:
     docs = manifests()
     _, main = container(docs)
-    port = parsed_deployment_args(monkeypatch).port
+    args = parsed_deployment_args(monkeypatch)
+    port = args.port
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
 
     def resolve(p: str | int) -> int:
@@ -440,8 +441,8 @@ def test_probes_service_and_monitor_hit_the_served_port(
 
     assert main["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert main["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert resolve(main[probe]["httpGet"]["port"]) == port, probe
+    for probe in ("livenessProbe", "readinessProbe"):  # the probe port, outside the main port's limits
+        assert resolve(main[probe]["httpGet"]["port"]) == args.probe_port != port, probe
     (svc,) = docs["Service"]
     (svc_port,) = svc["spec"]["ports"]
     assert resolve(svc_port["targetPort"]) == port
