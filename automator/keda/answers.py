@@ -18,6 +18,7 @@ from automator.keda.metrics import KedaMetrics
 from automator.keda.request import Question
 from automator.keda.table import DeclaredSource, DeclaredTable, ScaledObjectsAbsent
 from automator.keda.values import NoValue
+from automator.ports import KubernetesUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class KedaAnswers:
         self.why = "no refresh yet" if source is not None else "no ScaledObject source"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._warming = 0  # warming_up answers since the last refresh (a count: nothing per question)
+        self._warming_streak = 0  # consecutive refreshes with some
         if metrics is not None:
             metrics.cache_age.set_function(self.age)
 
@@ -85,12 +88,17 @@ class KedaAnswers:
     ) -> Answer:
         """NoValue (503), NotDeclared (404, declared mode), UnknownWorkload (404) or the answer. `client`:
         the caller's address, which the on-demand mode's per-client bound counts."""
-        mode = self.mode
-        if mode == DECLARED:
-            return self.table.answer(q, scaled_object)
-        if mode == ON_DEMAND:
-            return self.ondemand.answer(q, waiters, client=client)
-        raise NoValue("warming_up", "the ScaledObjects have not been read yet")
+        try:
+            mode = self.mode
+            if mode == DECLARED:
+                return self.table.answer(q, scaled_object)
+            if mode == ON_DEMAND:
+                return self.ondemand.answer(q, waiters, client=client)
+            raise NoValue("warming_up", "the ScaledObjects have not been read yet")
+        except NoValue as e:
+            if e.reason == "warming_up":
+                self._warming += 1  # a lost increment under a race only delays the alert by a refresh
+            raise
 
     def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None:
         return self.table.target_of(scaled_object) if self.mode == DECLARED else None
@@ -103,10 +111,17 @@ class KedaAnswers:
         """One refresh of the mode's source; switches mode when the ScaledObject API appears or goes."""
         if self.source is None:
             return  # the on-demand cache refreshes itself
+        self._warming_streak = self._warming_streak + 1 if self._warming else 0
+        self._warming = 0
+        if self.metrics is not None:
+            self.metrics.warming_up_refreshes.set(self._warming_streak)
         try:
             table = self.table.refresh(self.source)
         except ScaledObjectsAbsent as e:
             self._switch(ON_DEMAND, f"the ScaledObject API is {e}: questions are fetched when asked")
+            return
+        except KubernetesUnavailable as e:  # never listed yet: every question stays warming_up
+            log.warning("KEDA: cannot list ScaledObjects yet: %s", e)
             return
         self._switch(
             DECLARED,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -101,6 +102,20 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
         "Triggers pointing at this automator that the last refresh could not read (the log names them).",
     ),
     MetricSpec(
+        "warming_up_refreshes",
+        Gauge,
+        "warming_up_refreshes",
+        "Consecutive refreshes during each of which some question was answered warming_up (0 after a "
+        "refresh period without one).",
+    ),
+    MetricSpec(
+        "started",
+        Gauge,
+        "started_timestamp_seconds",
+        "Unix time this automator process started serving KEDA (its answers start empty: a restart is a "
+        "warming_up for every ScaledObject).",
+    ),
+    MetricSpec(
         "last_refresh",
         Gauge,
         "last_successful_refresh_timestamp_seconds",
@@ -131,6 +146,8 @@ class KedaMetrics:
     declared_questions: Gauge
     declared_failing: Gauge
     declaration_problems: Gauge
+    warming_up_refreshes: Gauge
+    started: Gauge
     last_refresh: Gauge
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -141,3 +158,4 @@ class KedaMetrics:
             self.requests.labels(endpoint="grpc", status=status)
         for reason in REFUSALS:
             self.ondemand_refusals.labels(reason)
+        self.started.set(time.time())

@@ -150,7 +150,9 @@ class DeclaredTable:
 
     def refresh(self, source: DeclaredSource) -> Table:
         """One refresh; ScaledObjectsAbsent when the ScaledObject API is not there (the caller switches
-        to on-demand mode). A failed ScaledObject list keeps the last declarations."""
+        to on-demand mode). A failed ScaledObject list keeps the last declarations; before any list has
+        succeeded it raises KubernetesUnavailable and publishes no table (an empty one would answer every
+        question not_declared)."""
         with self._lock:
             return self._refresh(source)
 
@@ -160,6 +162,8 @@ class DeclaredTable:
         try:
             self._declared = declarations(source.scaled_objects(), self.config.advertised_hosts)
         except KubernetesUnavailable as e:
+            if self.table is None:
+                raise
             errors += 1
             self._count("kubernetes_errors")
             log.warning("KEDA: cannot list ScaledObjects (the last ones listed still count): %s", e)

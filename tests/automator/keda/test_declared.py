@@ -304,3 +304,19 @@ def test_a_stopped_scaled_object_loses_its_answer_and_its_series() -> None:
         answers.answer(q)
     assert _available(answers) is None
     assert answers.table.table is not None and key_of(q) not in answers.table.table.results
+
+
+def test_warming_up_refreshes_count_the_refreshes_in_a_row_with_warming_up_answers() -> None:
+    answers, source, _ = _answers([scaled_object("api-gpu", TRITON)])
+    source.down = True  # the ScaledObjects cannot be listed: no table yet
+    assert answers.metrics is not None
+    streak = answers.metrics.warming_up_refreshes
+    q = question({"namespace": "inference", "deployment": "api", "profile": "triton-inference"})
+    for expected in (1, 2, 3):
+        with pytest.raises(NoValue, match="not been read yet"):
+            answers.answer(q)
+        answers.refresh()
+        assert streak._value.get() == expected
+    source.down = False
+    answers.refresh()  # no warming_up answered since the last refresh: the streak ends
+    assert streak._value.get() == 0 and answers.answer(q).value.value == pytest.approx(40.0)
