@@ -153,3 +153,44 @@ def test_keda_tls_only_keeps_the_keda_routes_off_the_plain_port(tmp_path: Path, 
         assert e.value.code == 503  # served there (Prometheus is down in these settings)
     finally:
         runtime.stop()
+
+
+def _slow_client(port: int, ca: Path, stop: threading.Event) -> None:
+    """A client from another address that reconnects and trickles a request head, again and again."""
+    context = ssl.create_default_context(cafile=str(ca))
+    while not stop.is_set():
+        try:
+            raw = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"GET /keda/v1/profiles HTTP/1.1\r\nHost: x\r\n")
+                while not stop.wait(0.2):
+                    tls.sendall(b"X-Slow: 1\r\n")  # never the blank line that ends the head
+        except OSError:
+            continue  # cut (head deadline, per-source cap): reconnect at once
+
+
+def test_reconnecting_slow_clients_leave_keda_polls_answered_within_its_timeout(certs: Certs) -> None:
+    cache = _cache()
+    app = Flask("t")
+    app.register_blueprint(blueprint(cache, AuthConfig(), cache.metrics))
+    tls = ReloadingTLS(TlsFiles(str(certs.server_cert), str(certs.server_key)))
+    server = serve_tls(app, "127.0.0.1", 0, tls, per_source=8)  # the default of --keda-tls-max-...
+    port = server.bind_addr[1]
+    stop = threading.Event()
+    slow = [
+        threading.Thread(target=_slow_client, args=(port, certs.ca, stop), daemon=True) for _ in range(30)
+    ]
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    try:
+        for t in slow:
+            t.start()
+        for _ in range(8):  # KEDA's poll from its own address, with KEDA's 3 s timeout, eight times
+            url = f"https://127.0.0.1:{port}/keda/v1/profiles"
+            with urllib.request.urlopen(url, context=context, timeout=3) as r:
+                assert r.status == 200
+    finally:
+        stop.set()
+        for t in slow:
+            t.join(10)
+        server.stop()
+        cache.stop()
