@@ -96,9 +96,8 @@ class DeclaredTable:
         self.config = config or TableConfig()
         self.metrics = metrics
         self.clock = clock
-        self.table: Table | None = (
-            None  # replaced whole by each refresh: a request reads one consistent table
-        )
+        # Replaced whole by each refresh: a request reads one consistent table.
+        self.table: Table | None = None
         self._declared = Declarations()
         self._pods = _Pods()
         self._problems: tuple[str, ...] = ()
@@ -125,6 +124,9 @@ class DeclaredTable:
             raise NotDeclared(self._missing(key, scaled_object))
         if isinstance(result, NoValue):
             raise NoValue(result.reason, result.message)  # a new one per request: threads share the table
+        age = self.clock() - table.at
+        if age > self.config.max_age_seconds:  # the refresh stopped: an old answer is no answer
+            raise NoValue("stale", f"the answers were computed {age:.0f} s ago (no refresh since)")
         if isinstance(result, UnknownWorkload):
             raise UnknownWorkload(str(result))
         value, expr = result
@@ -162,10 +164,10 @@ class DeclaredTable:
         try:
             self._declared = declarations(source.scaled_objects(), self.config.advertised_hosts)
         except KubernetesUnavailable as e:
+            self._count("kubernetes_errors")
             if self.table is None:
                 raise
             errors += 1
-            self._count("kubernetes_errors")
             log.warning("KEDA: cannot list ScaledObjects (the last ones listed still count): %s", e)
         declared = self._declared
         if declared.problems != self._problems:

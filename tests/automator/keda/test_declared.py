@@ -320,3 +320,16 @@ def test_warming_up_refreshes_count_the_refreshes_in_a_row_with_warming_up_answe
     source.down = False
     answers.refresh()  # no warming_up answered since the last refresh: the streak ends
     assert streak._value.get() == 0 and answers.answer(q).value.value == pytest.approx(40.0)
+
+
+def test_answers_of_a_refresh_too_long_ago_are_stale() -> None:
+    now = [NOW]
+    answers, _, _ = _answers([scaled_object("api-gpu", TRITON)])
+    answers.table.clock = lambda: now[0]
+    answers.refresh()
+    q = question({"namespace": "inference", "deployment": "api", "profile": "triton-inference"})
+    assert answers.answer(q).value.value == pytest.approx(40.0)
+    now[0] += 121  # no refresh since (the refresh thread died, say): past --keda-max-age-seconds
+    with pytest.raises(NoValue) as e:
+        answers.answer(q)
+    assert e.value.reason == "stale"
