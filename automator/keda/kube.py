@@ -3,9 +3,11 @@ workloads of the declared namespaces (declared mode); one namespace's objects (o
 
 Declared mode: per refresh one list of ScaledObjects and one list each of running pods, ReplicaSets,
 Deployments and StatefulSets, cluster-wide (or per namespace of --keda-namespaces), whatever the number of
-ScaledObjects or questions; pod records are kept by version across refreshes, so an unchanged pod is not
-decoded again. On-demand mode: four list calls per namespace per refresh. Every call has a timeout; the
-calls are KubernetesAdapter's public list methods and the client's paged list.
+ScaledObjects or questions. Of the pods, only those of the declared namespaces are decoded and kept (each
+item is first read for its namespace and version only), by version across refreshes: memory follows the
+declared questions, not the cluster, and an unchanged pod is not decoded again. On-demand mode: four
+list calls per namespace per refresh. Every call has a timeout; the calls are KubernetesAdapter's public
+list methods and the client's paged list.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import msgspec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -24,12 +27,72 @@ from automator.kube import KubernetesAdapter
 from automator.kube.client import list_all, objects_of, records_of
 from automator.objects.cache import RecordCache
 from automator.objects.model import JsonObj
-from automator.objects.pod import Pod, pod_page_decoder
+from automator.objects.pod import Pod, decode_one_pod
 from automator.objects.workload import WorkloadObject, workload_record
 from automator.ports import KubernetesUnavailable
 
 # Only running pods carry GPU readings a workload's value is made of.
 RUNNING_PODS = "status.phase=Running"
+
+
+class _ItemMeta(msgspec.Struct):
+    namespace: Any = None
+    uid: Any = None
+    resourceVersion: Any = None
+
+
+class _Item(msgspec.Struct):
+    """What a listed pod is first read for: its namespace and version (the C parser skips the rest)."""
+
+    metadata: _ItemMeta | None = None
+
+
+class _Continue(msgspec.Struct):
+    token: Any = msgspec.field(default=None, name="continue")
+
+
+class _PodPage(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+    metadata: _Continue | None = None
+
+
+_POD_PAGE, _ITEM = msgspec.json.Decoder(_PodPage), msgspec.json.Decoder(_Item)
+
+
+def pods_of(
+    namespaces: frozenset[str], cache: RecordCache[Pod]
+) -> Callable[[bytes], tuple[list[Pod], str | None]]:
+    """A decoder of pod list pages that decodes and keeps the records of `namespaces`' pods only."""
+
+    def decode(data: bytes) -> tuple[list[Pod], str | None]:
+        try:
+            page = _POD_PAGE.decode(data)
+        except msgspec.MsgspecError as e:
+            raise ValueError(f"a list answer is not a JSON object with a list of items: {e}") from None
+        records = []
+        for raw in page.items or ():
+            try:
+                meta = _ITEM.decode(raw).metadata
+            except msgspec.MsgspecError:
+                meta = None  # decoded in full below, which names what is wrong
+            if meta is not None and meta.namespace not in namespaces:
+                continue
+            key = None
+            if meta is not None and type(meta.uid) is str and type(meta.resourceVersion) is str:
+                key = (meta.uid, meta.resourceVersion) if meta.uid and meta.resourceVersion else None
+            kept = cache.get(key)
+            if key is not None and kept is not None:
+                cache.keep(key, kept)
+            else:
+                kept = decode_one_pod(raw)
+                if kept.key.namespace not in namespaces:
+                    continue
+                cache.put(key, kept)
+            records.append(kept)
+        token = page.metadata.token if page.metadata is not None else None
+        return records, (str(token) if token else None)
+
+    return decode
 
 
 class NamespaceLister:
@@ -126,7 +189,7 @@ class ClusterLister:
                 "pods",
                 self.core.list_namespaced_pod,
                 self.core.list_pod_for_all_namespaces,
-                pod_page_decoder(self.pod_records),
+                pods_of(names, self.pod_records),
                 field_selector=RUNNING_PODS,
             )
         )

@@ -128,3 +128,17 @@ def test_another_api_error_keeps_the_mode(fake_kube: FakeApiServer) -> None:
     answers.refresh()
     assert answers.mode == DECLARED and answers.table.table is not None
     assert len(answers.table.table.results) == 1
+
+
+def test_only_the_declared_namespaces_pods_are_decoded_and_kept(fake_kube: FakeApiServer) -> None:
+    serve_namespace(fake_kube)
+    for i in range(20):
+        fake_kube.put(pod(f"noise-{i}", ("ReplicaSet", "noise-1"), {"app": "noise"}, namespace=f"other-{i}"))
+    source = cluster_lister(fake_kube)
+    found = source.namespaces(frozenset({"inference"}))
+    assert set(found) == {"inference"}
+    assert [p.name for p in found["inference"].owned_by("StatefulSet", "db")] == ["db-0"]
+    kept = source.pod_records
+    assert kept.misses == 3 and kept.hits == 0  # api-a, api-b, db-0: nothing of the other namespaces
+    source.namespaces(frozenset({"inference"}))
+    assert (kept.hits, kept.misses) == (3, 0)  # unchanged pods are not decoded again
