@@ -68,13 +68,15 @@ class Declarations:
 
 
 def _host(address: str) -> str:
-    """The host of `host:port`, `[v6]:port` or a URL."""
+    """The host of `host:port`, `[v6]:port`, a URL or a gRPC target (`dns:///host:port`)."""
     text = address.strip()
     if "://" in text:
-        return (urlsplit(text).hostname or "").lower()
+        parts = urlsplit(text)
+        return (parts.hostname or _host(parts.path.lstrip("/"))).lower().rstrip(".")
     if text.startswith("["):
         return text[1 : text.find("]")].lower() if "]" in text else ""
-    return text.rpartition(":")[0].lower() if ":" in text else text.lower()
+    host = text.rpartition(":")[0] if ":" in text else text
+    return host.lower().rstrip(".")  # a fully qualified name's trailing dot names the same host
 
 
 def _strings(value: Any) -> dict[str, str]:

@@ -244,8 +244,10 @@ def test_external_scaler_address_must_name_this_automator() -> None:
     objects = [scaled_object("x", external={"profile": "training"})]
     assert declarations(objects, ["gpu-steward-automator.gpu-steward.svc"]).questions
     assert not declarations(objects, ["other.example"]).questions
-    objects[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"] = SCALER_ADDRESS.upper()
-    assert declarations(objects, ["gpu-steward-automator.gpu-steward.svc"]).questions
+    for address in (SCALER_ADDRESS.upper(), "dns:///gpu-steward-automator.gpu-steward.svc:9000",
+                    "gpu-steward-automator.gpu-steward.svc.:9000"):  # fmt: skip
+        objects[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"] = address
+        assert declarations(objects, ["gpu-steward-automator.gpu-steward.svc"]).questions, address
 
 
 # --- the red-team floods --------------------------------------------------------------------------------
