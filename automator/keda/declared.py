@@ -53,6 +53,16 @@ def describe(key: Key) -> str:
     return f"namespace={namespace}&{kind}={name}&signal={signal}&aggregation={aggregation}&window={window}s"
 
 
+def command(key: Key) -> str:
+    """The `gpu-automator keda scaledobject` command that prints a ScaledObject declaring the key."""
+    namespace, kind, name, signal, aggregation, window = key
+    workload = f"--{kind} {name!r}" if kind == "selector" else f"--{kind} {name}"
+    return (
+        f"gpu-automator keda scaledobject --namespace {namespace} {workload} --signal {signal} "
+        f"--aggregation {aggregation} --window {window}s"
+    )
+
+
 @dataclass(frozen=True)
 class Declaration:
     question: Question

@@ -23,6 +23,7 @@ from automator.keda.declared import (
     Declarations,
     Key,
     ObjectName,
+    command,
     declarations,
     describe,
     key_of,
@@ -136,7 +137,7 @@ class DeclaredTable:
         asker = f"ScaledObject {scaled_object[0]}/{scaled_object[1]}" if scaled_object else "no ScaledObject"
         return (
             f"{asker} in namespace {key[0]} declares {describe(key)}: create or fix the ScaledObject "
-            "whose trigger asks this (it is read at the next refresh)"
+            f"whose trigger asks this (it is read at the next refresh), e.g. the one `{command(key)}` prints"
         )
 
     def target_of(self, scaled_object: ObjectName) -> tuple[str, str] | None:

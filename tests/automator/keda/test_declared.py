@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+import yaml
 from flask import Flask
 from prometheus_client import CollectorRegistry
 
@@ -335,3 +336,21 @@ def test_answers_of_a_refresh_too_long_ago_are_stale() -> None:
     with pytest.raises(NoValue) as e:
         answers.answer(q)
     assert e.value.reason == "stale"
+
+
+def test_not_declared_names_the_scaled_object_that_would_declare_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from automator.cli import main
+
+    answers, _, _ = _answers([])
+    answers.refresh()
+    q = question({"namespace": "inference", "statefulset": "db", "signal": "power_watts", "window": "5m"})
+    with pytest.raises(NotDeclared) as e:
+        answers.answer(q)
+    suggested = str(e.value).split("`")[1]
+    assert suggested.startswith("gpu-automator keda scaledobject --namespace inference --statefulset db")
+    # The command it names prints a ScaledObject that declares exactly this question.
+    assert main([*suggested.split()[1:], "--target-value", "100"]) == 0
+    (so,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d["kind"] == "ScaledObject"]
+    assert key_of(q) in declarations([so], []).questions
