@@ -118,6 +118,8 @@ class KedaAnswers:
         try:
             table = self.table.refresh(self.source)
         except ScaledObjectsAbsent as e:
+            if self.mode == DECLARED:
+                self.table.forget()  # its answers and series would stay as they were, forever
             self._switch(ON_DEMAND, f"the ScaledObject API is {e}: questions are fetched when asked")
             return
         except KubernetesUnavailable as e:  # never listed yet: every question stays warming_up

@@ -253,6 +253,15 @@ class DeclaredTable:
             log.exception("KEDA: question %s failed", q.workload)
             return NoValue("no_data", f"the answer could not be computed ({type(e).__name__})")
 
+    def forget(self) -> None:
+        """Drop the table and its availability series (the ScaledObject API went away: on-demand mode)."""
+        with self._lock:
+            self.table = None
+            if self.metrics is not None:
+                for series in self._series:
+                    self.metrics.workload_available.remove(*series)
+            self._series = set()
+
     def _count(self, name: str) -> None:
         if self.metrics is not None:
             getattr(self.metrics, name).inc()

@@ -238,6 +238,9 @@ def test_the_scaled_object_api_absent_is_on_demand_mode(caplog: pytest.LogCaptur
     source.objects.append(scaled_object("api-gpu", TRITON))
     answers.refresh()
     assert answers.mode == DECLARED and answers.answer(q).value.value == pytest.approx(40.0)
+    source.absent = True  # KEDA uninstalled: the declared answers and their series go
+    answers.refresh()
+    assert answers.mode == ON_DEMAND and answers.table.table is None
     answers.stop()
 
 
