@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # Reasons whose detail may hold upstream text (URLs, proxy pages): the body gets a fixed sentence instead.
 _UPSTREAM = {
-    "prometheus_unavailable": "Prometheus did not answer the cache's query; see the automator's log",
+    "prometheus_unavailable": "Prometheus did not answer the refresh's query; see the automator's log",
     "kubernetes_unavailable": "the Kubernetes API did not list the workload's pods; see the automator's log",
 }
 
