@@ -56,6 +56,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "or none (the default): KEDA sends no tokens to external scalers"
         ),
     )
+    so.add_argument(
+        "--tls",
+        action="store_true",
+        help="metrics-api: ask the automator's HTTPS listener (https://, port 8443; implied by --auth tls)",
+    )
     so.add_argument("--secret", default=DEFAULTS.secret, help="Secret and TriggerAuthentication name")
     so.add_argument("--min-replicas", type=int, default=DEFAULTS.min_replicas)
     so.add_argument("--max-replicas", type=int, default=DEFAULTS.max_replicas)

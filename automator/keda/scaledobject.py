@@ -52,6 +52,7 @@ class Options:
     fallback_replicas: int | None = None  # default: min_replicas (at least 1)
     scale_target: tuple[str, str] | None = None  # (kind, name): required for a selector workload
     keda_version: tuple[int, int] = CURRENT_KEDA  # the KEDA the objects must be accepted by
+    tls: bool = False  # metrics-api: the automator's HTTPS listener (implied by auth tls)
 
 
 def parse_keda_version(text: str) -> tuple[int, int]:
@@ -105,13 +106,17 @@ def _check(q: Question, opts: Options) -> None:
         raise ValueError("--target-value is required without a profile")
     if auth_of(opts) == "tls" and opts.trigger == "metrics-api" and not _url(opts).startswith("https://"):
         raise ValueError("--auth tls: --url must be the automator's HTTPS listener (https://...:8443)")
+    if opts.tls and opts.trigger == "metrics-api" and not _url(opts).startswith("https://"):
+        raise ValueError("--tls: --url must be the automator's HTTPS listener (https://...:8443)")
     if not 0 <= opts.min_replicas <= opts.max_replicas or opts.max_replicas < 1:
         raise ValueError("--min-replicas and --max-replicas: expected 0 <= min <= max, max >= 1")
 
 
 def _url(opts: Options) -> str:
-    """The automator's base URL: with mutual TLS and no URL of the user's, its HTTPS listener."""
-    return DEFAULT_TLS_URL if auth_of(opts) == "tls" and opts.url == DEFAULT_URL else opts.url
+    """The automator's base URL: with TLS chosen (--tls, or mutual TLS) and no URL of the user's, its HTTPS
+    listener (the one `--keda-tls-only` leaves the KEDA routes on)."""
+    chosen = opts.tls or auth_of(opts) == "tls"
+    return DEFAULT_TLS_URL if chosen and opts.url == DEFAULT_URL else opts.url
 
 
 def _metric_type(q: Question, params: dict[str, str], opts: Options) -> str:
