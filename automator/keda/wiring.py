@@ -37,6 +37,7 @@ class KedaRuntime:
     settings: KedaSettings
     listen_address: str
     auth: auth.AuthConfig
+    tls: ReloadingTLS | None = None  # the listeners' certificates, loaded when the service is built
     stoppers: list[Callable[[], None]] = field(default_factory=list)
     grpc_port: int | None = None
     https_port: int | None = None
@@ -44,9 +45,7 @@ class KedaRuntime:
     def start(self) -> None:
         """Open the external scaler and the HTTPS listener when their settings ask for them."""
         s = self.settings
-        tls = None
-        if s.keda_tls_cert_file and s.keda_tls_key_file:  # checked at start: a bad file exits 2
-            tls = ReloadingTLS(TlsFiles(s.keda_tls_cert_file, s.keda_tls_key_file, s.keda_tls_client_ca_file))
+        tls = self.tls
         self.cache.start()
         self.stoppers.append(lambda: self.cache.stop(timeout=5))
         if s.keda_grpc_port:
@@ -146,6 +145,9 @@ def attach(
     if not s.keda_tls_only:  # else the KEDA routes are served on the HTTPS listener only
         # At most half the service's threads wait on a first fetch: the others keep the probes answered.
         app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))
-    runtime = KedaRuntime(cache, s, settings.listen_address, config)
+    tls = None
+    if s.keda_tls_cert_file and s.keda_tls_key_file:  # loaded now: a bad file is a SettingError (exit 2)
+        tls = ReloadingTLS(TlsFiles(s.keda_tls_cert_file, s.keda_tls_key_file, s.keda_tls_client_ca_file))
+    runtime = KedaRuntime(cache, s, settings.listen_address, config, tls)
     app.extensions[EXTENSION] = runtime
     return runtime
