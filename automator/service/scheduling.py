@@ -67,11 +67,12 @@ def serve(settings: ServiceSettings, wiring: Wiring) -> int:
         redact_url(settings.prometheus_url),
         wiring.elector is not None,
     )
+    # The KEDA listeners bind before anything runs: a port in use stops the start before any pass.
+    wiring.app.extensions[keda.EXTENSION].start()
     if wiring.elector is not None:
         wiring.elector.start()
     scheduler = _scheduler(wiring.jobs)
     scheduler.start()
-    wiring.app.extensions[keda.EXTENSION].start()
     server = http_server(
         wiring.app,
         settings.listen_address,
