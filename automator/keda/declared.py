@@ -53,10 +53,25 @@ def describe(key: Key) -> str:
     return f"namespace={namespace}&{kind}={name}&signal={signal}&aggregation={aggregation}&window={window}s"
 
 
+def kubectl_selector(canonical: str) -> str:
+    """A selector's canonical text (request.selector_text: `key In (a,b); key2 Exists ()`) in the
+    `kubectl -l` grammar a request or a flag carries (`key in (a,b),key2`)."""
+    terms = []
+    for part in filter(None, canonical.split("; ")):
+        key, op, values = part.split(" ", 2)
+        listed = values.strip("()")
+        terms.append(
+            {"In": f"{key} in ({listed})", "NotIn": f"{key} notin ({listed})", "Exists": key}.get(
+                op, f"!{key}"
+            )
+        )
+    return ",".join(terms)
+
+
 def command(key: Key) -> str:
     """The `gpu-automator keda scaledobject` command that prints a ScaledObject declaring the key."""
     namespace, kind, name, signal, aggregation, window = key
-    workload = f"--{kind} {name!r}" if kind == "selector" else f"--{kind} {name}"
+    workload = f"--{kind} {kubectl_selector(name)!r}" if kind == "selector" else f"--{kind} {name}"
     return (
         f"gpu-automator keda scaledobject --namespace {namespace} {workload} --signal {signal} "
         f"--aggregation {aggregation} --window {window}s"

@@ -357,3 +357,12 @@ def test_not_declared_names_the_scaled_object_that_would_declare_it(
     assert main([*suggested.split()[1:], "--target-value", "100"]) == 0
     (so,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d["kind"] == "ScaledObject"]
     assert key_of(q) in declarations([so], []).questions
+
+
+@pytest.mark.parametrize("selector", ["app=api", "app in (a,b),tier notin (x),!legacy,gpu"])
+def test_the_suggested_command_carries_a_selector_kubectl_reads(selector: str) -> None:
+    from automator.keda.declared import kubectl_selector
+    from automator.keda.request import parse_selector, selector_text
+
+    canonical = selector_text(parse_selector(selector))
+    assert selector_text(parse_selector(kubectl_selector(canonical))) == canonical
