@@ -50,7 +50,10 @@ def key_of(q: Question) -> Key:
 def describe(key: Key) -> str:
     """A key as the query a ScaledObject's trigger would carry (for messages)."""
     namespace, kind, name, signal, aggregation, window = key
-    return f"namespace={namespace}&{kind}={name}&signal={signal}&aggregation={aggregation}&window={window}s"
+    workload = kubectl_selector(name) if kind == "selector" else name
+    return (
+        f"namespace={namespace}&{kind}={workload}&signal={signal}&aggregation={aggregation}&window={window}s"
+    )
 
 
 def kubectl_selector(canonical: str) -> str:
