@@ -174,6 +174,19 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
     Setting("--port", spec.port, "8080", "port of the HTTP endpoints"),
     Setting("--http-threads", spec.integer(1, 64), "4", "threads serving HTTP (a bounded pool)"),
     Setting(
+        "--probe-port",
+        spec.integer(0, 65535),
+        "8081",
+        "port of /healthz and /readyz alone, a listener of their own outside the main port's connection "
+        "limits (0: off; the main port serves them too)",
+    ),
+    Setting(
+        "--max-connections-per-source",
+        spec.integer(1, 1000),
+        "20",
+        "connections one source address may hold at once on the main port (more are closed at once)",
+    ),
+    Setting(
         "--decisions-endpoint",
         spec.boolean,
         "true",
@@ -290,6 +303,8 @@ class ServiceSettings:
     max_replans: int
     planner: PlannerConfig
     keda: keda.KedaSettings = field(default_factory=keda.KedaSettings)
+    probe_port: int = 8081  # 0: off
+    max_connections_per_source: int = 20
     dra_check_interval: float = 60.0  # 0: the DRA check is off
     prometheus_bearer_token_file: str | None = None
     prometheus_basic_auth_file: str | None = None

@@ -193,6 +193,8 @@ class Demo:
         (self.workdir / "keda-token").write_text(self.keda_token + "\n")
         rules = demorules.write_rule_files(ROOT, self.workdir / "rules", self.scale)
         objects = load_objects(DEMO / "cluster.yaml") + load_objects(DEMO / "dra-cluster.yaml")
+        # The ScaledObject is in the cluster, as `kubectl apply` puts it: it declares the question asked
+        objects += [o for o in load_objects(DEMO / "keda.yaml") if o.get("kind") == "ScaledObject"]
         return demorules.scale_cluster(objects, self.scale), rules
 
     def start(self) -> Demo:

@@ -63,6 +63,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("apps", "v1", "deployments", "Deployment", True),
     Resource("apps", "v1", "replicasets", "ReplicaSet", True),
     Resource("apps", "v1", "statefulsets", "StatefulSet", True),
+    # KEDA's ScaledObjects declare the questions the KEDA endpoints answer (docs/keda.md).
+    Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject", True),
 )  # fmt: skip
 # The group objects of gang scheduling (CRDs or alpha APIs): served only when a FakeApiServer is told to
 # (gang_apis), as a cluster serves them only where they are installed or enabled. List only.

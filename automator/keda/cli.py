@@ -51,7 +51,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--auth",
         choices=AUTH_MODES,
         default=DEFAULTS.auth,
-        help="metrics-api authMode (default bearer; none: open)",
+        help=(
+            "metrics-api authMode (default bearer; none: open); with --trigger external: tls (mutual TLS) "
+            "or none (the default): KEDA sends no tokens to external scalers"
+        ),
+    )
+    so.add_argument(
+        "--tls",
+        action="store_true",
+        help="metrics-api: ask the automator's HTTPS listener (https://, port 8443; implied by --auth tls)",
     )
     so.add_argument("--secret", default=DEFAULTS.secret, help="Secret and TriggerAuthentication name")
     so.add_argument("--min-replicas", type=int, default=DEFAULTS.min_replicas)

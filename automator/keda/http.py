@@ -17,11 +17,21 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
-from automator.keda.auth import API_KEY_PARAM, AuthConfig, allowed
-from automator.keda.cache import Answer, KedaCache
+from automator.keda.answers import Answerer
+from automator.keda.auth import AuthConfig, grant
+from automator.keda.cache import Answer
+from automator.keda.declared import NOT_QUESTION, SCALED_OBJECT_PARAM
 from automator.keda.metrics import HTTP_STATUSES, KedaMetrics
-from automator.keda.request import METRICS_PATH, PROFILES_PATH, VALUE_LOCATION, ParamError, question
+from automator.keda.request import (
+    METRICS_PATH,
+    PROFILES_PATH,
+    VALUE_LOCATION,
+    ParamError,
+    kubernetes_name,
+    question,
+)
 from automator.keda.signals import AGGREGATIONS, PROFILES, SIGNALS
+from automator.keda.table import NotDeclared
 from automator.keda.values import NoValue
 from automator.keda.workloads import UnknownWorkload
 
@@ -29,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # Reasons whose detail may hold upstream text (URLs, proxy pages): the body gets a fixed sentence instead.
 _UPSTREAM = {
-    "prometheus_unavailable": "Prometheus did not answer the cache's query; see the automator's log",
+    "prometheus_unavailable": "Prometheus did not answer the refresh's query; see the automator's log",
     "kubernetes_unavailable": "the Kubernetes API did not list the workload's pods; see the automator's log",
 }
 
@@ -68,7 +78,7 @@ def no_value_json(e: NoValue) -> dict[str, Any]:
 
 
 def blueprint(
-    cache: KedaCache,
+    cache: Answerer,
     auth: AuthConfig,
     metrics: KedaMetrics | None = None,
     waiting: int | None = None,
@@ -101,16 +111,28 @@ def blueprint(
 
     @bp.get(METRICS_PATH)
     def keda_metrics() -> Response:
-        if not allowed(auth, request.headers.get, request.args, client_verified):
+        granted = grant(auth, request.headers.get, request.args, client_verified)
+        if granted is None:
             response = reply(401, {"error": "unauthorized", "message": "missing or wrong credentials"})
             response.headers["WWW-Authenticate"] = 'Bearer realm="gpu-steward", Basic realm="gpu-steward"'
             return response
         try:
-            # The API key never becomes part of a cache key.
-            params = {k: v for k, v in request.args.items() if k != API_KEY_PARAM}
-            a = cache.answer(question(params), waiters)
+            # The API key and the asking ScaledObject's name never become part of a question's key.
+            params = {k: v for k, v in request.args.items() if k not in NOT_QUESTION}
+            q = question(params)
+            if not granted.allows(q.workload.namespace):  # before anything is read about it
+                return reply(
+                    403, {"error": "forbidden", "message": "this credential may not read that namespace"}
+                )
+            asker = request.args.get(SCALED_OBJECT_PARAM)
+            scaled_object = (
+                (q.workload.namespace, kubernetes_name(asker, SCALED_OBJECT_PARAM)) if asker else None
+            )
+            a = cache.answer(q, waiters, scaled_object, request.remote_addr)
         except ParamError as e:
             return reply(400, {"error": "bad_parameter", "parameter": e.parameter, "message": e.message})
+        except NotDeclared as e:
+            return reply(404, {"error": "not_declared", "message": str(e)})
         except UnknownWorkload as e:
             return reply(404, {"error": "not_found", "message": str(e)})
         except NoValue as e:

@@ -182,6 +182,11 @@ def _name(params: Mapping[str, str], key: str, pattern: re.Pattern[str], limit: 
     return value
 
 
+def kubernetes_name(value: str, parameter: str) -> str:
+    """An object's name (DNS-1123 subdomain, as ScaledObjects and Deployments are named)."""
+    return _name({parameter: value}, parameter, DNS1123_SUBDOMAIN, 253)
+
+
 def workload(params: Mapping[str, str], default_namespace: str | None = None) -> Workload:
     ns = params.get("namespace") or default_namespace
     if not ns:

@@ -8,6 +8,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from automator.keda.auth import API_KEY_HEADER
+from automator.keda.declared import SCALED_OBJECT_PARAM
 from automator.keda.request import DNS1123_SUBDOMAIN, METRICS_PATH, VALUE_LOCATION, Question
 
 DEFAULT_URL: Final = "http://gpu-steward-automator.gpu-steward.svc:8080"
@@ -16,6 +17,10 @@ DEFAULT_TLS_URL: Final = "https://gpu-steward-automator.gpu-steward.svc:8443"
 DEFAULT_SCALER_ADDRESS: Final = "gpu-steward-automator.gpu-steward.svc:9000"
 AUTH_MODES: Final = ("none", "bearer", "apiKey", "basic", "tls")
 TRIGGERS: Final = ("metrics-api", "external")
+# KEDA's external scaler sends no per-call metadata (pkg/scalers/external_scaler.go): mutual TLS or nothing.
+EXTERNAL_AUTH_MODES: Final = ("none", "tls")
+# --auth by trigger when not given: a token for the metrics-api endpoint; none for the external scaler.
+DEFAULT_AUTH: Final = {"metrics-api": "bearer", "external": "none"}
 # KEDA releases, as (major, minor): the newest at this writing, and the first whose admission webhook accepts
 # `fallback` with `metricType: Value` (earlier webhooks refuse it; KEDA without the webhook ignores fallback).
 CURRENT_KEDA: Final = (2, 20)
@@ -31,6 +36,8 @@ SECRET_KEYS: Final[dict[str, tuple[str, ...]]] = {
     # Mutual TLS: KEDA's client certificate and key, and the CA that signed the automator's certificate.
     "tls": ("cert", "key", "ca"),
 }
+# The same for the external trigger: its TriggerAuthentication parameters, as KEDA reads them.
+EXTERNAL_TLS_KEYS: Final = ("caCert", "tlsClientCert", "tlsClientKey")
 
 
 @dataclass(frozen=True)
@@ -38,13 +45,14 @@ class Options:
     trigger: str = "metrics-api"
     url: str = DEFAULT_URL
     scaler_address: str = DEFAULT_SCALER_ADDRESS
-    auth: str = "bearer"
+    auth: str | None = None  # None: DEFAULT_AUTH of the trigger
     secret: str = "gpu-steward-keda"
     min_replicas: int = 1
     max_replicas: int = 10
     fallback_replicas: int | None = None  # default: min_replicas (at least 1)
     scale_target: tuple[str, str] | None = None  # (kind, name): required for a selector workload
     keda_version: tuple[int, int] = CURRENT_KEDA  # the KEDA the objects must be accepted by
+    tls: bool = False  # metrics-api: the automator's HTTPS listener (implied by auth tls)
 
 
 def parse_keda_version(text: str) -> tuple[int, int]:
@@ -80,15 +88,26 @@ def _target(q: Question, opts: Options) -> tuple[str, str]:
     raise ValueError("--scale-target KIND/NAME is required with --selector")
 
 
+def auth_of(opts: Options) -> str:
+    return opts.auth or DEFAULT_AUTH.get(opts.trigger, "none")
+
+
 def _check(q: Question, opts: Options) -> None:
     if opts.trigger not in TRIGGERS:
         raise ValueError(f"--trigger: expected one of {', '.join(TRIGGERS)}")
-    if opts.auth not in AUTH_MODES:
+    if auth_of(opts) not in AUTH_MODES:
         raise ValueError(f"--auth: expected one of {', '.join(AUTH_MODES)}")
+    if opts.trigger == "external" and auth_of(opts) not in EXTERNAL_AUTH_MODES:
+        raise ValueError(
+            f"--auth {auth_of(opts)}: KEDA sends no tokens to external scalers (only a client certificate): "
+            "use --auth tls (mutual TLS) or --auth none with --trigger external"
+        )
     if q.target is None:
         raise ValueError("--target-value is required without a profile")
-    if opts.auth == "tls" and opts.trigger == "metrics-api" and not _url(opts).startswith("https://"):
+    if auth_of(opts) == "tls" and opts.trigger == "metrics-api" and not _url(opts).startswith("https://"):
         raise ValueError("--auth tls: --url must be the automator's HTTPS listener (https://...:8443)")
+    if opts.tls and opts.trigger == "metrics-api" and not _url(opts).startswith("https://"):
+        raise ValueError("--tls: --url must be the automator's HTTPS listener (https://...:8443)")
     if not 0 <= opts.min_replicas <= opts.max_replicas or opts.max_replicas < 1:
         raise ValueError("--min-replicas and --max-replicas: expected 0 <= min <= max, max >= 1")
     # The Secret's and the TriggerAuthentication's name: a Kubernetes object name, or the API refuses both.
@@ -99,8 +118,10 @@ def _check(q: Question, opts: Options) -> None:
 
 
 def _url(opts: Options) -> str:
-    """The automator's base URL: with mutual TLS and no URL of the user's, its HTTPS listener."""
-    return DEFAULT_TLS_URL if opts.auth == "tls" and opts.url == DEFAULT_URL else opts.url
+    """The automator's base URL: with TLS chosen (--tls, or mutual TLS) and no URL of the user's, its HTTPS
+    listener (the one `--keda-tls-only` leaves the KEDA routes on)."""
+    chosen = opts.tls or auth_of(opts) == "tls"
+    return DEFAULT_TLS_URL if chosen and opts.url == DEFAULT_URL else opts.url
 
 
 def _metric_type(q: Question, params: dict[str, str], opts: Options) -> str:
@@ -121,21 +142,25 @@ def _metric_type(q: Question, params: dict[str, str], opts: Options) -> str:
     return "AverageValue"
 
 
-def _trigger(q: Question, params: dict[str, str], opts: Options) -> dict[str, Any]:
-    """The ScaledObject's trigger: metrics-api (a URL with the query) or external (the scaler's address)."""
+def _trigger(q: Question, params: dict[str, str], opts: Options, name: str) -> dict[str, Any]:
+    """The ScaledObject's trigger: metrics-api (a URL with the query, and the ScaledObject's name, so that
+    it is warming_up rather than not_declared until the next refresh lists it) or external (the scaler's
+    address)."""
     metric_type = _metric_type(q, params, opts)
     metadata: dict[str, str]
+    auth = auth_of(opts)
     if opts.trigger == "metrics-api":
+        query = urlencode({**params, SCALED_OBJECT_PARAM: name})
         metadata = {
-            "url": f"{_url(opts).rstrip('/')}{METRICS_PATH}?{urlencode(params)}",
+            "url": f"{_url(opts).rstrip('/')}{METRICS_PATH}?{query}",
             "format": "json",
             "valueLocation": VALUE_LOCATION,
             "targetValue": f"{q.target:g}",
             "activationTargetValue": f"{q.activation or 0:g}",
         }
-        if opts.auth != "none":
-            metadata["authMode"] = opts.auth
-            if opts.auth == "apiKey":
+        if auth != "none":
+            metadata["authMode"] = auth
+            if auth == "apiKey":
                 metadata.update({"method": "header", "keyParamName": API_KEY_HEADER})
     else:
         metadata = {
@@ -149,7 +174,8 @@ def _trigger(q: Question, params: dict[str, str], opts: Options) -> dict[str, An
 
 def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
     """The Secret template and the TriggerAuthentication that reads it."""
-    keys = SECRET_KEYS[opts.auth]
+    mode = auth_of(opts)
+    keys = EXTERNAL_TLS_KEYS if opts.trigger == "external" else SECRET_KEYS[mode]
     metadata = {"name": opts.secret, "namespace": namespace}
     secret = {
         "apiVersion": "v1",
@@ -157,7 +183,7 @@ def _auth_documents(opts: Options, namespace: str) -> list[dict[str, Any]]:
         "metadata": metadata,
         "type": "Opaque",
         "stringData": {
-            k: f"REPLACE-WITH-THE-{k.upper()}-{'PEM' if opts.auth == 'tls' else 'THE-AUTOMATOR-ACCEPTS'}"
+            k: f"REPLACE-WITH-THE-{k.upper()}-{'PEM' if mode == 'tls' else 'THE-AUTOMATOR-ACCEPTS'}"
             for k in keys
         },
     }
@@ -183,9 +209,9 @@ def render(q: Question, explicit: dict[str, str], opts: Options) -> list[dict[st
             f"{MAX_NAME} (its HPA is keda-hpa-<name>, 63 at most): use a workload of at most "
             f"{MAX_NAME - len('-gpu')} characters"
         )
-    trigger = _trigger(q, _params(q, explicit), opts)
+    trigger = _trigger(q, _params(q, explicit), opts, object_name)
     docs: list[dict[str, Any]] = []
-    if opts.auth != "none" and opts.trigger == "metrics-api":
+    if auth_of(opts) != "none":
         trigger["authenticationRef"] = {"name": opts.secret}
         docs += _auth_documents(opts, ns)
     fallback = opts.fallback_replicas if opts.fallback_replicas is not None else max(1, opts.min_replicas)

@@ -5,7 +5,9 @@ Bounds: THREADS workers; the TLS handshake runs in a worker, not in the acceptin
 client holds nothing but its socket, closed after SOCKET_TIMEOUT_SECONDS idle; the whole request head
 (handshake, request line and headers) must arrive within HEAD_DEADLINE_SECONDS of its first byte, so a
 client trickling a header line now and then cannot hold a worker; heads over MAX_HEADER_BYTES get 413.
-With a client CA, every connection must present a certificate it signed (KEDA's `authModes: tls`).
+With a client CA, every connection must present a certificate it signed (KEDA's `authModes: tls`). The
+certificates are reloaded when their files change (automator/keda/certs.py): each new connection gets the
+current context, connections in flight keep theirs.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from cheroot import errors, wsgi
 from cheroot import server as cheroot_server
-from cheroot import wsgi
 from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+from automator.connlimit import SourceLimits
+from automator.keda.certs import ReloadingTLS
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +35,6 @@ HEAD_DEADLINE_SECONDS = 10.0
 THREADS = 16
 MAX_HEADER_BYTES = 16 * 1024
 BACKLOG = 64
-
-
-def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """TLS 1.2+ server context; with a client CA, a certificate it signed is required of every client."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    if client_ca_file:
-        context.load_verify_locations(cafile=client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 class HeadDeadlines:
@@ -91,14 +85,28 @@ def _cut(sock: socket.socket) -> None:
 
 class _DeferredHandshake(BuiltinSSLAdapter):
     """cheroot's adapter runs the handshake in the accepting thread; here it runs on the first read, in
-    the worker, under the head deadline."""
+    the worker, under the head deadline. A source address past its connection cap is closed here, before
+    it reaches a worker."""
 
-    def __init__(self, cert_file: str, key_file: str, context: ssl.SSLContext) -> None:
-        super().__init__(cert_file, key_file)
-        self.context = context
+    def __init__(self, tls: ReloadingTLS, limits: SourceLimits | None) -> None:
+        super().__init__(tls.files.cert, tls.files.key)
+        self.tls = tls
+        self.limits = limits
 
     def wrap(self, sock: socket.socket) -> tuple[ssl.SSLSocket, dict[str, str]]:
-        tls = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        source = None
+        if self.limits is not None:
+            try:
+                source = str(sock.getpeername()[0])
+            except OSError:
+                source = "?"
+            if not self.limits.acquire(source):
+                _cut(sock)
+                sock.close()
+                raise errors.FatalSSLAlert(f"more than {self.limits.per_source} connections from one source")
+        context = self.tls.current().context  # the files' current certificates, reloaded on change
+        tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        tls.keda_source = source  # type: ignore[attr-defined]  # released when the connection closes
         return tls, {"wsgi.url_scheme": "https", "HTTPS": "on"}
 
 
@@ -111,6 +119,15 @@ class _Request(cheroot_server.HTTPRequest):
 
 class _Connection(cheroot_server.HTTPConnection):
     RequestHandlerClass = _Request
+    _released = False
+
+    def close(self) -> None:
+        limits: SourceLimits | None = self.server.ssl_adapter.limits
+        source = getattr(self.socket, "keda_source", None)
+        if limits is not None and source is not None and not self._released:
+            self._released = True
+            limits.release(source)
+        super().close()
 
 
 class KedaTLSServer(wsgi.Server):
@@ -121,11 +138,10 @@ class KedaTLSServer(wsgi.Server):
         app: Callable[..., Any],
         address: str,
         port: int,
-        context: ssl.SSLContext,
-        cert_file: str,
-        key_file: str,
+        tls: ReloadingTLS,
         threads: int,
         head_seconds: float,
+        per_source: int | None = None,
     ) -> None:
         super().__init__(
             (address, port),
@@ -138,7 +154,7 @@ class KedaTLSServer(wsgi.Server):
             server_name="gpu-steward-keda",
         )
         self.max_request_header_size = MAX_HEADER_BYTES
-        self.ssl_adapter = _DeferredHandshake(cert_file, key_file, context)
+        self.ssl_adapter = _DeferredHandshake(tls, SourceLimits(per_source) if per_source else None)
         self.head_deadlines = HeadDeadlines(head_seconds)
 
     def error_log(self, msg: str = "", level: int = logging.INFO, traceback: bool = False) -> None:
@@ -155,15 +171,14 @@ def serve_tls(
     app: Callable[..., Any],
     address: str,
     port: int,
-    cert_file: str,
-    key_file: str,
-    client_ca_file: str | None = None,
+    tls: ReloadingTLS,
     threads: int = THREADS,
     head_seconds: float = HEAD_DEADLINE_SECONDS,
+    per_source: int | None = None,
 ) -> KedaTLSServer:
-    """Bind and serve in a daemon thread; returns the server (`stop()` ends it, `bind_addr` its port)."""
-    context = tls_context(cert_file, key_file, client_ca_file)
-    server = KedaTLSServer(app, address, port, context, cert_file, key_file, threads, head_seconds)
+    """Bind and serve in a daemon thread; returns the server (`stop()` ends it, `bind_addr` its port).
+    `per_source`: connections one source address may hold at once (more are closed on accept)."""
+    server = KedaTLSServer(app, address, port, tls, threads, head_seconds, per_source)
     server.prepare()  # binds now: a port in use fails the start, not a thread
     threading.Thread(target=server.serve, name="keda-https", daemon=True).start()
     return server

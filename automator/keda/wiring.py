@@ -1,7 +1,8 @@
 """The KEDA endpoints joined to the service: cache, blueprint, external scaler, HTTPS listener.
 
-`attach` registers the /keda/v1/ routes on the service's app (no thread starts: the cache starts its
-refresh on the first question); `start` opens the gRPC and HTTPS listeners when configured.
+`attach` registers the /keda/v1/ routes on the service's app (no thread starts); `start` starts the
+refresh (declared questions, or the on-demand cache when the cluster has no ScaledObject API) and opens the
+gRPC and HTTPS listeners when configured.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from flask import Flask
 from prometheus_client import CollectorRegistry
 
 from automator.keda import auth
+from automator.keda.answers import KedaAnswers
 from automator.keda.cache import CacheConfig, KedaCache
+from automator.keda.certs import ReloadingTLS, TlsFiles
 from automator.keda.http import blueprint
 from automator.keda.metrics import KedaMetrics
 from automator.keda.settings import KedaSettings, auth_config
 from automator.keda.snapshot import SnapshotNamespaces
+from automator.keda.table import DeclaredSource, DeclaredTable, TableConfig
 from automator.keda.workloads import Namespace
 
 log = logging.getLogger(__name__)
@@ -29,10 +33,11 @@ EXTENSION = "gpu_steward_keda"
 
 @dataclass
 class KedaRuntime:
-    cache: KedaCache
+    cache: KedaAnswers
     settings: KedaSettings
     listen_address: str
     auth: auth.AuthConfig
+    tls: ReloadingTLS | None = None  # the listeners' certificates, loaded when the service is built
     stoppers: list[Callable[[], None]] = field(default_factory=list)
     grpc_port: int | None = None
     https_port: int | None = None
@@ -40,6 +45,9 @@ class KedaRuntime:
     def start(self) -> None:
         """Open the external scaler and the HTTPS listener when their settings ask for them."""
         s = self.settings
+        tls = self.tls
+        self.cache.start()
+        self.stoppers.append(lambda: self.cache.stop(timeout=5))
         if s.keda_grpc_port:
             from automator.keda.scaler import ExternalScaler, serve
 
@@ -51,20 +59,17 @@ class KedaRuntime:
                 auth=self.auth,
                 client_verified=bool(ca),
             )
-            tls = None
-            if ca and s.keda_tls_cert_file and s.keda_tls_key_file:
-                tls = (s.keda_tls_cert_file, s.keda_tls_key_file, ca)
             server, self.grpc_port = serve(
                 scaler,
                 self.listen_address,
                 s.keda_grpc_port,
                 s.keda_grpc_workers,
-                tls=tls,
+                tls=tls if ca else None,  # credentials configured: mutual TLS (the settings require a CA)
             )
             self.stoppers.append(scaler.stop)
             self.stoppers.append(lambda: server.stop(grace=5).wait(6))
             log.info("KEDA external scaler on %s:%d", self.listen_address, self.grpc_port)
-        if s.keda_tls_cert_file and s.keda_tls_key_file:
+        if tls is not None:
             from automator.keda.tls import THREADS, serve_tls
 
             app = Flask("gpu-steward-keda")
@@ -73,7 +78,11 @@ class KedaRuntime:
                 blueprint(self.cache, self.auth, self.cache.metrics, THREADS // 2, client_verified=bool(ca))
             )
             https = serve_tls(
-                app, self.listen_address, s.keda_tls_port, s.keda_tls_cert_file, s.keda_tls_key_file, ca
+                app,
+                self.listen_address,
+                s.keda_tls_port,
+                tls,
+                per_source=s.keda_tls_max_connections_per_source,
             )
             self.https_port = https.bind_addr[1]
             self.stoppers.append(https.stop)
@@ -82,7 +91,7 @@ class KedaRuntime:
     def stop(self) -> None:
         for stop in reversed(self.stoppers):
             stop()
-        self.cache.stop(timeout=5)
+        self.stoppers.clear()
 
 
 def attach(
@@ -94,15 +103,19 @@ def attach(
     """Register the KEDA routes on `app`; the runtime is also kept in app.extensions[EXTENSION]."""
     s: KedaSettings = settings.keda
     list_namespace: Callable[[str], Namespace]
+    source: DeclaredSource
     if settings.cluster_snapshot:
-        list_namespace = SnapshotNamespaces(Path(settings.cluster_snapshot)).namespace
+        snapshot = SnapshotNamespaces(Path(settings.cluster_snapshot))
+        list_namespace, source = snapshot.namespace, snapshot
     else:
-        from automator.keda.kube import NamespaceLister
+        from automator.keda.kube import ClusterLister, NamespaceLister
         from automator.kube import api_client
 
-        list_namespace = NamespaceLister(api_client(settings.kubeconfig)).namespace
+        api = api_client(settings.kubeconfig)
+        list_namespace = NamespaceLister(api, settings.api_timeout).namespace
+        source = ClusterLister(api, s.keda_namespaces or (), settings.api_timeout)
     metrics = KedaMetrics(registry)
-    cache = KedaCache(
+    ondemand = KedaCache(
         run_query,
         list_namespace,
         CacheConfig(
@@ -113,12 +126,28 @@ def attach(
             max_queries=s.keda_max_queries,
             max_namespaces=s.keda_max_namespaces,
             first_wait_seconds=s.keda_first_wait_seconds,
+            client_new_keys=s.keda_client_new_questions,
         ),
         metrics,
     )
+    table = DeclaredTable(
+        run_query,
+        TableConfig(
+            max_age_seconds=s.keda_max_age_seconds,
+            pod_grace_seconds=s.keda_pod_grace_seconds,
+            refresh_seconds=s.keda_refresh_seconds,
+            advertised_hosts=s.keda_advertised_hosts,
+        ),
+        metrics,
+    )
+    cache = KedaAnswers(table, ondemand, source, metrics)
     config = auth_config(s)
-    # At most half the service's threads wait on a first fetch: the others keep the probes answered.
-    app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))
-    runtime = KedaRuntime(cache, s, settings.listen_address, config)
+    if not s.keda_tls_only:  # else the KEDA routes are served on the HTTPS listener only
+        # At most half the service's threads wait on a first fetch: the others keep the probes answered.
+        app.register_blueprint(blueprint(cache, config, metrics, max(1, settings.http_threads // 2)))
+    tls = None
+    if s.keda_tls_cert_file and s.keda_tls_key_file:  # loaded now: a bad file is a SettingError (exit 2)
+        tls = ReloadingTLS(TlsFiles(s.keda_tls_cert_file, s.keda_tls_key_file, s.keda_tls_client_ca_file))
+    runtime = KedaRuntime(cache, s, settings.listen_address, config, tls)
     app.extensions[EXTENSION] = runtime
     return runtime

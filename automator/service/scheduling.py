@@ -17,7 +17,7 @@ from automator.dra.job import DraCheckJob
 from automator.keda import wiring as keda
 from automator.kube import LeaderElector
 from automator.service.loop import Service
-from automator.service.web import http_server
+from automator.service.web import http_server, probe_app
 from automator.settings import ServiceSettings
 from steward_common.urls import redact_url
 
@@ -67,12 +67,23 @@ def serve(settings: ServiceSettings, wiring: Wiring) -> int:
         redact_url(settings.prometheus_url),
         wiring.elector is not None,
     )
+    # The KEDA listeners bind before anything runs: a port in use stops the start before any pass.
+    wiring.app.extensions[keda.EXTENSION].start()
     if wiring.elector is not None:
         wiring.elector.start()
     scheduler = _scheduler(wiring.jobs)
     scheduler.start()
-    wiring.app.extensions[keda.EXTENSION].start()
-    server = http_server(wiring.app, settings.listen_address, settings.port, settings.http_threads)
+    server = http_server(
+        wiring.app,
+        settings.listen_address,
+        settings.port,
+        settings.http_threads,
+        per_source=settings.max_connections_per_source,
+    )
+    probes = None
+    if settings.probe_port:  # its own listener and threads: floods of the other ports never reach it
+        probes = http_server(probe_app(service), settings.listen_address, settings.probe_port, 2)
+        threading.Thread(target=probes.run, name="probes", daemon=True).start()
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
@@ -90,4 +101,6 @@ def serve(settings: ServiceSettings, wiring: Wiring) -> int:
             wiring.elector.stop(timeout=5)
         scheduler.shutdown(wait=True)
         wiring.app.extensions[keda.EXTENSION].stop()
+        if probes is not None:
+            probes.close()
     return 0

@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 
+from automator.connlimit import SourceLimits
 from automator.dra.job import DraCheckJob
 from automator.service.loop import Service
 
@@ -60,13 +61,8 @@ class DecisionsAccess:
         return None if hmac.compare_digest(match.group(1), self.token.encode()) else 401
 
 
-def create_app(
-    service: Service, access: DecisionsAccess | None = None, blueprints: Iterable[Blueprint] = ()
-) -> Flask:
-    app = Flask("gpu-steward-automator")
-    access = access or DecisionsAccess()
-    for blueprint in blueprints:
-        app.register_blueprint(blueprint)
+def add_probes(app: Flask, service: Service) -> Flask:
+    """/healthz and /readyz on `app` (the main app, and the probe port's own)."""
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -76,6 +72,24 @@ def create_app(
     def readyz() -> Response:
         ready, why = service.readiness()
         return Response(why + "\n", status=200 if ready else 503, mimetype="text/plain")
+
+    return app
+
+
+def probe_app(service: Service) -> Flask:
+    """The probe port's app: /healthz and /readyz only, on a listener of their own (--probe-port), never
+    behind the connection limits of the main or KEDA listeners."""
+    return add_probes(Flask("gpu-steward-probes"), service)
+
+
+def create_app(
+    service: Service, access: DecisionsAccess | None = None, blueprints: Iterable[Blueprint] = ()
+) -> Flask:
+    app = Flask("gpu-steward-automator")
+    access = access or DecisionsAccess()
+    for blueprint in blueprints:
+        app.register_blueprint(blueprint)
+    add_probes(app, service)
 
     @app.get("/metrics")
     def metrics() -> Response:
@@ -127,9 +141,28 @@ _SERVER_BOUNDS: Final[dict[str, Any]] = {
 
 
 class _HeadDeadlineChannel(HTTPChannel):
-    """A waitress connection that remembers when the head of its current request began."""
+    """A waitress connection that remembers when the head of its current request began, and holds one of
+    its source address's connections (closed at once past the server's per-source cap)."""
 
     head_started: float | None = None
+    _source: str | None = None
+
+    def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:
+        super().__init__(server, sock, addr, adj, map)
+        limits: SourceLimits | None = getattr(server, "source_limits", None)
+        source = str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
+        if limits is not None:
+            if not limits.acquire(source):
+                self.close()  # one source may not hold every connection slot
+                return
+            self._source = source
+
+    def del_channel(self, map: Any = None) -> None:
+        super().del_channel(map)
+        limits: SourceLimits | None = getattr(self.server, "source_limits", None)
+        if limits is not None and self._source is not None:
+            limits.release(self._source)
+            self._source = None
 
     def received(self, data: bytes) -> bool:
         if data and self.request is None and self.head_started is None:
@@ -151,13 +184,20 @@ def _sweep(server: Any, inactivity: Callable[[Any], None], head_deadline: float,
 
 
 def http_server(
-    app: Flask, host: str, port: int, threads: int, head_deadline: float = HTTP_HEAD_DEADLINE
+    app: Flask,
+    host: str,
+    port: int,
+    threads: int,
+    head_deadline: float = HTTP_HEAD_DEADLINE,
+    per_source: int | None = None,
 ) -> Any:
-    """waitress with a bounded pool: `threads` workers, a listen backlog, connection limit, timeouts and a
-    deadline on each request head (so trickling clients cannot hold every connection slot)."""
+    """waitress with a bounded pool: `threads` workers, a listen backlog, connection limit, timeouts, a
+    deadline on each request head (so trickling clients cannot hold every connection slot) and, with
+    `per_source`, a cap on the connections one source address holds at once."""
     server = create_server(app, host=host, port=port, threads=threads, **_SERVER_BOUNDS)
     if not isinstance(server, BaseWSGIServer):  # one host and port: always a single listener
         raise TypeError(f"unexpected waitress server {type(server).__name__}")
+    server.source_limits = SourceLimits(per_source) if per_source else None  # type: ignore[attr-defined]
     # waitress has no setting for a head deadline: its connection class and sweep are extended here.
     server.channel_class = _HeadDeadlineChannel
     sweep = functools.partial(_sweep, server, server.maintenance, head_deadline)

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from automator import cli, settings
 from automator.dra.job import DraCheckJob, SnapshotDraCluster
-from automator.keda.kube import NamespaceLister
+from automator.keda.kube import ClusterLister, NamespaceLister
 from automator.kube import DraKubernetesAdapter, KubernetesAdapter, LeaderElector
 from automator.metrics import AutomatorMetrics
 from automator.objects.keys import ObjectKey
@@ -446,7 +446,8 @@ def test_probes_service_and_monitor_hit_the_served_port(
 ) -> None:
     docs = manifests()
     _, main = container(docs)
-    port = parsed_deployment_args(monkeypatch).port
+    args = parsed_deployment_args(monkeypatch)
+    port = args.port
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
 
     def resolve(p: str | int) -> int:
@@ -454,8 +455,8 @@ def test_probes_service_and_monitor_hit_the_served_port(
 
     assert main["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert main["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert resolve(main[probe]["httpGet"]["port"]) == port, probe
+    for probe in ("livenessProbe", "readinessProbe"):  # the probe port, outside the main port's limits
+        assert resolve(main[probe]["httpGet"]["port"]) == args.probe_port != port, probe
     (svc,) = docs["Service"]
     (svc_port,) = svc["spec"]["ports"]
     assert resolve(svc_port["targetPort"]) == port
@@ -526,7 +527,10 @@ def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Re
     assert kube.evict(pod, uid="u-1").outcome is EvictionOutcome.OK
     kube.annotate_preemptor(pod, {conventions.LAST_RECLAIM_ANNOTATION: EXAMPLE_NOW.isoformat()}, uid="u-1")
     kube.event(pod, "Normal", "GpuIdleReclaimed", "test", uid="u-1")
-    NamespaceLister(api).namespace("ml")  # the KEDA cache's reads (docs/keda.md)
+    NamespaceLister(api).namespace("ml")  # the KEDA on-demand cache's reads (docs/keda.md)
+    keda = ClusterLister(api)  # the KEDA declared mode's reads: ScaledObjects, then the declared namespaces
+    keda.scaled_objects()
+    keda.namespaces(frozenset({"ml"}))
     DraKubernetesAdapter(kube).dra_objects()  # the DRA check's reads (discovery needs no rule)
     elector = LeaderElector(api, "gpu-steward-automator", lease_namespace, "replica-0", 4, 3, 1)
     # take the free Lease (read, create), then renew it once (read, update): every call the election makes
@@ -583,7 +587,7 @@ def check_rbac(fake_kube: FakeApiServer) -> None:
         ("", "nodes"), ("", "pods"), ("scheduling.k8s.io", "priorityclasses"),
         ("policy", "poddisruptionbudgets"), ("", "pods/eviction"), ("", "events"),
         ("coordination.k8s.io", "leases"), ("apps", "deployments"), ("apps", "replicasets"),
-        ("apps", "statefulsets"), ("resource.k8s.io", "resourceslices"),
+        ("apps", "statefulsets"), ("keda.sh", "scaledobjects"), ("resource.k8s.io", "resourceslices"),
         ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "deviceclasses"),
         ("scheduling.k8s.io", "podgroups"), ("scheduling.k8s.io", "workloads"),
         ("scheduling.x-k8s.io", "podgroups"), ("scheduling.volcano.sh", "podgroups"),

@@ -86,7 +86,8 @@ KEDA = ("keda", KEDA_OPERATOR_PODS["release-manifests"])
 def test_each_client_reaches_the_ports_it_uses_and_no_other(path: str) -> None:
     objects = render(path)
     policy = _one(objects, "NetworkPolicy", "gpu-steward-automator")
-    served = _container_ports(objects)
+    # The probe port is the kubelet's alone: not on the Service; NetworkPolicy always admits the node.
+    served = {name: port for name, port in _container_ports(objects).items() if name != "probe"}
     service = _one(objects, "Service", "gpu-steward-automator")
     assert {p["targetPort"] for p in service["spec"]["ports"]} == set(served)
     keda_ports = {"http"} | ({"grpc", "keda-tls"} & set(served))

@@ -18,6 +18,7 @@ import yaml
 
 from automator import cli
 from automator.keda.settings import keda_settings
+from tests.automator.keda.certs import make_certs
 from tests.deploy.test_manifests import DEPLOY, _validate, render
 
 DOCS = DEPLOY.parent / "docs" / "install.md"
@@ -145,25 +146,20 @@ def _mounted_files(objects: Objects, root: Path, contents: dict[tuple[str, str],
     return env
 
 
-SECRETS = {
-    ("gpu-steward-keda-token", "token"): b"s3cret-token\n",
-    (
-        "gpu-steward-keda-client-ca",
-        "ca.crt",
-    ): b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-    (
-        "gpu-steward-automator-tls",
-        "tls.crt",
-    ): b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-    (
-        "gpu-steward-automator-tls",
-        "tls.key",
-    ): b"-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n",
-}
+SECRETS = {("gpu-steward-keda-token", "token"): b"s3cret-token\n"}
 
 
 def _keda(objects: Objects, tmp_path: Path) -> Any:
-    env = _mounted_files(objects, tmp_path / "pod", SECRETS)
+    # The service checks the certificates it is given at start: the Secrets hold real ones.
+    (tmp_path / "certs").mkdir()
+    certs = make_certs(tmp_path / "certs")
+    secrets = {
+        **SECRETS,
+        ("gpu-steward-keda-client-ca", "ca.crt"): certs.ca.read_bytes(),
+        ("gpu-steward-automator-tls", "tls.crt"): certs.server_cert.read_bytes(),
+        ("gpu-steward-automator-tls", "tls.key"): certs.server_key.read_bytes(),
+    }
+    env = _mounted_files(objects, tmp_path / "pod", secrets)
     for name, value in env.items():
         if name.endswith("_FILE"):
             assert Path(value).is_file(), (name, value)

@@ -48,3 +48,10 @@ def make_certs(d: Path) -> Certs:
     client = _signed(d, "keda", ca, "extendedKeyUsage=clientAuth\n")
     stranger = _signed(d, "stranger", other, "extendedKeyUsage=clientAuth\n")
     return Certs(ca[0], server[0], server[1], client[0], client[1], stranger[0], stranger[1])
+
+
+def another_server_certificate(d: Path, name: str) -> tuple[Path, Path]:
+    """A server certificate for 127.0.0.1/localhost signed by the other CA (a rotation to a new issuer):
+    make_certs(d) must have run in `d`."""
+    server_ext = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+    return _signed(d, name, (d / "other-ca.pem", d / "other-ca.key"), server_ext)

@@ -127,3 +127,55 @@ def fresh_result(age: float = 10.0) -> list[dict[str, Any]]:
         sample("db-0", "GPU-3", 0.3),
         *(stamp(p, NOW - age) for p in ("api-a", "api-b", "other-x", "db-0")),
     ]
+
+
+METRICS_URL = "http://gpu-steward-automator.gpu-steward.svc:8080/keda/v1/metrics"
+SCALER_ADDRESS = "gpu-steward-automator.gpu-steward.svc:9000"
+
+
+def scaled_object(
+    name: str,
+    *queries: str,
+    namespace: str = "inference",
+    target: str = "api",
+    external: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ScaledObject with one metrics-api trigger per query (and an external trigger with that metadata)."""
+    triggers: list[dict[str, Any]] = [
+        {"type": "metrics-api", "metadata": {"url": f"{METRICS_URL}?namespace={namespace}&{q}"}}
+        for q in queries
+    ]
+    if external is not None:
+        triggers.append({"type": "external", "metadata": {"scalerAddress": SCALER_ADDRESS, **external}})
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"scaleTargetRef": {"name": target}, "triggers": triggers},
+    }
+
+
+@dataclass
+class FakeDeclaredSource:
+    """The declared mode's source: ScaledObjects and the namespaces of a FakeKube; counts both lists."""
+
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    kube: FakeKube = field(default_factory=cluster)
+    absent: bool = False
+    down: bool = False
+    object_lists: int = 0
+    pod_lists: int = 0
+
+    def scaled_objects(self) -> list[dict[str, Any]]:
+        from automator.keda.table import ScaledObjectsAbsent
+
+        self.object_lists += 1
+        if self.absent:
+            raise ScaledObjectsAbsent("scaledobjects.keda.sh v1alpha1: not served (KEDA not installed)")
+        if self.down:
+            raise KubernetesUnavailable("list scaledobjects: 500 Internal Server Error")
+        return self.objects
+
+    def namespaces(self, names: frozenset[str]) -> dict[str, Namespace]:
+        self.pod_lists += 1
+        return {n: self.kube(n) for n in names}

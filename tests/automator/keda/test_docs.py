@@ -104,3 +104,15 @@ def test_every_option_of_the_command_is_documented() -> None:
         for flag in action.option_strings:
             if flag not in ("-h", "--help"):
                 assert f"`{flag}" in text, flag
+
+
+def test_availability_series_are_kept_for_the_alerts_for_window() -> None:
+    import yaml
+
+    from automator.keda.metrics import AVAILABILITY_ALERT_SECONDS
+    from automator.keda.request import duration_seconds
+
+    repo = Path(__file__).resolve().parents[3]
+    rules = yaml.safe_load((repo / "alerts" / "keda.yaml").read_text())["groups"][0]["rules"]
+    (rule,) = [r for r in rules if r["alert"] == "GpuStewardKedaWorkloadUnavailable"]
+    assert duration_seconds(rule["for"]) == AVAILABILITY_ALERT_SECONDS

@@ -203,15 +203,21 @@ def test_one_query_per_signal_and_window_whatever_the_workloads() -> None:
     assert len(prom.queries) == before  # answers come from the cache
 
 
-def test_new_windows_evict_the_least_recently_asked_instead_of_locking_out() -> None:
-    client, cache, prom, clock, _m = make()
-    cache.config = CacheConfig(max_queries=2, refresh_seconds=3600)
-    for window in ("1m", "2m", "3m", "4m", "5m"):  # more distinct windows than the cap
-        clock.now += 1
+def test_new_windows_never_evict_a_window_asked_within_the_last_refresh() -> None:
+    client, cache, prom, clock, metrics = make()
+    cache.config = CacheConfig(max_queries=2, refresh_seconds=15)
+    for window in ("1m", "2m"):
         assert client.get(URL + f"&signal=gpu_utilization&window={window}").status_code == 200
-    assert len(cache._readings) == 2  # bounded: the least recently asked were dropped
+    r = client.get(URL + "&signal=gpu_utilization&window=3m")  # the table is full of recent questions
+    assert r.status_code == 503 and r.get_json()["error"] == "warming_up"
+    assert metrics.ondemand_refusals.labels("table_full")._value.get() == 1
+    assert len(cache._readings) == 2
+    clock.now += 16  # 2m is asked again within the refresh; 1m is not
+    assert client.get(URL + "&signal=gpu_utilization&window=2m").status_code == 200
+    assert client.get(URL + "&signal=gpu_utilization&window=3m").status_code == 200  # replaces 1m
+    assert sorted(s for _, s in cache._readings) == [120, 180]
     cache.refresh()
-    assert len(prom.queries) == 5 + 2  # a refresh runs the kept ones only
+    assert len(prom.queries) == 3 + 2  # a refresh runs the kept ones only
 
 
 def test_requests_are_counted_by_status() -> None:

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from automator.keda.auth import AuthConfig, allowed, load
 from automator.keda.cache import CacheConfig, KedaCache
+from automator.keda.certs import ReloadingTLS, TlsFiles
 from automator.keda.externalscaler import externalscaler_pb2 as pb
 from automator.keda.externalscaler import externalscaler_pb2_grpc as pb_grpc
 from automator.keda.http import blueprint
@@ -31,8 +32,9 @@ from automator.keda.metrics import KedaMetrics
 from automator.keda.request import METRICS_PATH, ParamError, parse_selector, question
 from automator.keda.scaler import ExternalScaler, serve
 from automator.keda.tls import serve_tls
+from automator.keda.values import NoValue
 from automator.keda.wiring import EXTENSION, KedaRuntime
-from automator.keda.workloads import Namespace
+from automator.keda.workloads import Namespace, UnknownWorkload
 from automator.objects.pod import pod_record
 from automator.objects.workload import workload_record
 from automator.service.main import build
@@ -85,6 +87,7 @@ def test_https_listener_logs_no_api_key(
     )  # fmt: skip
     caplog.set_level(logging.DEBUG)
     runtime: KedaRuntime = build(s).app.extensions[EXTENSION]
+    runtime.cache.refresh()
     runtime.start()
     try:
         base = f"https://127.0.0.1:{port}{URL}"
@@ -113,6 +116,7 @@ def test_mutual_tls_is_an_auth_mode_of_its_own(tmp_path: Path, certs: Certs) -> 
     )  # fmt: skip
     wiring = build(s)
     runtime: KedaRuntime = wiring.app.extensions[EXTENSION]
+    runtime.cache.refresh()
     runtime.start()
     base = f"https://127.0.0.1:{port}{URL}"
     try:
@@ -160,9 +164,8 @@ def _trickle(port: int, ca: Path, stop: threading.Event, cut: list[bool]) -> Non
 def test_trickling_clients_do_not_lock_out_a_client_with_a_token(certs: Certs) -> None:
     cache = _cache()
     auth = AuthConfig(bearer_tokens=("tok-1",))
-    server = serve_tls(
-        _app(cache, auth), "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key), head_seconds=1.0
-    )
+    tls = ReloadingTLS(TlsFiles(str(certs.server_cert), str(certs.server_key)))
+    server = serve_tls(_app(cache, auth), "127.0.0.1", 0, tls, head_seconds=1.0)
     port = server.bind_addr[1]
     stop, cut = threading.Event(), []  # type: ignore[var-annotated]
     tricklers = [
@@ -291,13 +294,24 @@ def test_probes_and_known_workloads_answer_while_30_clients_ask_new_namespaces()
         cache.stop()
 
 
-def test_namespaces_are_bounded_dropping_the_least_recently_asked() -> None:
+def test_namespaces_are_bounded_dropping_only_what_was_not_asked_within_the_refresh() -> None:
     kube = cluster()
+    now = [NOW]
     cache = _cache(kube=kube, max_namespaces=3)
-    for ns in ("a", "b", "c", "a", "d", "e"):
-        with pytest.raises(Exception):  # noqa: B017  # 404: no such Deployment there; the list is what counts
+    cache.config = CacheConfig(refresh_seconds=15, max_namespaces=3)
+    cache.clock = lambda: now[0]
+
+    def ask(ns: str) -> None:
+        with pytest.raises((UnknownWorkload, NoValue)):  # 404 (no such Deployment) or refused
             cache.answer(question({"namespace": ns, "deployment": "nope", "profile": "training"}))
-    assert list(cache._namespaces) == ["a", "d", "e"]  # b and c were asked least recently
+
+    for ns in ("a", "b", "c", "d"):
+        ask(ns)
+    assert list(cache._namespaces) == ["a", "b", "c"]  # d was refused: all three were asked just now
+    now[0] += 16
+    for ns in ("a", "d", "e"):
+        ask(ns)
+    assert list(cache._namespaces) == ["a", "d", "e"]  # b and c were not asked within the refresh
     kube.lists = 0
     cache.refresh()
     assert kube.lists == 3
@@ -393,7 +407,9 @@ def _ref() -> pb.ScaledObjectRef:
     )
 
 
-def test_grpc_takes_the_http_credentials(scaler_cache: KedaCache) -> None:
+def test_grpc_never_takes_tokens(scaler_cache: KedaCache) -> None:
+    # KEDA's external scaler sends no metadata: with credentials configured, only a verified client
+    # certificate admits a call, and a token in metadata admits nothing.
     auth = AuthConfig(bearer_tokens=("tok-1",), api_keys=("key-1",))
     scaler = ExternalScaler(scaler_cache, scaler_cache.metrics, max_streams=1, auth=auth)
     server, port = serve(scaler, "127.0.0.1", 0, workers=4)
@@ -405,18 +421,14 @@ def test_grpc_takes_the_http_credentials(scaler_cache: KedaCache) -> None:
                     call(_ref(), timeout=10)
                 assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
             with pytest.raises(grpc.RpcError) as e:
-                stub.GetMetrics(
-                    pb.GetMetricsRequest(scaledObjectRef=_ref()), timeout=10, metadata=(("x-api-key", "no"),)
-                )
-            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            with pytest.raises(grpc.RpcError) as e:
                 next(stub.StreamIsActive(_ref(), timeout=10))
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
             for metadata in ((("authorization", "Bearer tok-1"),), (("x-api-key", "key-1"),)):
-                got = stub.GetMetrics(
-                    pb.GetMetricsRequest(scaledObjectRef=_ref()), timeout=10, metadata=metadata
-                )
-                assert got.metricValues[0].metricValueFloat == pytest.approx(40.0)
+                with pytest.raises(grpc.RpcError) as e:
+                    stub.GetMetrics(
+                        pb.GetMetricsRequest(scaledObjectRef=_ref()), timeout=10, metadata=metadata
+                    )
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
         scaler.stop()
         server.stop(grace=None)
@@ -427,7 +439,7 @@ def test_grpc_mutual_tls(scaler_cache: KedaCache, certs: Certs) -> None:
     scaler = ExternalScaler(
         scaler_cache, scaler_cache.metrics, max_streams=1, auth=auth, client_verified=True
     )
-    tls = (str(certs.server_cert), str(certs.server_key), str(certs.ca))
+    tls = ReloadingTLS(TlsFiles(str(certs.server_cert), str(certs.server_key), str(certs.ca)))
     server, port = serve(scaler, "127.0.0.1", 0, workers=4, tls=tls)
     ca = certs.ca.read_bytes()
     options = (("grpc.ssl_target_name_override", "localhost"),)

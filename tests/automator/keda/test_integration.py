@@ -1,5 +1,6 @@
 """The metrics-api endpoint of the real service wiring against a real Prometheus that evaluates rules/
-on the mock exporter, and the external scaler over a real gRPC channel on the same cache.
+on the mock exporter, and the external scaler over a real gRPC channel on the same answers: the questions
+are those the snapshot's ScaledObjects declare (declared mode with --cluster-snapshot).
 
 Node it-node: GPU-0 held by inference/api-a (60 %, 20 GiB of 80 GiB); GPU-1 time-sliced between
 inference/api-b (20 %, 8 GiB) and inference/other-x (50 %, 30 GiB). Deployment api owns api-a and api-b
@@ -96,10 +97,66 @@ def _deployment(name: str) -> list[dict[str, Any]]:
     return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta}, rs]
 
 
+# Every question the tests ask, each declared by a metrics-api ScaledObject of its own.
+ASKED = (
+    *(
+        f"deployment=api&signal=gpu_utilization&aggregation={a}&window=1m"
+        for a in ("avg", "max", "min", "sum")
+    ),
+    "deployment=api&profile=triton-inference",
+    "deployment=other&signal=gpu_utilization&aggregation=max&window=1m",
+    "deployment=other&signal=memory_used_bytes&aggregation=sum&window=1m",
+    "deployment=api&signal=memory_used_bytes&aggregation=sum&window=1m",
+    "deployment=api&profile=vllm-inference&aggregation=max",
+    "deployment=api&signal=memory_used_ratio&aggregation=min&window=1m",
+    "deployment=other&signal=power_watts&aggregation=sum&window=1m",
+    "deployment=api&signal=power_watts&aggregation=max&window=1m",
+    "deployment=api&signal=temperature_celsius&aggregation=max&window=1m",
+    "deployment=api&signal=idle_ratio&aggregation=max&window=1m",
+    "selector=app%3Dapi&signal=gpu_utilization&aggregation=sum&window=1m",
+    "deployment=empty&profile=training",
+    "deployment=ghost&profile=training",
+)
+URL = "http://gpu-steward-automator.gpu-steward.svc:8080/keda/v1/metrics?namespace=inference&"
+SCALER = "gpu-steward-automator.gpu-steward.svc:9000"
+
+
+def _scaled_object(name: str, target: str, trigger: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": "inference"},
+        "spec": {"scaleTargetRef": {"name": target}, "triggers": [trigger]},
+    }
+
+
+def _metrics_api(query: str) -> dict[str, Any]:
+    return {"type": "metrics-api", "metadata": {"url": URL + query, "valueLocation": "value"}}
+
+
+SCALED_OBJECTS = [
+    *(_scaled_object(f"asked-{i}", "api", _metrics_api(q)) for i, q in enumerate(ASKED)),
+    # External triggers: the workload is the scale target when the metadata names none.
+    _scaled_object(
+        "api",
+        "api",
+        {"type": "external", "metadata": {"scalerAddress": SCALER, "profile": "triton-inference"}},
+    ),
+    _scaled_object(
+        "g",
+        "ghost",
+        {
+            "type": "external",
+            "metadata": {"scalerAddress": SCALER, "deployment": "ghost", "profile": "training"},
+        },
+    ),
+]
+
 CLUSTER = {
     "apiVersion": "v1",
     "kind": "List",
     "items": [
+        *SCALED_OBJECTS,
         *_deployment("api"),
         *_deployment("other"),
         *_deployment("ghost"),
@@ -127,7 +184,7 @@ def _client(prom_url: str, snapshot: Path, *extra: str) -> tuple[FlaskClient, Ke
     )
     wiring = build(service_settings(args, environ={}))
     runtime: KedaRuntime = wiring.app.extensions[EXTENSION]
-    runtime.cache.ensure_started = lambda: None  # type: ignore[method-assign]  # no background thread here
+    runtime.cache.refresh()  # what the refresh thread does every --keda-refresh-seconds (not started here)
     return wiring.app.test_client(), runtime
 
 
@@ -238,7 +295,7 @@ def test_bad_parameters_are_400(client: FlaskClient) -> None:
 def test_prometheus_unreachable_is_503(stack: tuple[Prometheus, Path]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     client, _runtime = _client(dead, stack[1])
-    status, body = get(client, "deployment=api&profile=training")
+    status, body = get(client, "deployment=api&profile=triton-inference")
     assert status == 503 and body["error"] == "prometheus_unavailable"
     assert "127.0.0.1" not in body["message"]
 
@@ -247,10 +304,11 @@ def test_stale_data_is_503(stack: tuple[Prometheus, Path]) -> None:
     # Every answer's data is at least 0 s old; a max age below the rule interval makes most of them stale:
     # moving the cache's clock past the rule interval makes all of them stale, deterministically.
     client, runtime = _client(stack[0].url, stack[1], "--keda-max-age-seconds", "60")
-    assert get(client, "deployment=api&profile=training")[0] == 200
-    real = runtime.cache.clock
-    runtime.cache.clock = lambda: real() + 120
-    status, body = get(client, "deployment=api&profile=training")
+    assert get(client, "deployment=api&profile=triton-inference")[0] == 200
+    real = runtime.cache.table.clock
+    runtime.cache.table.clock = lambda: real() + 120
+    runtime.cache.refresh()
+    status, body = get(client, "deployment=api&profile=triton-inference")
     assert status == 503 and body["error"] == "stale"
 
 
@@ -260,10 +318,11 @@ def test_external_scaler_over_grpc_reads_the_same_cache(stack: tuple[Prometheus,
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.ExternalScalerStub(channel)
+            # As KEDA sends it: the trigger's metadata (no workload: the scale target's), no call metadata.
             ref = pb.ScaledObjectRef(
                 name="api",
                 namespace="inference",
-                scalerMetadata={"deployment": "api", "profile": "triton-inference"},
+                scalerMetadata={"scalerAddress": SCALER, "profile": "triton-inference"},
             )
             spec = stub.GetMetricSpec(ref, timeout=10).metricSpecs[0]
             assert spec.targetSizeFloat == 75
@@ -280,3 +339,22 @@ def test_external_scaler_over_grpc_reads_the_same_cache(stack: tuple[Prometheus,
             assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         server.stop(grace=None)
+
+
+def test_one_query_per_declared_signal_and_window(stack: tuple[Prometheus, Path]) -> None:
+    _, runtime = _client(stack[0].url, stack[1])
+    table = runtime.cache.table.table
+    assert table is not None and len(table.results) == len(ASKED)  # the external triggers ask known ones
+    pairs = {(d.question.signal.base, d.question.window_seconds) for d in table.declared.questions.values()}
+    assert table.queries == len(pairs) < len(ASKED)
+
+
+def test_a_question_no_scaled_object_declares_is_404_not_declared(client: FlaskClient) -> None:
+    status, body = get(client, "deployment=api&signal=gpu_utilization&aggregation=avg&window=7m")
+    assert status == 404 and body["error"] == "not_declared"
+    assert "namespace=inference&deployment=api" in body["message"]
+    # Named by the ScaledObject that asks: one the last refresh did not list is warming up.
+    status, body = get(client, "deployment=api&signal=gpu_utilization&window=7m&scaledobject=new-one")
+    assert status == 503 and body["error"] == "warming_up"
+    status, body = get(client, "deployment=api&signal=gpu_utilization&window=7m&scaledobject=asked-0")
+    assert status == 404 and body["error"] == "not_declared" and "asked-0" in body["message"]

@@ -90,3 +90,24 @@ def test_auth_tls_writes_the_mutual_tls_trigger_authentication(capsys: pytest.Ca
     # A plain-HTTP URL cannot carry mutual TLS: refused, naming the flag.
     assert cli.main([*argv, "--auth", "tls", "--url", "http://automator:8080"]) == 2
     assert "--auth tls" in capsys.readouterr().err
+
+
+def test_tls_chosen_writes_the_https_listener(capsys: pytest.CaptureFixture[str]) -> None:
+    from automator.cli import main
+
+    base = [
+        "keda",
+        "scaledobject",
+        "--namespace",
+        "inference",
+        "--deployment",
+        "api",
+        "--profile",
+        "training",
+    ]
+    assert main([*base, "--tls", "--auth", "bearer"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    url = docs[-1]["spec"]["triggers"][0]["metadata"]["url"]
+    assert url.startswith("https://gpu-steward-automator.gpu-steward.svc:8443/keda/v1/metrics?")
+    assert main([*base, "--tls", "--url", "http://127.0.0.1:18080"]) == 2
+    assert "--tls" in capsys.readouterr().err
