@@ -37,15 +37,16 @@ DEFER_UNTIL_ANNOTATION: Final = "gpu-steward.io/reclaim-defer-until"
 # On the leader election Lease: the evictions of the last hour, by minute, so that the hourly budget
 # survives a restart and passes to the next leader.
 EVICTIONS_ANNOTATION: Final = "gpu-steward.io/evictions-last-hour"
-# Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
-WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = (
+# What the automator writes on a served preemptor, and on a victim it gives notice to.
+PREEMPTOR_ANNOTATIONS: Final[tuple[str, ...]] = (
     LAST_RECLAIM_ANNOTATION,
     RECLAIM_NODE_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
     RECLAIM_COUNT_ANNOTATION,
-    RECLAIM_NOTICE_ANNOTATION,
-    RECLAIM_NOTICE_FOR_ANNOTATION,
 )
+NOTICE_ANNOTATIONS: Final[tuple[str, ...]] = (RECLAIM_NOTICE_ANNOTATION, RECLAIM_NOTICE_FOR_ANNOTATION)
+# Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
+WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = PREEMPTOR_ANNOTATIONS + NOTICE_ANNOTATIONS
 # Victim-side keys are the scheduler plugin's, so existing PriorityClasses keep working.
 PLUGIN_PREFIX: Final = "reclaim-idle-resource.scheduling.x-k8s.io/"
 ANN_MIN_PREEMPTABLE_PRIORITY: Final = PLUGIN_PREFIX + "minimum-preemptable-priority"

@@ -20,6 +20,7 @@ from automator.reclaim.model import (
     Decision,
     Plan,
     PlannerConfig,
+    PodWarning,
     UsageWindow,
     Victim,
     Withdrawal,
@@ -441,3 +442,7 @@ def notice_event(d: Decision, v: Victim, window: UsageWindow | None, max_defer_s
 
 def withdrawn_event(w: Withdrawal) -> str:
     return printable(f"gpu-steward withdrew its notice{_for(w.target)}: {w.reason}: {w.detail}")
+
+
+def ignored_event(p: PodWarning) -> str:
+    return printable(f"{p.message}; the pod is not protected by it")

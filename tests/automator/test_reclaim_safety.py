@@ -31,7 +31,7 @@ from steward_common.conventions import (
     RECLAIM_COUNT_ANNOTATION,
     RECLAIM_NODE_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
-    WRITTEN_ANNOTATIONS,
+    PREEMPTOR_ANNOTATIONS,
     UnresolvedReason,
 )
 from tests.automator import k8s
@@ -346,7 +346,7 @@ def test_reclaim_annotations_are_written_and_counted() -> None:
         RECLAIM_VICTIMS_ANNOTATION: "ml/a,ml/b",
         RECLAIM_COUNT_ANNOTATION: "2",
     }
-    assert set(kube.written[PRE]) == set(WRITTEN_ANNOTATIONS)
+    assert set(kube.written[PRE]) == set(PREEMPTOR_ANNOTATIONS)
 
 
 @pytest.mark.parametrize("nominated", ["n1", None])
