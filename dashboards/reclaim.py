@@ -134,7 +134,8 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
         p.series(
             "Pods under notice",
             "Pods carrying a notice (gpu-steward.io/reclaim-notice) as the leader's last pass read them: "
-            "told they will be evicted after a deadline unless they use their GPUs (docs/reclaim.md, Notice).",
+            "told they will be evicted after a deadline unless they use their GPUs (docs/reclaim.md, "
+            "Notice).",
             f"sum({c.AUTOMATOR_UNDER_NOTICE} and {_LEADER})",
             "under notice",
         ),

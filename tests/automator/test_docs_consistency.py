@@ -636,7 +636,11 @@ def test_every_event_reason_and_annotation_key_is_documented() -> None:
         assert f"`{reason}`" in notice, reason
 
 
-NORMAL_REASONS = {conventions.REASON_VICTIM, conventions.REASON_PREEMPTOR, conventions.REASON_NOTICE_WITHDRAWN}
+NORMAL_REASONS = {
+    conventions.REASON_VICTIM,
+    conventions.REASON_PREEMPTOR,
+    conventions.REASON_NOTICE_WITHDRAWN,
+}
 
 
 def test_architecture_note_names_real_contract_homes() -> None:

@@ -27,11 +27,11 @@ from automator.service.actuator import ActuatorState, run_pass, skew_verdict
 from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
     NEVER_RECLAIM_LABEL,
+    PREEMPTOR_ANNOTATIONS,
     REASON_GAVE_UP,
     RECLAIM_COUNT_ANNOTATION,
     RECLAIM_NODE_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
-    PREEMPTOR_ANNOTATIONS,
     UnresolvedReason,
 )
 from tests.automator import k8s

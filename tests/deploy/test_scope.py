@@ -71,7 +71,7 @@ def test_admission_policy_checks_each_written_annotation_value() -> None:
 
     from automator.objects.resources import rfc3339
 
-    good = {
+    good: dict[str, str | None] = {
         conventions.LAST_RECLAIM_ANNOTATION: rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)),
         conventions.RECLAIM_NODE_ANNOTATION: "gpu-node-1.example",
         conventions.RECLAIM_VICTIMS_ANNOTATION: "team-a/train-0,team-b/batch-7",
