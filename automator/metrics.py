@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from automator.ports import EvictionOutcome, Mode, PassOutcome
 from automator.reclaim.model import Unresolved
-from steward_common.conventions import UnresolvedReason
+from steward_common.conventions import NoticeWithdrawal, UnresolvedReason
 from steward_common.metrics import Kind, MetricSpec
 
 PREFIX: Final = "gpu_steward_automator_"
@@ -182,6 +182,28 @@ TABLE: Final[tuple[Row, ...]] = (
         "Pods whose series held NaN or Inf in a pass (each left unknown, i.e. protected).",
     ),
     _row("build_info", "gauge", "build_info", "Always 1; labels say what runs.", ("version", "mode")),
+    _row(
+        "notices", "counter", "notices", "Victims given notice before eviction (--notice-seconds, enforce)."
+    ),
+    _row(
+        "notices_withdrawn",
+        "counter",
+        "notices_withdrawn",
+        'Notices withdrawn (annotations removed, enforce), by reason (docs/reclaim.md, "Notice").',
+        ("reason",),
+    ),
+    _row(
+        "evictions_after_notice",
+        "counter",
+        "evictions_after_notice",
+        "Accepted evictions of victims whose notice had passed: notices that ended in eviction.",
+    ),
+    _row(
+        "under_notice",
+        "gauge",
+        "pods_under_notice",
+        "Pods carrying a notice (gpu-steward.io/reclaim-notice) as the last pass read them.",
+    ),
 )
 
 
@@ -208,6 +230,10 @@ class AutomatorMetrics:
     candidates_usage_unknown: Gauge
     nonfinite: Counter
     build_info: Gauge
+    notices: Counter
+    notices_withdrawn: Counter
+    evictions_after_notice: Counter
+    under_notice: Gauge
 
     def __init__(self, registry: CollectorRegistry, version: str = "unknown", mode: str = "dry-run") -> None:
         self.registry = registry
@@ -219,6 +245,8 @@ class AutomatorMetrics:
             self.evictions.labels(result=result)
         for m in MODES:
             self.decisions.labels(mode=m)
+        for reason in NoticeWithdrawal:
+            self.notices_withdrawn.labels(reason=str(reason))
         self.set_unresolved(dict.fromkeys(UnresolvedReason, 0))
 
     def set_leader(self, leading: bool) -> None:

@@ -80,9 +80,10 @@ class KubeAdapter(Protocol):
         ...
 
     def annotate_preemptor(
-        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+        self, pod: ObjectKey, annotations: Mapping[str, str | None], uid: str | None = None
     ) -> None:
-        """Merge-patch the automator's own annotations (uid: the patch fails if the pod was replaced)."""
+        """Merge-patch the automator's own annotations, on a preemptor or a victim (None removes one; uid:
+        the patch fails if the pod was replaced)."""
         ...
 
     def event(

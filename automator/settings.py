@@ -133,6 +133,24 @@ PLANNER_SETTINGS: tuple[Setting[Any], ...] = (
         "comma-separated namespaces whose pods may be victims (default: all)",
         metavar="NS,...",
     ),
+    Setting(
+        "--notice-seconds",
+        spec.integer(0, WEEK),
+        str(_PLANNER.notice_seconds),
+        "seconds of notice a victim gets before it is evicted (0: no notice; 600 recommended for enforce)",
+    ),
+    Setting(
+        "--max-defer-seconds",
+        spec.integer(0, WEEK),
+        str(_PLANNER.max_defer_seconds),
+        "furthest from now an owner's gpu-steward.io/reclaim-defer-until may protect a pod",
+    ),
+    Setting(
+        "--max-notices",
+        spec.integer(0, 100_000),
+        None,
+        "pods under notice at once at most (default: 4 x --max-evictions-per-pass)",
+    ),
 )
 
 SERVICE_SETTINGS: tuple[Setting[Any], ...] = (

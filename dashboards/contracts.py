@@ -119,6 +119,10 @@ AUTOMATOR_LAST_SUCCESS: Final = _family(_AUTOMATOR.last_success)
 AUTOMATOR_IS_LEADER: Final = _family(_AUTOMATOR.is_leader)
 AUTOMATOR_UNRESOLVED: Final = _family(_AUTOMATOR.unresolved)
 AUTOMATOR_BUILD_INFO: Final = _family(_AUTOMATOR.build_info)
+AUTOMATOR_UNDER_NOTICE: Final = _family(_AUTOMATOR.under_notice)
+AUTOMATOR_NOTICES: Final = _counter(_AUTOMATOR.notices)
+AUTOMATOR_NOTICES_WITHDRAWN: Final = _counter(_AUTOMATOR.notices_withdrawn)
+AUTOMATOR_EVICTIONS_AFTER_NOTICE: Final = _counter(_AUTOMATOR.evictions_after_notice)
 
 # --- the automator's KEDA endpoints (automator/keda/metrics.py) -----------------------------------------
 _KEDA: Final = KedaMetrics(CollectorRegistry())

@@ -129,6 +129,34 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
         ),
         fleet.idle_gpu_hours_trend(),
     )
+    lay.line(
+        8,
+        p.series(
+            "Pods under notice",
+            "Pods carrying a notice (gpu-steward.io/reclaim-notice) as the leader's last pass read them: "
+            "told they will be evicted after a deadline unless they use their GPUs (docs/reclaim.md, "
+            "Notice).",
+            f"sum({c.AUTOMATOR_UNDER_NOTICE} and {_LEADER})",
+            "under notice",
+        ),
+        p.counts_by(
+            "Notices withdrawn by reason",
+            "Notices withdrawn: busy (the owner resumed work), usage-unknown, deferred (the owner objected), "
+            "opted-out, preemptor-started/-gone/-fits, other-victims, not-planned, malformed.",
+            c.AUTOMATOR_NOTICES_WITHDRAWN,
+            "reason",
+            {"busy": h.BUSY, "deferred": h.IDLE, "malformed": h.BAD},
+        ),
+        p.timeseries(
+            "Notices given and ended in eviction",
+            "Victims given notice, and accepted evictions of victims whose notice had passed, per step.",
+            [
+                p.Query(f"sum(increase({c.AUTOMATOR_NOTICES}[{h.RATE_INTERVAL}]))", "given"),
+                p.Query(f"sum(increase({c.AUTOMATOR_EVICTIONS_AFTER_NOTICE}[{h.RATE_INTERVAL}]))", "evicted"),
+            ],
+            bars=True,
+        ),
+    )
 
 
 def _passes_and_their_cost(lay: h.Layout) -> None:

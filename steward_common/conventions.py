@@ -26,19 +26,30 @@ LAST_RECLAIM_ANNOTATION: Final = "gpu-steward.io/last-reclaim-time"
 RECLAIM_NODE_ANNOTATION: Final = "gpu-steward.io/reclaim-node"
 RECLAIM_VICTIMS_ANNOTATION: Final = "gpu-steward.io/reclaim-victims"
 RECLAIM_COUNT_ANNOTATION: Final = "gpu-steward.io/reclaim-count"
+# On a victim, written together when the service gives notice instead of evicting (--notice-seconds): the
+# time after which it may be evicted (RFC 3339) and the preemptor or preemptor gang (namespace/name) it is
+# evicted for; both removed when the notice is withdrawn. The annotations are the notice's only state.
+RECLAIM_NOTICE_ANNOTATION: Final = "gpu-steward.io/reclaim-notice"
+RECLAIM_NOTICE_FOR_ANNOTATION: Final = "gpu-steward.io/reclaim-notice-for"
+# On a pod, written by its owner (never by the automator): protected as a victim until this RFC 3339 time
+# (reason word deferred), at most --max-defer-seconds from now.
+DEFER_UNTIL_ANNOTATION: Final = "gpu-steward.io/reclaim-defer-until"
 # On the leader election Lease: the evictions of the last hour, by minute, so that the hourly budget
 # survives a restart and passes to the next leader.
 EVICTIONS_ANNOTATION: Final = "gpu-steward.io/evictions-last-hour"
 # On the Lease too, written before each eviction: the recent reclaims (preemptor, time, controller, the
 # cooldown annotations meant for it), so that the next leader keeps them in cooldown (service/fencing.py).
 RECLAIMS_ANNOTATION: Final = "gpu-steward.io/recent-reclaims"
-# Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
-WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = (
+# What the automator writes on a served preemptor, and on a victim it gives notice to.
+PREEMPTOR_ANNOTATIONS: Final[tuple[str, ...]] = (
     LAST_RECLAIM_ANNOTATION,
     RECLAIM_NODE_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
     RECLAIM_COUNT_ANNOTATION,
 )
+NOTICE_ANNOTATIONS: Final[tuple[str, ...]] = (RECLAIM_NOTICE_ANNOTATION, RECLAIM_NOTICE_FOR_ANNOTATION)
+# Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
+WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = PREEMPTOR_ANNOTATIONS + NOTICE_ANNOTATIONS
 # Victim-side keys are the scheduler plugin's, so existing PriorityClasses keep working.
 PLUGIN_PREFIX: Final = "reclaim-idle-resource.scheduling.x-k8s.io/"
 ANN_MIN_PREEMPTABLE_PRIORITY: Final = PLUGIN_PREFIX + "minimum-preemptable-priority"
@@ -77,6 +88,8 @@ REASON_PREEMPTOR: Final = "GpuReclaimPreemptor"
 REASON_EVICTION_FAILED: Final = "GpuReclaimEvictionFailed"
 REASON_INVALID_ANNOTATION: Final = "InvalidReclaimAnnotation"
 REASON_GAVE_UP: Final = "GpuReclaimGaveUp"
+REASON_NOTICE: Final = "GpuReclaimNotice"
+REASON_NOTICE_WITHDRAWN: Final = "GpuReclaimNoticeWithdrawn"
 EVENT_REASONS: Final[tuple[str, ...]] = _named("REASON_")
 
 # --- reason words (what a user sees at the start of a verdict or an unresolved reason) -----------------
@@ -85,6 +98,8 @@ WORD_RECENT_UNKNOWN: Final = "recent-usage-unknown"
 WORD_RECENTLY_BUSY: Final = "recently-busy"
 WORD_OPTED_OUT: Final = "opted-out"
 WORD_NAMESPACE_EXCLUDED: Final = "namespace-excluded"
+# The owner's reclaim-defer-until is still ahead (and within --max-defer-seconds):
+WORD_DEFERRED: Final = "deferred"
 # A gang member whose gang is not eligible as a whole (explain's [rule]):
 WORD_GANG_MEMBER_PROTECTED: Final = "gang-member-protected"
 # Unresolved preemptors (unresolved[].reason starts with the word):
@@ -92,6 +107,8 @@ WORD_NOMINATED: Final = "scheduler-nominated"
 WORD_COOLDOWN: Final = "cooldown"
 WORD_GAVE_UP: Final = "gave-up"
 WORD_BUDGET: Final = "eviction-budget"
+# Its victims would take the pods under notice past --max-notices.
+WORD_NOTICE_BUDGET: Final = "notice-budget"
 # A gang whose needed count is not a positive integer (its members: protected victims, unresolved preemptors).
 WORD_GANG_MALFORMED: Final = "gang-malformed"
 # A preemptor gang whose members could not all be placed: nothing is evicted for it.
@@ -115,6 +132,23 @@ class UnresolvedReason(StrEnum):
     INTERRUPTED = "interrupted"  # the pass's actions stopped first (leadership, throttling, re-plans spent)
     GANG_MALFORMED = WORD_GANG_MALFORMED
     GANG_DOES_NOT_FIT = WORD_GANG_DOES_NOT_FIT
+    NOTICE_BUDGET = WORD_NOTICE_BUDGET
+
+
+class NoticeWithdrawal(StrEnum):
+    """Why a notice is withdrawn (the Event's text starts with it; the `reason` label of
+    gpu_steward_automator_notices_withdrawn_total), in the order they are checked."""
+
+    MALFORMED = "malformed"  # a notice annotation is unreadable (never read as a deadline passed)
+    OPTED_OUT = WORD_OPTED_OUT  # labelled never-reclaim
+    DEFERRED = WORD_DEFERRED  # its owner deferred it
+    BUSY = "busy"  # the victim (or a member of its gang) is busy again
+    USAGE_UNKNOWN = "usage-unknown"  # its data are unknown (no samples, coverage low, stale)
+    PREEMPTOR_STARTED = "preemptor-started"  # the preemptor (or its gang) was scheduled
+    PREEMPTOR_GONE = "preemptor-gone"  # no such pending preemptor any more
+    PREEMPTOR_FITS = "preemptor-fits"  # it fits without evictions
+    OTHER_VICTIMS = "other-victims"  # it is chosen for other victims
+    NOT_PLANNED = "not-planned"  # the plan no longer picks the victim for it
 
 
 # Event source component and the events.k8s.io reporting controller.

@@ -199,7 +199,16 @@ def _policy(args: argparse.Namespace, name: str, overrides: Mapping[str, str], w
         "exclude-namespaces": list(config.exclude_namespaces),
         "victim-namespaces": list(config.victim_namespaces),
     }
-    assert set(values) == set(shown), "every planner setting is shown"
+    # The notice settings only where notice is replayed: a policy without it reports what it always did
+    # (the history holds no owner's reclaim-defer-until: kube-state-metrics does not export it).
+    notice = {
+        "notice-seconds": config.notice_seconds,
+        "max-defer-seconds": config.max_defer_seconds,
+        "max-notices": config.notice_limit,
+    }
+    assert set(values) | set(notice) == set(shown), "every planner setting is shown"
+    if config.notice_seconds > 0:
+        values |= notice
     values["max-evictions-per-hour"] = hourly
     return Policy(name, config, {k: _shown(v) for k, v in values.items()}, hourly)
 

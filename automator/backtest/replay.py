@@ -18,13 +18,18 @@ Outcomes of every eviction, read forward in history:
 - wait saved: from the eviction until history shows the preemptor started (kube_pod_start_time, else the
   step it was seen bound), or vanished, or the window ended; counted once per preemptor served.
 A preemptor that already fits is left to the scheduler: the backtest does not bind it (history does).
+
+With --notice-seconds the notices are replayed as the service gives them: a decision that gives notice
+writes the notice annotations on its victims (in the overlay) and evicts nothing; a later step evicts them
+only if the planner, on that step's data, still chooses them after the deadline; a notice the planner
+withdraws (the victim busy again within the notice, ...) is counted by reason, never as an eviction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import takewhile
 from typing import Any
 
@@ -36,10 +41,10 @@ from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import FieldError
 from automator.ports import PrometheusUnavailable
 from automator.reclaim import planner
-from automator.reclaim.annotations import reclaim_annotations
+from automator.reclaim.annotations import notice_annotations, reclaim_annotations
 from automator.reclaim.class_settings import class_settings
 from automator.reclaim.cluster_index import SettingsCache, classes_by_name
-from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
+from automator.reclaim.model import NOTICE, Plan, PlannerConfig, PodUsage, UsageWindow
 
 # (windows, evaluation time, recent window seconds) -> usage, as PrometheusAdapter.usage answers
 UsageFn = Callable[[Mapping[ObjectKey, UsageWindow], int, int], Mapping[ObjectKey, PodUsage]]
@@ -126,6 +131,10 @@ class Replay:
     steps_without_data: int = 0
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # The notices the simulated service gave (annotations on victims), how many, those withdrawn by reason.
+    notices: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)
+    notices_given: int = 0
+    notices_withdrawn: dict[str, int] = field(default_factory=dict)
 
     def step(self, t: int, samples: Frame | IndexedFrame, usage: UsageFn, lookahead: LookaheadFn) -> None:
         self.steps += 1
@@ -158,7 +167,8 @@ class Replay:
             last_hour = sum(1 for _ in takewhile(lambda e: t - e.at < 3600, reversed(self.evictions)))
             budget = min(budget, max(0, self.policy.max_evictions_per_hour - last_hour))
         plan = planner.plan(cluster, known, config, now, budget=budget)
-        new = self._commit(t, now, cluster, plan.decisions)
+        self._notice(now, cluster, plan)
+        new = self._commit(t, now, cluster, [d for d in plan.decisions if d.action != NOTICE])
         self._regret(t, new, lookahead)
         regret = sum(1 for e in new if e.regret)
         self.timeline.append((float(t), idle_gpus(cluster, known, config), len(new), regret))
@@ -167,12 +177,33 @@ class Replay:
         self.steps_without_data += 1
         self.timeline.append((float(t), 0, 0, 0))
 
+    def _notice(self, now: datetime, cluster: ClusterState, plan: Plan) -> None:
+        """What the service does with the plan's notices: withdrawn ones removed (counted by reason), new
+        ones written on the victims not yet noticed for their preemptor; notices of pods history no longer
+        shows are forgotten (a pod recreated under the name starts without one)."""
+        for w in plan.withdrawals:
+            self.notices.pop(w.pod, None)
+            self.notices_withdrawn[str(w.reason)] = self.notices_withdrawn.get(str(w.reason), 0) + 1
+        listed = {p.key for p in cluster.pods}
+        for k in [k for k in self.notices if k not in listed]:
+            del self.notices[k]
+        deadline = now + timedelta(seconds=self.policy.config.notice_seconds)
+        for d in plan.decisions:
+            if d.action != NOTICE:
+                continue
+            for v in d.victims:
+                if v.noticed is None:
+                    written = notice_annotations(deadline, d.target)
+                    self.notices[v.pod] = {k: x for k, x in written.items() if x is not None}
+                    self.notices_given += 1
+
     def _overlay(self) -> Overlay:
         consumed: dict[str, int] = {}
         for e in self.evictions:
             if e.ended is None:
                 consumed[e.victim.namespace] = consumed.get(e.victim.namespace, 0) + 1
-        return Overlay(frozenset(self.gone), self.placed, self.annotations, consumed)
+        annotations = {**self.notices, **self.annotations}
+        return Overlay(frozenset(self.gone), self.placed, annotations, consumed)
 
     def _settle(self, t: int, frame: IndexedFrame) -> None:
         """Outcomes history now shows: victims that ended, preemptors that started or vanished."""
@@ -204,6 +235,8 @@ class Replay:
         classes = classes_by_name(list(self.priority_classes))
         new: list[Eviction] = []
         for d in decisions:
+            for v in d.victims:
+                self.notices.pop(v.pod, None)
             preemptor = pods[d.preemptor]
             self.annotations[d.preemptor] = reclaim_annotations(preemptor, d, now)
             uid = _uid_of(preemptor)

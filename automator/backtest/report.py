@@ -74,6 +74,17 @@ def policy_json(replay: Replay) -> dict[str, Any]:
             "wait_saved_seconds": _round(sum(w.saved or 0.0 for w in replay.waits)),
             "steps": replay.steps,
             "steps_without_data": replay.steps_without_data,
+            # With notice (--notice-seconds > 0): victims given notice, and notices withdrawn by reason (a
+            # victim busy again within its notice is `busy`, not an eviction).
+            **(
+                {
+                    "notices": replay.notices_given,
+                    "notices_withdrawn": sum(replay.notices_withdrawn.values()),
+                    "notices_withdrawn_by_reason": dict(sorted(replay.notices_withdrawn.items())),
+                }
+                if replay.policy.config.notice_seconds > 0
+                else {}
+            ),
         },
         "by_namespace": dict(sorted(by_namespace.items())),
     }
@@ -139,6 +150,14 @@ def report_text(report: dict[str, Any]) -> str:
             ).rstrip()
         )
     for p in report["policies"]:
+        t = p["totals"]
+        if "notices" in t:
+            reasons = ", ".join(f"{r} {n}" for r, n in t["notices_withdrawn_by_reason"].items())
+            lines += [
+                "",
+                f"{p['name']} notices: {t['notices']} given, {t['notices_withdrawn']} withdrawn"
+                + (f" ({reasons})" if reasons else ""),
+            ]
         if p["by_namespace"]:
             lines += ["", f"{p['name']} by namespace (evictions, regret, GPU-hours):"]
             for ns, row in p["by_namespace"].items():

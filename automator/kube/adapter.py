@@ -257,7 +257,7 @@ class KubernetesAdapter:
         return EvictionResult(EvictionOutcome.OK, 201)
 
     def annotate_preemptor(
-        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+        self, pod: ObjectKey, annotations: Mapping[str, str | None], uid: str | None = None
     ) -> None:
         meta: JsonObj = {"annotations": dict(annotations)}
         if uid:

@@ -19,10 +19,19 @@ from automator.objects.node import Node
 from automator.objects.pod import NOT_CREATED, Pod, created_at, pod_priority
 from automator.objects.priority_class import PriorityClass, find_global_default
 from automator.objects.resources import FieldError, Requests
+from automator.reclaim.annotations import NO_NOTICE, NoticeMarks, read_notice
 from automator.reclaim.class_settings import ClassSettings, class_settings
-from automator.reclaim.eligibility import NEVER, Assessment, PdbIndex, Rule, assess, scope_verdict
+from automator.reclaim.eligibility import (
+    NEVER,
+    Assessment,
+    PdbIndex,
+    Rule,
+    assess,
+    deferral,
+    scope_verdict,
+)
 from automator.reclaim.gangs import Gang, resolve_gangs
-from automator.reclaim.model import AnnotationWarning, PlannerConfig, PodUsage, UsageWindow
+from automator.reclaim.model import AnnotationWarning, PlannerConfig, PodUsage, PodWarning, UsageWindow
 from steward_common.conventions import RECLAIM_ANNOTATION
 
 # PDBs covering a pod (read only: shared by the pods of a workload), why they protect it, its scope verdict
@@ -47,6 +56,7 @@ class Candidate:
     # comparison where the search and the rankings sort every candidate for every preemptor priority)
     floor: int
     unit: Unit | None = None  # its victim gang: evicted with it or not at all
+    notice: NoticeMarks = NO_NOTICE  # the notice it carries (docs/reclaim.md, "Notice")
 
 
 @dataclass(slots=True, eq=False)
@@ -182,6 +192,11 @@ class ClusterIndex:
     gang_warnings: list[GangWarning] = field(default_factory=list)
     # per gang, its bound members that are not terminating (they count towards what it needs)
     gang_running: dict[Gang, int] = field(default_factory=dict)
+    # Notice: per target (preemptor or gang) the nodes of the candidates under a readable notice for it, the
+    # candidates carrying notice annotations (readable or not), owners' annotations ignored.
+    noticed_nodes: dict[str, set[str]] = field(default_factory=dict)
+    noticed: list[Candidate] = field(default_factory=list)
+    pod_warnings: list[PodWarning] = field(default_factory=list)
 
 
 @dataclass
@@ -204,6 +219,8 @@ class _Builder:
     gpu_resources: tuple[str, ...] = ()
     gangs: dict[ObjectKey, Gang] = field(default_factory=dict)
     gang_running: dict[Gang, int] = field(default_factory=dict)
+    noticed: list[Candidate] = field(default_factory=list)
+    pod_warnings: list[PodWarning] = field(default_factory=list)
 
     def build(self) -> ClusterIndex:
         self.gpu_resources = tuple(self.config.gpu_resources)
@@ -227,6 +244,9 @@ class _Builder:
             self.unknown,
             gang_warnings,
             self.gang_running,
+            _noticed_nodes(self.noticed),
+            self.noticed,
+            self.pod_warnings,
         )
 
     def _units(self) -> None:
@@ -284,7 +304,12 @@ class _Builder:
                 continue
             node.take(req)
             if req.gpus and not pod.terminating:
-                node.candidates.append(self._candidate(pod, node.name, req, settings))
+                candidate = self._candidate(pod, node.name, req, settings)
+                node.candidates.append(candidate)
+                notice = read_notice(pod.annotations)
+                if notice.present:
+                    candidate.notice = notice
+                    self.noticed.append(candidate)
 
     def _candidate(self, pod: Pod, bound: str, req: Requests, settings: SettingsCache) -> Candidate:
         """A GPU holder assessed."""
@@ -308,7 +333,10 @@ class _Builder:
             return Candidate(key, pod, bound, req, 0, None, 0.0, blocked, standing[0], usage, NEVER)
         scheduled = pod.scheduled
         since = (self.now - scheduled).total_seconds() if scheduled is not None else None
-        assessment = assess(pod_settings, usage, since, self.config, standing[1], standing[2])
+        deferred, warning = deferral(pod, self.now, self.config)
+        if warning is not None:
+            self.pod_warnings.append(warning)
+        assessment = assess(pod_settings, usage, since, self.config, standing[1], standing[2], deferred)
         age = max(0.0, since) if since is not None else 0.0
         floor = max(priority + 1, assessment.eligible_from)
         pdb_ids = standing[0]
@@ -350,6 +378,15 @@ class _Builder:
                 message = bad.message + "; its pods are protected"
                 warnings.append(replace(bad, priority_class=str(class_name), message=message, pods=pods))
         return warnings
+
+
+def _noticed_nodes(noticed: list[Candidate]) -> dict[str, set[str]]:
+    nodes: dict[str, set[str]] = {}
+    for candidate in noticed:
+        target = candidate.notice.target
+        if isinstance(target, str) and candidate.notice.problem is None:
+            nodes.setdefault(target, set()).add(candidate.node)
+    return nodes
 
 
 def index_cluster(

@@ -6,17 +6,22 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from automator.objects.pdb import PodDisruptionBudget
 from automator.objects.pod import Pod
+from automator.objects.resources import FieldProblem, rfc3339
 from automator.objects.selectors import selector_matches
+from automator.reclaim.annotations import defer_until
 from automator.reclaim.class_settings import ClassSettings
 from automator.reclaim.formats import fmt_measure
-from automator.reclaim.model import PlannerConfig, PodUsage
+from automator.reclaim.model import PlannerConfig, PodUsage, PodWarning
 from steward_common.conventions import (
+    DEFER_UNTIL_ANNOTATION,
     NEVER_RECLAIM_LABEL,
+    WORD_DEFERRED,
     WORD_GANG_MALFORMED,
     WORD_GANG_MEMBER_PROTECTED,
     WORD_NAMESPACE_EXCLUDED,
@@ -33,6 +38,7 @@ class Rule(StrEnum):
     PDB = "0-pdb"
     NAMESPACE_EXCLUDED = WORD_NAMESPACE_EXCLUDED
     OPTED_OUT = WORD_OPTED_OUT
+    DEFERRED = WORD_DEFERRED
     ANNOTATION_MALFORMED = "annotation-malformed"
     MINIMUM_PREEMPTABLE = "1-minimum-preemptable-priority"
     TOLERATION_NEGATIVE = "2-toleration-negative"
@@ -287,6 +293,28 @@ def scope_verdict(pod: Pod, config: PlannerConfig) -> tuple[Rule, str] | None:
     return None
 
 
+def deferral(
+    pod: Pod, now: datetime, config: PlannerConfig
+) -> tuple[tuple[Rule, str] | None, PodWarning | None]:
+    """The owner's objection (reclaim-defer-until): (the protection while it is ahead and at most
+    --max-defer-seconds away, a warning when the value is ignored: unreadable, past or too far out)."""
+    until = defer_until(pod.annotations)
+    if until is None:
+        return None, None
+    raw = str(pod.annotations.get(DEFER_UNTIL_ANNOTATION))
+    if isinstance(until, FieldProblem):
+        why = f"{until.problem}: ignored"
+    elif until <= now:
+        why = f"{rfc3339(until)} is in the past: ignored"
+    elif (until - now).total_seconds() > config.max_defer_seconds:
+        why = (
+            f"{rfc3339(until)} is more than {config.max_defer_seconds} s (--max-defer-seconds) ahead: ignored"
+        )
+    else:
+        return (Rule.DEFERRED, f"{WORD_DEFERRED}: its owner deferred reclaim until {rfc3339(until)}"), None
+    return None, PodWarning(pod.key, DEFER_UNTIL_ANNOTATION, raw, f"{DEFER_UNTIL_ANNOTATION}: {why}")
+
+
 def assess(
     settings: ClassSettings,
     usage: PodUsage | None,
@@ -294,6 +322,7 @@ def assess(
     config: PlannerConfig,
     pdb_reason: str | None,
     scope: tuple[Rule, str] | None = None,
+    deferred: tuple[Rule, str] | None = None,
 ) -> Assessment:
     """age: seconds since the pod was scheduled (now - scheduled), None when it is not scheduled."""
     blocked: tuple[Rule, str] | None = None
@@ -301,6 +330,8 @@ def assess(
         blocked = (Rule.PDB, pdb_reason)
     elif scope is not None:
         blocked = scope
+    elif deferred is not None:
+        blocked = deferred
     elif settings.malformed:
         why = "; ".join(m.message for m in settings.malformed) + ": protected"
         blocked = (Rule.ANNOTATION_MALFORMED, why)

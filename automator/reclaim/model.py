@@ -9,7 +9,7 @@ from datetime import datetime
 
 from automator.objects.gang import GangWarning
 from automator.objects.keys import ObjectKey
-from steward_common.conventions import DEFAULT_GPU_RESOURCE, UnresolvedReason
+from steward_common.conventions import DEFAULT_GPU_RESOURCE, NoticeWithdrawal, UnresolvedReason
 from steward_common.series import IDLE_THRESHOLD
 
 
@@ -37,6 +37,20 @@ class PlannerConfig:
     # Namespaces whose pods are never victims; victim_namespaces: the only ones that may be (empty = all).
     exclude_namespaces: tuple[str, ...] = ("kube-system",)
     victim_namespaces: tuple[str, ...] = ()
+    # Seconds of notice before a victim is evicted (0: evicted at once, no notice), the furthest an owner
+    # may defer (reclaim-defer-until) and the pods under notice at once (None: 4 x max_evictions_per_pass).
+    notice_seconds: int = 0
+    max_defer_seconds: int = 86_400
+    max_notices: int | None = None
+
+    @property
+    def notice_limit(self) -> int:
+        return 4 * self.max_evictions_per_pass if self.max_notices is None else self.max_notices
+
+
+# What a decision does with its victims: evicts them, or gives them notice first (--notice-seconds).
+EVICT = "evict"
+NOTICE = "notice"
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,7 @@ class Victim:
     scheduled_at: datetime | None
     node: str = ""  # where it runs (a victim gang's members may run on other nodes than the decision's)
     gang: str | None = None  # its gang (namespace/name): evicted with all its members
+    noticed: datetime | None = None  # the deadline of its notice for the decision's preemptor, if it has one
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,13 @@ class Decision:
     gpus_freed: int
     free_gpus_before: int
     gang: str | None = None  # the preemptor's gang (namespace/name): placed with its members or not at all
+    action: str = EVICT  # NOTICE: the victims are told, evicted by a later pass after notice_deadline
+    notice_deadline: datetime | None = None  # the latest of its victims' deadlines (with notice only)
+
+    @property
+    def target(self) -> str:
+        """Who the victims are noticed for: the preemptor gang, else the preemptor (reclaim-notice-for)."""
+        return self.gang if self.gang is not None else str(self.preemptor)
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,35 @@ class CutOff:
     preemptor: ObjectKey
     node: str
     reason: str
+
+
+@dataclass(frozen=True)
+class UnderNotice:
+    """A candidate victim carrying a readable notice as the pass read it."""
+
+    pod: ObjectKey
+    target: str
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """A notice the pass withdraws: its annotations removed, a Normal Event with the reason."""
+
+    pod: ObjectKey
+    target: str  # as annotated ("" when unreadable)
+    reason: NoticeWithdrawal
+    detail: str  # the sentence after the reason
+
+
+@dataclass(frozen=True)
+class PodWarning:
+    """An owner's annotation on a pod that is ignored (a warning Event on the pod)."""
+
+    pod: ObjectKey
+    annotation: str
+    value: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -154,3 +205,9 @@ class Plan:
     gang_warnings: list[GangWarning] = field(default_factory=list)
     # The preemptor gangs of the pass: name -> (members needed, members running)
     gang_needs: dict[str, tuple[int | None, int]] = field(default_factory=dict)
+    # Notice (docs/reclaim.md, "Notice"): whether the output shows it (--notice-seconds > 0 or a pod carries
+    # a notice), the pods under notice, the notices withdrawn, and owners' annotations ignored.
+    notice_shown: bool = False
+    under_notice: list[UnderNotice] = field(default_factory=list)
+    withdrawals: list[Withdrawal] = field(default_factory=list)
+    pod_warnings: list[PodWarning] = field(default_factory=list)

@@ -7,14 +7,15 @@ and fit.py; docs/reclaim.md explains them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.resources import Requests
+from automator.reclaim import notices
 from automator.reclaim import plan_reasons as reasons
 from automator.reclaim.annotations import ReclaimMarks, read_marks
 from automator.reclaim.cluster_index import (
@@ -29,6 +30,8 @@ from automator.reclaim.eligibility import verdict_reason, verdict_rule
 from automator.reclaim.fit import scheduling_signature
 from automator.reclaim.gangs import Gang
 from automator.reclaim.model import (
+    EVICT,
+    NOTICE,
     CutOff,
     Decision,
     Plan,
@@ -41,9 +44,14 @@ from automator.reclaim.model import (
 from automator.reclaim.plan_reasons import StaticFit, static_fit
 from automator.reclaim.ranking import Rankings, tie_key
 from automator.reclaim.report import explain, plan_to_json
-from automator.reclaim.splits import NO_SPLIT, Splits
+from automator.reclaim.splits import NO_SPLIT, Split, Splits
 from automator.reclaim.victims import NO_VICTIMS, NodeResult, SetKey, search_node
-from steward_common.conventions import WORD_BUDGET, WORD_GANG_DOES_NOT_FIT, UnresolvedReason
+from steward_common.conventions import (
+    WORD_BUDGET,
+    WORD_GANG_DOES_NOT_FIT,
+    WORD_NOTICE_BUDGET,
+    UnresolvedReason,
+)
 from steward_common.gc_pause import gc_paused
 
 # The planner's public functions, wherever they are implemented.
@@ -113,6 +121,7 @@ class _Pass:
     verdict_count: int = 0
     trial: _Trial | None = None  # set while a preemptor gang is placed
     marks: dict[ObjectKey, ReclaimMarks] = field(default_factory=dict)  # each preemptor's, read once
+    notice_left: int = 0  # pods that may still be put under notice this pass (--max-notices)
     splits: Splits = field(init=False)
     rankings: Rankings = field(init=False)
 
@@ -125,6 +134,10 @@ class _Pass:
         self.plan.gang_warnings.extend(self.index.gang_warnings)
         self.plan.candidates = self.index.candidates
         self.plan.candidates_usage_unknown = self.index.candidates_usage_unknown
+        self.plan.under_notice = notices.under_notice(self.index.noticed)
+        self.plan.notice_shown = self.config.notice_seconds > 0 or bool(self.index.noticed)
+        self.plan.pod_warnings.extend(self.index.pod_warnings)
+        self.notice_left = self.config.notice_limit - len(self.plan.under_notice)
         self.marks = {pre.key: read_marks(pre.pod.annotations) for pre in self.index.preemptors}
         cooling = {
             key: reasons.cooldown(marks, self.now, self.config, self.index.terminating)
@@ -236,10 +249,55 @@ class _Pass:
         static = self._static(pre)
         if self.budget_stop is not None:
             self._fit_or_budget(pre, req, static)
+        elif self.index.noticed_nodes and self._noticed_first(pre, req, static):
+            return
         elif self.verdict_count >= VERDICT_LIMIT:
             self._place_ranked(pre, req, static)
         else:
             self._place_full(pre, req, static)
+
+    def _noticed_first(self, pre: Preemptor, req: Requests, static: StaticFit) -> bool:
+        """The stable choice: a set made only of pods under notice for this preemptor (or its gang) comes
+        before every other set, when one still fits (then decided here: True). A preemptor that fits
+        somewhere as the node is, or whose noticed pods no longer make a set, has today's order."""
+        target = _target(pre)
+        names = self.index.noticed_nodes.get(target)
+        if not names or any(node.shortfall(req) is None for node in static.feasible):
+            return False
+        best: tuple[SetKey, NodeState, NodeResult] | None = None
+        for node in static.feasible:  # in name order: the first of equal sets wins, as in _place_full
+            if node.name not in names or node.alloc.gpus < req.gpus:
+                continue
+            noticed = [c for c in node.candidates if _noticed_for(c, target)]
+            result = search_node(node, req, Split(noticed, pre.priority, self.exclude), self.index.pdbs)
+            if (
+                result.key is not None
+                and result.key[0] > 0
+                and (best is None or result.key[:-1] < best[0][:-1])
+            ):
+                best = (result.key, node, result)
+        if best is None:
+            return False
+        self._decide(pre, req, best[1], best[2], None)
+        return True
+
+    def _notice_of(self, noticed: Sequence[datetime | None]) -> tuple[str, datetime | None, int]:
+        """(action, deadline, pods newly put under notice) of victims with these notices for the
+        preemptor: evicted once every one was noticed and its deadline passed (or without notice at all:
+        --notice-seconds 0); else noticed, until the last deadline (now + notice for a pod noticed now)."""
+        seen = [n for n in noticed if n is not None]
+        if len(seen) == len(noticed) and all(n <= self.now for n in seen):
+            return EVICT, max(seen, default=None), 0
+        if self.config.notice_seconds == 0:
+            return EVICT, None, 0
+        new = self.now + timedelta(seconds=self.config.notice_seconds)
+        return NOTICE, max(n or new for n in noticed), len(noticed) - len(seen)
+
+    def _notice_budget_text(self, new: int) -> str:
+        return (
+            f"{WORD_NOTICE_BUDGET}: {self.config.notice_limit} pods under notice at most (--max-notices), "
+            f"{max(self.notice_left, 0)} left; this preemptor needs {new} more"
+        )
 
     def _held(self, pre: Preemptor, cooldown: str | None) -> tuple[str, UnresolvedReason] | None:
         """Why the preemptor is not searched for even though it could be read: nominated, in cooldown or
@@ -336,13 +394,23 @@ class _Pass:
         pass. results: every node searched, whose verdicts are recorded (None: only the chosen node's)."""
         assert result.key is not None
         count = result.key[0]
-        if count > self.budget:
+        action: tuple[str, datetime | None, int] = (EVICT, None, 0)
+        if self.trial is None and count > 0:  # a gang's members are given notice together (_place_gang)
+            target = _target(pre)
+            action = self._notice_of([v.notice.deadline_for(target) for v in result.victims])
+        if action[0] == NOTICE:
+            if action[2] > self.notice_left:
+                self._unresolved(pre, self._notice_budget_text(action[2]), UnresolvedReason.NOTICE_BUDGET)
+                return
+            self.notice_left -= action[2]
+        elif count > self.budget:
             self.budget_stop = self._budget_text()
             self._unresolved(
                 pre, f"{self.budget_stop}; this preemptor needs {count}", UnresolvedReason.EVICTION_BUDGET
             )
             return
-        self.budget -= count
+        else:
+            self.budget -= count
         # Verdicts where the preemptor already fits say nothing about who is evicted: not recorded.
         if results is not None and self.verdict_count < VERDICT_LIMIT:
             for _, searched in results:
@@ -350,7 +418,7 @@ class _Pass:
                     self._record(pre, searched)
         elif count > 0:
             self._record(pre, result, force=True)
-        self._commit(pre, req, node, result)
+        self._commit(pre, req, node, result, action[:2])
 
     def _fit_or_budget(self, pre: Preemptor, req: Requests, static: StaticFit) -> None:
         """Once the budget stopped the pass: the first node (name order) the preemptor fits as it is, or
@@ -369,8 +437,16 @@ class _Pass:
             result = NodeResult(NO_VICTIMS, (), node.free()[0], NO_SPLIT, None)
             self._commit(pre, req, node, result)
 
-    def _commit(self, pre: Preemptor, req: Requests, node: NodeState, result: NodeResult) -> None:
+    def _commit(
+        self,
+        pre: Preemptor,
+        req: Requests,
+        node: NodeState,
+        result: NodeResult,
+        action: tuple[str, datetime | None] = (EVICT, None),
+    ) -> None:
         free_before = node.free()[0]
+        target = _target(pre)
         victims = result.victims
         trial = self.trial
         freed = 0
@@ -411,8 +487,8 @@ class _Pass:
             self.rankings.changed(node)
         # A preemptor that already fits reserves nothing; later preemptors may count
         # the same free GPUs (the next pass sees what the scheduler did).
-        target = self.plan.decisions if victims else self.plan.already_fit
-        target.append(
+        listed = self.plan.decisions if victims else self.plan.already_fit
+        listed.append(
             Decision(
                 preemptor=pre.key,
                 preemptor_priority=pre.priority,
@@ -428,12 +504,15 @@ class _Pass:
                         v.scheduled,
                         v.node,
                         v.unit.gang.name if v.unit is not None else None,
+                        v.notice.deadline_for(target),
                     )
                     for v in sorted(victims, key=lambda v: v.key)
                 ),
                 gpus_freed=freed + sum(elsewhere.values()),
                 free_gpus_before=free_before,
                 gang=pre.gang.name if pre.gang is not None else None,
+                action=action[0],
+                notice_deadline=action[1],
             )
         )
 
@@ -475,9 +554,21 @@ class _Pass:
             self.budget = 2**62  # the gang's victims are counted together when it is decided
         placed, failed = self._try_members(gang, gang.gang.needed - running)
         self.trial = None
-        evicting = sum(len(d.victims) for d in self.plan.decisions[trial.decisions :])
-        if len(placed) >= gang.gang.needed - running and evicting <= trial.budget:
-            self.budget = trial.budget - evicting
+        decided = self.plan.decisions[trial.decisions :]
+        evicting = sum(len(d.victims) for d in decided)
+        enough = len(placed) >= gang.gang.needed - running
+        action, deadline, new = self._notice_of([v.noticed for d in decided for v in d.victims])
+        noticed = action == NOTICE and new <= self.notice_left
+        if enough and (noticed or (action == EVICT and evicting <= trial.budget)):
+            # The gang's victims are noticed or evicted together, all members' at the same time.
+            self.plan.decisions[trial.decisions :] = [
+                replace(d, action=action, notice_deadline=deadline) for d in decided
+            ]
+            if noticed:
+                self.notice_left -= new
+                self.budget = trial.budget
+            else:
+                self.budget = trial.budget - evicting
             self._keep(trial)
             del self.plan.unresolved[trial.unresolved :]
             for member in members:  # the members the gang did not need, as single pods
@@ -486,7 +577,9 @@ class _Pass:
             return
         self._undo(trial)
         self.budget = trial.budget
-        if self.budget_stop is None and len(placed) >= gang.gang.needed - running:
+        if enough and action == NOTICE:
+            why, kind = self._notice_budget_text(new), UnresolvedReason.NOTICE_BUDGET
+        elif self.budget_stop is None and enough:
             self.budget_stop = self._budget_text()
             why, kind = f"{self.budget_stop}; this gang needs {evicting}", UnresolvedReason.EVICTION_BUDGET
         elif self.budget_stop is not None:
@@ -596,6 +689,18 @@ class _Pass:
         return reasons.ruled_out(req, static.ruled_out, static.first_detail, len(too_small), first)
 
 
+def _target(pre: Preemptor) -> str:
+    """Who a preemptor's victims are noticed for (reclaim-notice-for): its gang, else itself."""
+    return pre.gang.name if pre.gang is not None else str(pre.key)
+
+
+def _noticed_for(candidate: Candidate, target: str) -> bool:
+    """Under notice for target, and so is every member of its victim gang."""
+    unit = candidate.unit
+    members = unit.members if unit is not None else (candidate,)
+    return all(m.notice.deadline_for(target) is not None for m in members)
+
+
 def plan(
     cluster: ClusterState,
     usage: Mapping[ObjectKey, PodUsage],
@@ -609,4 +714,8 @@ def plan(
     hourly budget or earlier evictions of the pass leave less)."""
     left = config.max_evictions_per_pass if budget is None else min(budget, config.max_evictions_per_pass)
     with gc_paused():
-        return _Pass(index_cluster(cluster, usage, config, now), config, now, exclude, max(0, left)).run()
+        index = index_cluster(cluster, usage, config, now)
+        result = _Pass(index, config, now, exclude, max(0, left)).run()
+        if index.noticed:
+            result.withdrawals = notices.withdrawals(index, result, cluster, config, now)
+        return result

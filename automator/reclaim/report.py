@@ -11,24 +11,44 @@ from typing import Any
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
-from automator.objects.resources import FieldError
+from automator.objects.resources import FieldError, rfc3339
 from automator.reclaim.formats import fmt_logged, fmt_measure, json_measure
 from automator.reclaim.gangs import resolve_gangs
-from automator.reclaim.model import AnnotationWarning, Decision, Plan, PlannerConfig, UsageWindow, Victim
-from steward_common.conventions import RECLAIM_ANNOTATION
+from automator.reclaim.model import (
+    NOTICE,
+    AnnotationWarning,
+    Decision,
+    Plan,
+    PlannerConfig,
+    PodWarning,
+    UsageWindow,
+    Victim,
+    Withdrawal,
+)
+from steward_common.conventions import (
+    DEFER_UNTIL_ANNOTATION,
+    NEVER_RECLAIM_LABEL,
+    RECLAIM_ANNOTATION,
+)
 from steward_common.printable import printable, printable_lines
 
 # --- JSON (CLI `plan --output json`, the service's /decisions) -------------------------------------------
 
 
-def _decision_json(d: Decision) -> dict[str, Any]:
-    # A decision of a gang, or evicting one, names the gangs and where each victim runs; other decisions
+def _time_json(t: Any) -> str | None:
+    return rfc3339(t) if t is not None else None
+
+
+def _decision_json(d: Decision, notice: bool = False) -> dict[str, Any]:
+    # A decision of a gang, or evicting one, names the gangs and where each victim runs; with notice shown
+    # (--notice-seconds > 0 or pods under notice) each says whether it notices or evicts; other decisions
     # keep the fields they always had.
     gangs = d.gang is not None or any(v.gang is not None for v in d.victims)
     return {
         "preemptor": str(d.preemptor),
         **({"gang": d.gang} if gangs else {}),
         "node": d.node,
+        **({"action": d.action, "notice_deadline": _time_json(d.notice_deadline)} if notice else {}),
         "victims": [str(v.pod) for v in d.victims],
         "gpus_freed": d.gpus_freed,
         "gpus_requested": d.gpus_requested,
@@ -66,10 +86,27 @@ def _warning_json(w: AnnotationWarning) -> dict[str, Any]:
     }
 
 
-def plan_to_json(result: Plan) -> dict[str, Any]:
-    """The CLI JSON: decisions (each evicts), unresolved, already_fit, warnings, skipped_cooldown."""
+def _withdrawal_json(w: Withdrawal) -> dict[str, Any]:
+    return {"pod": str(w.pod), "for": w.target, "reason": str(w.reason), "detail": w.detail}
+
+
+def _notice_json(result: Plan) -> dict[str, Any]:
+    """The pods under notice as the pass read them, and the notices it withdraws (notice shown only)."""
+    if not result.notice_shown:
+        return {}
     return {
-        "decisions": [_decision_json(d) for d in result.decisions],
+        "under_notice": [
+            {"pod": str(u.pod), "for": u.target, "deadline": rfc3339(u.deadline)} for u in result.under_notice
+        ],
+        "notice_withdrawals": [_withdrawal_json(w) for w in result.withdrawals],
+    }
+
+
+def plan_to_json(result: Plan) -> dict[str, Any]:
+    """The CLI JSON: decisions (each evicts, or gives notice), unresolved, already_fit, warnings,
+    skipped_cooldown."""
+    return {
+        "decisions": [_decision_json(d, result.notice_shown) for d in result.decisions],
         "unresolved": [
             {"preemptor": str(u.preemptor), **({"gang": u.gang} if u.gang else {}), "reason": u.reason}
             for u in result.unresolved
@@ -86,7 +123,11 @@ def plan_to_json(result: Plan) -> dict[str, Any]:
             for d in result.already_fit
         ],
         "warnings": [_warning_json(w) for w in result.warnings]
-        + [{"gang": w.gang, "message": w.message} for w in result.gang_warnings],
+        + [{"gang": w.gang, "message": w.message} for w in result.gang_warnings]
+        + [
+            {"pod": str(w.pod), "annotation": w.annotation, "value": w.value, "message": w.message}
+            for w in result.pod_warnings
+        ],
         "skipped_cooldown": [str(k) for k in result.skipped_cooldown],
         # Only when a node's victim search ran out of budget (the node was skipped for that preemptor).
         **(
@@ -99,6 +140,7 @@ def plan_to_json(result: Plan) -> dict[str, Any]:
             if result.search_cut_off
             else {}
         ),
+        **_notice_json(result),
     }
 
 
@@ -108,16 +150,20 @@ def plan_to_json(result: Plan) -> dict[str, Any]:
 def plan_to_text(result: Plan) -> str:
     lines: list[str] = []
     for d in result.decisions:
+        verb = "notice" if d.action == NOTICE else "evict"
+        after = f", evicted after {_time_json(d.notice_deadline)}" if d.action == NOTICE else ""
         lines.append(
             f"{d.preemptor}{_gang_tag(result, d.gang)} (priority {d.preemptor_priority}, "
             f"{d.gpus_requested} GPUs) -> {d.node}: "
-            f"evict {len(d.victims)} pod(s) freeing {d.gpus_freed} GPUs ({d.free_gpus_before} already free)"
+            f"{verb} {len(d.victims)} pod(s) freeing {d.gpus_freed} GPUs ({d.free_gpus_before} already free)"
+            f"{after}"
         )
         for v in d.victims:
             where = f" (gang {v.gang}, on {v.node})" if v.gang is not None else ""
+            noticed = f", under notice until {rfc3339(v.noticed)}" if v.noticed is not None else ""
             lines.append(
-                f"  evict {v.pod}: {v.gpus} GPUs, priority {v.priority}, "
-                f"GPU activity {fmt_measure(v.gpu_activity)}{where}"
+                f"  {verb} {v.pod}: {v.gpus} GPUs, priority {v.priority}, "
+                f"GPU activity {fmt_measure(v.gpu_activity)}{where}{noticed if result.notice_shown else ''}"
             )
     for d in result.already_fit:
         lines.append(
@@ -132,9 +178,17 @@ def plan_to_text(result: Plan) -> str:
         lines.append(f"warning: gang {g.gang}: {g.message}")
     for c in result.search_cut_off:
         lines.append(f"warning: {c.preemptor}: node {c.node} skipped: {c.reason}")
+    for gone in result.withdrawals:
+        lines.append(f"withdraw notice on {gone.pod}{_for(gone.target)}: {gone.reason}: {gone.detail}")
+    for p in result.pod_warnings:
+        lines.append(f"warning: pod {p.pod}: {p.message}")
     if not lines:
         lines.append("no pending preemptors")
     return printable_lines(lines)
+
+
+def _for(target: str) -> str:
+    return f" (for {target})" if target else ""
 
 
 # --- explain -----------------------------------------------------------------------------------------
@@ -162,7 +216,13 @@ def _as_preemptor(plan: Plan, key: ObjectKey) -> list[str]:
                 f"{decision.free_gpus_before} were free"
             )
         for victim in decision.victims:
-            if victim.pod == key:
+            if victim.pod == key and decision.action == NOTICE:
+                lines.append(
+                    f"victim: given notice for {decision.target} (priority {decision.preemptor_priority}) "
+                    f"on node {decision.node}: evicted after {_time_json(decision.notice_deadline)} if "
+                    "a later pass still chooses it"
+                )
+            elif victim.pod == key:
                 lines.append(
                     f"victim: evicted for {decision.preemptor} (priority {decision.preemptor_priority}) "
                     f"on node {decision.node}"
@@ -185,6 +245,12 @@ def explain(plan: Plan, cluster: ClusterState, key: ObjectKey, config: PlannerCo
         f"Pod {key}: phase {phase}, node {pod.node_name or '-'}, class {pod.class_name or '-'}, GPUs {gpus}"
     ]
     lines += _gang_lines(plan, cluster, key)
+    for u in plan.under_notice:
+        if u.pod == key:
+            lines.append(f"under notice for {u.target} until {rfc3339(u.deadline)}")
+    for w in plan.withdrawals:
+        if w.pod == key:
+            lines.append(f"notice{_for(w.target)} withdrawn: {w.reason}: {w.detail}")
     lines += _as_preemptor(plan, key)
     for unresolved in plan.unresolved:
         if unresolved.preemptor == key:
@@ -195,6 +261,9 @@ def explain(plan: Plan, cluster: ClusterState, key: ObjectKey, config: PlannerCo
     for warning in plan.warnings:
         if key in warning.pods:
             lines.append(f"warning: PriorityClass {warning.priority_class}: {warning.message}")
+    for p in plan.pod_warnings:
+        if p.pod == key:
+            lines.append(f"warning: {p.message}")
     if len(lines) == 1:
         lines.append(_not_considered(plan, pod, gpus))
     return printable_lines(lines)
@@ -270,8 +339,13 @@ def log_plan(
     log: logging.Logger, plan: Plan, mode: str, windows: Mapping[ObjectKey, UsageWindow], *, evicting: bool
 ) -> None:
     """The plan's log lines; mode: the pass's mode as logged, evicting: whether it evicts (enforce)."""
-    verb = "evicting" if evicting else "would evict"
     for d in plan.decisions:
+        if d.action == NOTICE:
+            verb = (
+                "giving" if evicting else "would give"
+            ) + f" notice until {_time_json(d.notice_deadline)} to"
+        else:
+            verb = "evicting" if evicting else "would evict"
         log.info(
             "decision mode=%s preemptor=%s priority=%d gpus=%d node=%s free_before=%d: %s %s",
             mode,
@@ -283,6 +357,12 @@ def log_plan(
             verb,
             "; ".join(describe_victim(v, windows.get(v.pod)) for v in d.victims),
         )
+    for gone in plan.withdrawals:
+        log.info(
+            "notice withdrawn pod=%s for=%s reason=%s: %s", gone.pod, gone.target, gone.reason, gone.detail
+        )
+    for p in plan.pod_warnings:
+        log.warning("ignored annotation pod=%s %s=%r: %s", p.pod, p.annotation, p.value, p.message)
     for d in plan.already_fit:
         log.info("fits preemptor=%s node=%s: already fits, nothing to evict", d.preemptor, d.node)
     # Preemptors in cooldown are among the unresolved, with the time left as their reason.
@@ -345,3 +425,24 @@ def invalid_annotation_event(w: AnnotationWarning) -> str:
         f"PriorityClass {w.priority_class}: {w.annotation}={w.value!r}: {w.message}; "
         "pods of this class are protected from GPU reclaim"
     )
+
+
+def notice_event(d: Decision, v: Victim, window: UsageWindow | None, max_defer_seconds: int) -> str:
+    """The Warning Event on a victim given notice: when, for whom, what was measured, how to object."""
+    gang = f" (gang {d.gang})" if d.gang is not None else ""
+    member = f"; member of gang {v.gang}, evicted with it" if v.gang is not None else ""
+    return printable(
+        f"gpu-steward will evict it after {_time_json(d.notice_deadline)} for pending pod {d.preemptor}"
+        f"{gang} (priority {d.preemptor_priority}, {d.gpus_requested} GPU) on node {d.node}: "
+        f"{measured(v, window)}{member}. Using its GPUs before then withdraws the notice; to object, "
+        f"annotate the pod {DEFER_UNTIL_ANNOTATION}=<RFC 3339 time, at most {max_defer_seconds} s "
+        f'ahead> or label it {NEVER_RECLAIM_LABEL}="true"'
+    )
+
+
+def withdrawn_event(w: Withdrawal) -> str:
+    return printable(f"gpu-steward withdrew its notice{_for(w.target)}: {w.reason}: {w.detail}")
+
+
+def ignored_event(p: PodWarning) -> str:
+    return printable(f"{p.message}; the pod is not protected by it")

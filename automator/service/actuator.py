@@ -191,6 +191,7 @@ def _run(
         metrics.reclaimed_gpus_held.set(gpus_held_by_reclaim(cluster, config.gpu_resources))
         metrics.candidates.set(plan.candidates)
         metrics.candidates_usage_unknown.set(plan.candidates_usage_unknown)
+        metrics.under_notice.set(len(plan.under_notice))
     if not may_evict:
         result.result, result.reason = PassOutcome.CLOCK_SKEW, skew_note
         return

@@ -3,7 +3,8 @@
 A decision's victims go whole or not at all: its preemptor is read again, every victim is evicted as a
 server-side dry run, then for real. A refused victim is never chosen again this pass and the planner runs
 again over the cluster as it now is (`simulate`). Served preemptors get the cooldown annotations and Events.
-The writes themselves are eviction.py's; the texts report.py's.
+A decision that gives notice (--notice-seconds) annotates its victims and warns them instead; the notices
+the plan withdraws lose their annotations. The writes themselves are eviction.py's; the texts report.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 
@@ -20,8 +21,17 @@ from automator.objects.keys import ObjectKey
 from automator.objects.pod import Pod
 from automator.ports import EvictionOutcome, EvictionResult
 from automator.reclaim import planner, report
-from automator.reclaim.annotations import reclaim_annotations
-from automator.reclaim.model import Decision, Plan, PlannerConfig, PodUsage, Unresolved, UsageWindow, Victim
+from automator.reclaim.annotations import WITHDRAWN, notice_annotations, reclaim_annotations
+from automator.reclaim.model import (
+    NOTICE,
+    Decision,
+    Plan,
+    PlannerConfig,
+    PodUsage,
+    Unresolved,
+    UsageWindow,
+    Victim,
+)
 from automator.service.cooldown import ActuatorState
 from automator.service.eviction import ClusterWriter, Stop
 from automator.service.fencing import controller
@@ -29,6 +39,8 @@ from steward_common.conventions import (
     REASON_EVICTION_FAILED,
     REASON_GAVE_UP,
     REASON_INVALID_ANNOTATION,
+    REASON_NOTICE,
+    REASON_NOTICE_WITHDRAWN,
     REASON_PREEMPTOR,
     REASON_VICTIM,
     WORD_BUDGET,
@@ -81,6 +93,9 @@ class Enforcer:
     evicted_for: dict[ObjectKey, list[Victim]] = field(default_factory=dict)
     last_decision: dict[ObjectKey, Decision] = field(default_factory=dict)
     skipped: dict[ObjectKey, Unresolved] = field(default_factory=dict)  # preemptors not acted on, and why
+    # Decisions that gave notice (first one per preemptor), and the pods given notice this pass.
+    noticed: dict[ObjectKey, Decision] = field(default_factory=dict)
+    noticed_pods: set[ObjectKey] = field(default_factory=set)
 
     def _refused(self, d: Decision, v: Victim, result: EvictionResult, dry_run: bool) -> None:
         """A victim that cannot be evicted now: never chosen again this pass; the caller re-plans."""
@@ -106,6 +121,13 @@ class Enforcer:
         if len(d.victims) > self.budget:
             why = f"{WORD_BUDGET}: {self.budget} evictions left this pass"
             self.skipped[d.preemptor] = Unresolved(d.preemptor, why, UnresolvedReason.EVICTION_BUDGET)
+            return False
+        if self.config.notice_seconds > 0 and any(
+            v.noticed is None or v.noticed > self.now for v in d.victims
+        ):
+            # The planner never decides this; a victim not noticed long enough is not evicted whatever asks.
+            why = "a victim's notice has not passed: nothing evicted"
+            self.skipped[d.preemptor] = Unresolved(d.preemptor, why, UnresolvedReason.INTERRUPTED)
             return False
         return True
 
@@ -163,6 +185,8 @@ class Enforcer:
         log.info("evicted %s for %s (%s)", v.pod, d.preemptor, result.outcome)
         if result.outcome is EvictionOutcome.OK and self.writer.metrics is not None:
             self.writer.metrics.reclaimed_gpus.inc(v.gpus)
+            if v.noticed is not None:
+                self.writer.metrics.evictions_after_notice.inc()
         self.gone.add(v.pod)
         self.evicted_for.setdefault(d.preemptor, []).append(v)
         self.budget -= 1
@@ -190,11 +214,45 @@ class Enforcer:
         # Preemptors that already fit keep their node across re-plans, as in the first plan.
         self.placed.update((d.preemptor, d.node) for d in plan.already_fit)
         for d in plan.decisions:
-            if d.preemptor in self.skipped or d.preemptor in self.placed:
+            if d.preemptor in self.skipped or d.preemptor in self.placed or d.preemptor in self.noticed:
                 continue
-            if not self._evict_for(d):
+            if d.action == NOTICE:
+                self._give_notice(d)
+            elif not self._evict_for(d):
                 return True
         return False
+
+    def _give_notice(self, d: Decision) -> None:
+        """Notice instead of eviction: each victim not yet noticed for d's preemptor (or gang) gets the
+        deadline (now + --notice-seconds) and whom it is for, then a Warning Event. The planner keeps its
+        GPUs for that preemptor in this pass, and a later pass evicts it only if it still chooses it."""
+        self.noticed[d.preemptor] = d
+        deadline = self.now + timedelta(seconds=self.config.notice_seconds)
+        for v in d.victims:
+            if v.noticed is not None or v.pod in self.noticed_pods:
+                continue  # already under notice for it (deadline kept), or noticed earlier in the pass
+            self.writer.leading(f"the notice on {v.pod}")
+            if not self.writer.annotate(v.pod, notice_annotations(deadline, d.target)):
+                continue
+            self.noticed_pods.add(v.pod)
+            if self.writer.metrics is not None:
+                self.writer.metrics.notices.inc()
+            event = report.notice_event(d, v, self.windows.get(v.pod), self.config.max_defer_seconds)
+            self.writer.event(v.pod, "Warning", REASON_NOTICE, event)
+
+    def withdraw(self, plan: Plan) -> None:
+        """The notices plan withdraws: annotations removed, a Normal Event with the reason. Idempotent (the
+        annotations are the state: a notice already gone is not listed again), and never on a pod given
+        notice or evicted in this pass."""
+        for w in plan.withdrawals:
+            if w.pod in self.noticed_pods or w.pod in self.gone:
+                continue
+            self.writer.leading(f"the withdrawal of the notice on {w.pod}")
+            if not self.writer.annotate(w.pod, WITHDRAWN):
+                continue
+            if self.writer.metrics is not None:
+                self.writer.metrics.notices_withdrawn.labels(reason=str(w.reason)).inc()
+            self.writer.event(w.pod, "Normal", REASON_NOTICE_WITHDRAWN, report.withdrawn_event(w))
 
     def _act_and_replan(self, plan: Plan) -> Plan:
         """Act on plan, re-planning after each refusal up to max_replans: the last plan acted on."""
@@ -226,7 +284,12 @@ class Enforcer:
     def run(self, plan: Plan) -> Plan:
         """The plan as acted on: the decisions with the victims actually evicted, and what stays pending."""
         current = self._act_and_replan(plan)
-        done: list[Decision] = []
+        try:
+            self.withdraw(plan)
+        except Stop as e:
+            self.stopped = self.stopped or str(e)
+            log.warning("actions stopped: %s", e)
+        done: list[Decision] = list(self.noticed.values())
         for preemptor, victims in self.evicted_for.items():
             planned = self.last_decision[preemptor]
             d = replace(planned, victims=tuple(victims), gpus_freed=sum(v.gpus for v in victims))
@@ -239,7 +302,7 @@ class Enforcer:
         for d in current.already_fit:
             if d.gang in reclaiming and d.preemptor not in self.evicted_for and d.preemptor in self.placed:
                 self._annotate(d)
-        served = set(self.placed) | set(self.evicted_for)
+        served = set(self.placed) | set(self.evicted_for) | set(self.noticed)
         unresolved = [u for u in current.unresolved if u.preemptor not in served]
         unresolved += [u for k, u in self.skipped.items() if k not in served]
         why = self.stopped or "eviction refused and re-plans exhausted"
@@ -270,7 +333,14 @@ class Enforcer:
             self.writer.event(v.pod, "Normal", REASON_VICTIM, event)
 
     def warn(self, plan: Plan) -> None:
-        """Warning Events: malformed class annotations (once each) and preemptors given up (once each)."""
+        """Warning Events: malformed class annotations and owners' annotations ignored (once each), and
+        preemptors given up (once each)."""
+        for ignored in plan.pod_warnings:
+            key = ("", ignored.annotation, ignored.value, ignored.pod)
+            if key not in self.state.warned:
+                self.state.warned.add(key)
+                message = report.ignored_event(ignored)
+                self.writer.event(ignored.pod, "Warning", REASON_INVALID_ANNOTATION, message)
         for w in plan.warnings:
             for pod in w.pods[:MAX_WARNING_EVENTS_PER_CLASS]:
                 key = (w.priority_class, w.annotation, w.value, pod)

@@ -18,7 +18,6 @@ from automator.reclaim.model import Unresolved
 from steward_common.conventions import (
     WORD_NOMINATED,
     WORD_PREEMPTOR_CHANGED,
-    WRITTEN_ANNOTATIONS,
     UnresolvedReason,
 )
 
@@ -90,14 +89,18 @@ class ClusterWriter:
     def record(self, kind: str, pod: ObjectKey, result: str, detail: str = "") -> None:
         self.actions.append(Action(kind, str(pod), result, detail))
 
-    def annotate(self, pod: ObjectKey, written: Mapping[str, str]) -> None:
-        """The cooldown annotations on a preemptor; a failure is logged (the memory keeps them)."""
+    def annotate(self, pod: ObjectKey, written: Mapping[str, str | None]) -> bool:
+        """The automator's own annotations on a pod (None removes one): the cooldown annotations on a
+        preemptor, a notice on a victim. A failure is logged (False): the memory keeps the cooldown, the
+        next pass reads the notice again."""
         try:
             self.kube.annotate_preemptor(pod, written, uid=self.uids.get(pod))
-            self.actions.append(Action("annotate", str(pod), "ok", ",".join(WRITTEN_ANNOTATIONS)))
+            self.actions.append(Action("annotate", str(pod), "ok", ",".join(written)))
+            return True
         except KubernetesUnavailable as e:
-            log.error("cooldown annotations on %s failed (kept in memory): %s", pod, e)
+            log.error("annotations on %s failed: %s", pod, e)
             self.actions.append(Action("annotate", str(pod), "error", str(e)))
+            return False
 
     def evict(self, pod: ObjectKey, dry_run: bool = False) -> EvictionResult:
         try:

@@ -45,7 +45,7 @@ class SnapshotKube:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to evict {pod}")
 
     def annotate_preemptor(
-        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+        self, pod: ObjectKey, annotations: Mapping[str, str | None], uid: str | None = None
     ) -> None:
         raise RuntimeError(f"snapshot mode is dry-run only: refusing to patch {pod}")
 

@@ -71,7 +71,8 @@ class FakeKube:
     uids_sent: list[str | None] = field(default_factory=list)
     evicted: list[ObjectKey] = field(default_factory=list)
     annotations: dict[ObjectKey, str] = field(default_factory=dict)  # last-reclaim-time written
-    written: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)  # every annotation written
+    written: dict[ObjectKey, dict[str, str | None]] = field(default_factory=dict)  # the last patch per pod
+    patches: list[tuple[ObjectKey, dict[str, str | None]]] = field(default_factory=list)  # every patch
     events: list[RecordedEvent] = field(default_factory=list)
     get_calls: list[ObjectKey] = field(default_factory=list)
 
@@ -137,16 +138,19 @@ class FakeKube:
         return EvictionResult(outcome, _STATUS[outcome], f"fake {outcome}", retry)
 
     def annotate_preemptor(
-        self, pod: ObjectKey, annotations: Mapping[str, str], uid: str | None = None
+        self, pod: ObjectKey, annotations: Mapping[str, str | None], uid: str | None = None
     ) -> None:
         self._write("annotate")
         if self.fail_writes:
             raise KubernetesUnavailable(f"patch pod {pod}: fake failure")
-        self.annotations[pod] = annotations[LAST_RECLAIM_ANNOTATION]
+        if LAST_RECLAIM_ANNOTATION in annotations:
+            self.annotations[pod] = str(annotations[LAST_RECLAIM_ANNOTATION])
         self.written[pod] = dict(annotations)
+        self.patches.append((pod, dict(annotations)))
         obj = self._pod(pod)
         if obj is not None:
-            self._change(pod, annotations={**obj.annotations, **annotations})
+            merged = {**obj.annotations, **annotations}
+            self._change(pod, annotations={k: v for k, v in merged.items() if v is not None})
 
     def event(self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
         self._write("event")

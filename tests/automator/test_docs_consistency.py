@@ -228,6 +228,19 @@ def test_gang_example_output_is_the_real_output(
         assert capsys.readouterr().out.rstrip("\n") == expected, f"gpu-automator {' '.join(argv)}"
 
 
+def test_notice_example_output_is_the_real_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_env: None
+) -> None:
+    runs = list(console_runs(section(RECLAIM_DOC.read_text(), "Notice example")))
+    assert [argv[0] for argv, _ in runs] == ["plan", "plan", "plan", "explain"]
+    monkeypatch.chdir(REPO)
+    for argv, expected in runs:
+        assert (REPO / argv[argv.index("--cluster") + 1]).parent.name == "notice_example"
+        assert "--notice-seconds" in argv
+        assert cli.main(argv) == 0, argv
+        assert capsys.readouterr().out.rstrip("\n") == expected, f"gpu-automator {' '.join(argv)}"
+
+
 def test_worked_example_usage_block_is_the_fixture() -> None:
     (block,) = fenced(section(RECLAIM_DOC.read_text(), "Worked example"), "yaml")
     assert yaml.safe_load(block) == yaml.safe_load((EXAMPLE / "usage.yaml").read_text())
@@ -620,9 +633,18 @@ def test_every_event_reason_and_annotation_key_is_documented() -> None:
         short = key.removeprefix(conventions.PLUGIN_PREFIX)
         assert f"`{short}`" in reclaim_doc or key in reclaim_doc, key
     assert f"`{conventions.LAST_RECLAIM_ANNOTATION}`" in reclaim_doc
+    notice = section(reclaim_doc, "Notice")
+    for key in (*conventions.NOTICE_ANNOTATIONS, conventions.DEFER_UNTIL_ANNOTATION):
+        assert f"`{key}" in notice, key
+    for reason in conventions.NoticeWithdrawal:
+        assert f"`{reason}`" in notice, reason
 
 
-NORMAL_REASONS = {conventions.REASON_VICTIM, conventions.REASON_PREEMPTOR}
+NORMAL_REASONS = {
+    conventions.REASON_VICTIM,
+    conventions.REASON_PREEMPTOR,
+    conventions.REASON_NOTICE_WITHDRAWN,
+}
 
 
 def test_architecture_note_names_real_contract_homes() -> None:

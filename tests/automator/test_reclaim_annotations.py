@@ -115,3 +115,30 @@ def test_what_is_written_reads_back() -> None:
     marks = read_marks(written)
     assert (marks.last, marks.node, marks.count) == (now, "n1", 3)
     assert marks.victims == (ObjectKey("ml", "a"), ObjectKey("ml", "b"))
+
+
+def test_the_notice_is_read_as_written_and_withdrawn_by_nulls() -> None:
+    from automator.reclaim.annotations import WITHDRAWN, defer_until, notice_annotations, read_notice
+    from steward_common.conventions import (
+        DEFER_UNTIL_ANNOTATION,
+        NOTICE_ANNOTATIONS,
+        RECLAIM_NOTICE_ANNOTATION,
+        RECLAIM_NOTICE_FOR_ANNOTATION,
+    )
+
+    deadline = datetime(2025, 6, 1, 12, 10, tzinfo=UTC)
+    written = {k: str(v) for k, v in notice_annotations(deadline, "ml/big").items()}
+    marks = read_notice(written)
+    assert marks.problem is None and marks.deadline_for("ml/big") == deadline
+    assert marks.deadline_for("ml/other") is None
+    assert set(WITHDRAWN) == set(NOTICE_ANNOTATIONS) and all(v is None for v in WITHDRAWN.values())
+    assert not read_notice({}).present
+    # A time without a zone, or one of the two alone, is malformed: never a deadline.
+    naive = read_notice({**written, RECLAIM_NOTICE_ANNOTATION: NAIVE})
+    assert isinstance(naive.deadline, FieldProblem) and naive.deadline_for("ml/big") is None
+    alone = read_notice({RECLAIM_NOTICE_FOR_ANNOTATION: "ml/big"})
+    assert alone.problem is not None and alone.problem.path == RECLAIM_NOTICE_ANNOTATION
+    assert isinstance(defer_until({DEFER_UNTIL_ANNOTATION: NAIVE}), FieldProblem)
+    assert defer_until({DEFER_UNTIL_ANNOTATION: "2025-06-01T14:00:00+02:00"}) == datetime(
+        2025, 6, 1, 12, tzinfo=UTC
+    )

@@ -203,7 +203,8 @@ def test_the_docs_reason_table_is_the_enum() -> None:
 
 def test_the_convention_sets_hold_their_constants_in_order() -> None:
     assert conventions.EVENT_REASONS[0] == conventions.REASON_VICTIM
-    assert conventions.EVENT_REASONS[-1] == conventions.REASON_GAVE_UP and len(conventions.EVENT_REASONS) == 5
+    assert conventions.EVENT_REASONS[-1] == conventions.REASON_NOTICE_WITHDRAWN
+    assert len(conventions.EVENT_REASONS) == 7
     assert conventions.CLASS_ANNOTATIONS[:2] == (
         conventions.RECLAIM_ANNOTATION,
         conventions.ANN_MIN_PREEMPTABLE_PRIORITY,

@@ -27,11 +27,11 @@ from automator.service.actuator import ActuatorState, run_pass, skew_verdict
 from steward_common.conventions import (
     LAST_RECLAIM_ANNOTATION,
     NEVER_RECLAIM_LABEL,
+    PREEMPTOR_ANNOTATIONS,
     REASON_GAVE_UP,
     RECLAIM_COUNT_ANNOTATION,
     RECLAIM_NODE_ANNOTATION,
     RECLAIM_VICTIMS_ANNOTATION,
-    WRITTEN_ANNOTATIONS,
     UnresolvedReason,
 )
 from tests.automator import k8s
@@ -346,7 +346,7 @@ def test_reclaim_annotations_are_written_and_counted() -> None:
         RECLAIM_VICTIMS_ANNOTATION: "ml/a,ml/b",
         RECLAIM_COUNT_ANNOTATION: "2",
     }
-    assert set(kube.written[PRE]) == set(WRITTEN_ANNOTATIONS)
+    assert set(kube.written[PRE]) == set(PREEMPTOR_ANNOTATIONS)
 
 
 @pytest.mark.parametrize("nominated", ["n1", None])

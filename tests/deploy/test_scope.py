@@ -71,15 +71,26 @@ def test_admission_policy_checks_each_written_annotation_value() -> None:
 
     from automator.objects.resources import rfc3339
 
-    good = {
+    good: dict[str, str | None] = {
         conventions.LAST_RECLAIM_ANNOTATION: rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)),
         conventions.RECLAIM_NODE_ANNOTATION: "gpu-node-1.example",
         conventions.RECLAIM_VICTIMS_ANNOTATION: "team-a/train-0,team-b/batch-7",
         conventions.RECLAIM_COUNT_ANNOTATION: "12",
     }
+    from automator.reclaim.annotations import NOTICE_FOR, notice_annotations
+
+    good |= notice_annotations(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "team-a/train-1")
     for key, value in good.items():
-        assert checks[key].search(value), key
+        assert value is not None and checks[key].search(value), key
         assert not checks[key].search(value + "\n$(rm -rf)"), key
+    # A gang's name (a Workload's pod group and replica key) passes too; the planner reads the same form.
+    key = conventions.RECLAIM_NOTICE_FOR_ANNOTATION
+    assert checks[key].search("team-a/train/workers/r-0") and NOTICE_FOR.fullmatch("team-a/train/workers/r-0")
+    for bad in ("Team/x", "team-a/", "/x", "team-a/x y", "team-a/x,team-b/y"):
+        assert not checks[key].search(bad) and not NOTICE_FOR.fullmatch(bad), bad
+    assert checks[key].pattern == f"^{NOTICE_FOR.pattern}$"
+    # The owner's objection is not the automator's to write.
+    assert conventions.DEFER_UNTIL_ANNOTATION not in conventions.WRITTEN_ANNOTATIONS
 
 
 def test_exporter_role_grants_only_the_verbs_its_code_calls() -> None:

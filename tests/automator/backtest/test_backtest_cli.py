@@ -60,6 +60,13 @@ def test_several_sweeps_make_every_combination() -> None:
     assert [p.max_evictions_per_hour for p in hourly] == [0, 10]
 
 
+def test_a_notice_sweep_replays_with_and_without_notice() -> None:
+    without, with_notice = _options("--sweep", "notice-seconds=0,600").policies  # type: ignore[attr-defined]
+    assert (without.name, with_notice.name) == ("notice-seconds=0", "notice-seconds=600")
+    assert without.config.notice_seconds == 0 and "notice-seconds" not in without.settings
+    assert with_notice.settings["notice-seconds"] == 600 and with_notice.settings["max-notices"] == 40
+
+
 @pytest.mark.parametrize(
     ("extra", "flag"),
     [

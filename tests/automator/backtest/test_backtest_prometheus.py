@@ -163,6 +163,20 @@ def test_threshold_sweep(
 
 
 @pytest.mark.integration
+def test_notice_sweep(prometheus: Prometheus, classes_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With 600 s of notice each victim is evicted two steps later, once it stayed idle through the notice:
+    ml/done at F + 1h10, ml/regret at F + 2 h (its notice ends just before it is busy again: still regret)."""
+    report = _backtest(prometheus, classes_file, capsys, "--sweep", "notice-seconds=0,600")
+    without, with_notice = report["policies"]
+    assert "notices" not in without["totals"] and without["totals"]["evictions"] == 2
+    at = {e["victim"]: e["at"] for e in with_notice["evictions"]}
+    assert at == {"ml/done": _rfc3339(F + 1 * H + 10 * M), "ml/regret": _rfc3339(F + 2 * H)}
+    totals = with_notice["totals"]
+    assert (totals["notices"], totals["notices_withdrawn"], totals["regret_evictions"]) == (2, 0, 1)
+    assert totals["wait_saved_seconds"] == pytest.approx(without["totals"]["wait_saved_seconds"] - 2 * 600)
+
+
+@pytest.mark.integration
 def test_queries_per_step_do_not_grow_with_the_cluster(prometheus: Prometheus, classes_file: Path) -> None:
     prom = PrometheusAdapter(prometheus.url)
     from automator.reclaim.snapshot import load_cluster

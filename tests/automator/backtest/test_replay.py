@@ -200,3 +200,35 @@ def test_text_report_names_the_regret_evictions() -> None:
         "no",
         "data",
     ]
+
+
+def test_notice_is_replayed_an_eviction_only_after_an_idle_notice() -> None:
+    """--notice-seconds 600 with 300-s steps: notice at T0, still under notice at T0+300, evicted at T0+600
+    (the victim idle throughout); the same history with the victim busy at T0+300 withdraws the notice."""
+    replay = _replay(notice_seconds=600)
+    replay.step(T0, _frame(), _idle, _quiet)
+    assert replay.evictions == [] and replay.notices_given == 1 and VICTIM in replay.notices
+    replay.step(T0 + STEP, _frame(), _idle, _quiet)
+    assert replay.evictions == [] and replay.notices_given == 1
+    replay.step(T0 + 2 * STEP, _frame(), _idle, _quiet)
+    [e] = replay.evictions
+    assert e.at == T0 + 2 * STEP and VICTIM not in replay.notices
+    totals = policy_json(replay)["totals"]
+    assert (totals["notices"], totals["notices_withdrawn"], totals["evictions"]) == (1, 0, 1)
+
+    def busy(windows: Mapping[ObjectKey, UsageWindow], at: int, recent: int) -> Mapping[ObjectKey, PodUsage]:
+        return {key: PodUsage(0.9, 1.0, None, 0.9) if key == VICTIM else IDLE for key in windows}
+
+    withdrawn = _replay(notice_seconds=600)
+    withdrawn.step(T0, _frame(), _idle, _quiet)
+    withdrawn.step(T0 + STEP, _frame(), busy, _quiet)
+    withdrawn.step(T0 + 2 * STEP, _frame(), busy, _quiet)
+    assert withdrawn.evictions == [] and withdrawn.notices_withdrawn == {"busy": 1}
+    totals = policy_json(withdrawn)["totals"]
+    assert totals["notices_withdrawn_by_reason"] == {"busy": 1} and totals["evictions"] == 0
+    # Without notice the same history evicts at once, and its totals keep today's keys.
+    plain = _replay()
+    plain.step(T0, _frame(), _idle, _quiet)
+    assert len(plain.evictions) == 1 and "notices" not in policy_json(plain)["totals"]
+    text = report_text(report_json(T0, T0 + 3 * STEP, STEP, 1800, [plain, withdrawn], []))
+    assert "p notices: 1 given, 1 withdrawn (busy 1)" in text
