@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from automator.objects.gang import GroupObject, group_objects
 from automator.objects.keys import JsonObj
+from automator.objects.kueue import NO_KUEUE, KueueObjects
 from automator.objects.node import Node, node_records
 from automator.objects.pdb import PodDisruptionBudget, pdb_records
 from automator.objects.pod import Pod, pod_records
@@ -24,6 +25,8 @@ class ClusterState:
     pdbs: list[PodDisruptionBudget]
     # PodGroups and Workloads: how many members each gang needs (objects/gang.py)
     groups: list[GroupObject] = field(default_factory=list)
+    # Kueue's Workloads, ClusterQueues and LocalQueues and the batch Jobs (read only with --kueue on)
+    kueue: KueueObjects = NO_KUEUE
 
     @classmethod
     def from_objects(
