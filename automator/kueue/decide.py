@@ -440,7 +440,9 @@ def _boost(state: _Pass, waiting: list[tuple[KueueWorkload, int, ClusterQueue]])
             plan.served.append(w.key)
     plan.idle_gpus_held = sum(state.holders[k].quota for k in idle_held)
     for hw in sorted(state.cluster.kueue.workloads, key=lambda x: x.key):
-        if not _is_ours(hw) or KUEUE_BOOST_ANNOTATION not in hw.annotations or hw.key in wanted:
+        if hw.error is not None or hw.key in wanted or not _is_ours(hw):
+            continue  # a Workload that cannot be read is never written
+        if KUEUE_BOOST_ANNOTATION not in hw.annotations:
             continue
         if hw.key not in state.holders:
             state_word = "finished" if hw.finished else "evicted" if hw.evicted else "not admitted"
