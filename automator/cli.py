@@ -126,12 +126,16 @@ def _kueue_explain(
 ) -> list[str]:
     """What the Kueue plan says of the Workloads this pod belongs to."""
     from automator.kueue import report as kueue_report
-    from automator.kueue.decide import plan_kueue, workload_pods
+    from automator.kueue.decide import explain_holder, plan_kueue, workload_pods
 
-    owners = {w for w, pods in workload_pods(cluster).items() if any(p.key == pod for p in pods)}
+    owners = sorted(w for w, pods in workload_pods(cluster).items() if any(p.key == pod for p in pods))
     queued = plan_kueue(cluster, usage, config, now, kueue)
-    lines = [f"Kueue Workload {w} (--kueue {kueue.mode})" for w in sorted(owners)]
-    return lines + [line for line in kueue_report.kueue_lines(queued) if any(f" {w}" in line for w in owners)]
+    lines: list[str] = []
+    for w in owners:
+        lines.append(f"Kueue Workload {w} (--kueue {kueue.mode})")
+        lines += explain_holder(cluster, usage, config, now, kueue, w)
+        lines += [line for line in kueue_report.kueue_lines(queued) if f" {w} " in f"{line} "]
+    return lines
 
 
 def _offline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,6 +145,7 @@ def _offline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--usage", required=True, metavar="FILE", help="YAML pods: [{namespace, name, ...}]")
     parser.add_argument("--now", metavar="RFC3339", help="evaluate at this time (default: now)")
     settings.add_planner_arguments(parser)
+    settings.add_kueue_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.ports import EvictionOutcome, Mode, PassOutcome
+from automator.ports import EvictionOutcome, KueueAction, Mode, PassOutcome
 from automator.reclaim.model import Unresolved
 from steward_common.conventions import UnresolvedReason
 
@@ -22,6 +22,7 @@ PREFIX: Final = "gpu_steward_automator_"
 PASS_RESULTS: tuple[str, ...] = tuple(PassOutcome)
 EVICTION_RESULTS: tuple[str, ...] = tuple(EvictionOutcome)
 MODES: tuple[str, ...] = tuple(Mode)
+KUEUE_ACTIONS: tuple[str, ...] = tuple(KueueAction)
 
 Metric = Counter | Gauge | Histogram
 
@@ -168,6 +169,32 @@ TABLE: Final[tuple[MetricSpec, ...]] = (
         "nonfinite_series",
         "Pods whose series held NaN or Inf in a pass (each left unknown, i.e. protected).",
     ),
+    MetricSpec(
+        "kueue_actions",
+        Counter,
+        "kueue_actions",
+        "Writes on Kueue Workloads by action (boost, unboost, deactivate): made in enforce mode, only "
+        "logged in dry-run (docs/kueue.md).",
+        ("action", "mode"),
+    ),
+    MetricSpec(
+        "kueue_waiting",
+        Gauge,
+        "kueue_waiting_workloads",
+        "Kueue Workloads waiting for GPU quota (active, not finished, no quota reserved), last pass.",
+    ),
+    MetricSpec(
+        "kueue_waiting_gpus",
+        Gauge,
+        "kueue_waiting_gpus",
+        "GPUs of quota the waiting Kueue Workloads need, last pass.",
+    ),
+    MetricSpec(
+        "kueue_idle_quota",
+        Gauge,
+        "kueue_idle_quota_gpus",
+        "GPUs of quota held by admitted Kueue Workloads idle for some waiting Workload, last pass.",
+    ),
     MetricSpec("build_info", Gauge, "build_info", "Always 1; labels say what runs.", ("version", "mode")),
 )
 
@@ -194,6 +221,10 @@ class AutomatorMetrics:
     candidates: Gauge
     candidates_usage_unknown: Gauge
     nonfinite: Counter
+    kueue_actions: Counter
+    kueue_waiting: Gauge
+    kueue_waiting_gpus: Gauge
+    kueue_idle_quota: Gauge
     build_info: Gauge
 
     def __init__(self, registry: CollectorRegistry, version: str = "unknown", mode: str = "dry-run") -> None:
@@ -206,6 +237,8 @@ class AutomatorMetrics:
             self.evictions.labels(result=result)
         for m in MODES:
             self.decisions.labels(mode=m)
+            for action in KUEUE_ACTIONS:
+                self.kueue_actions.labels(action=action, mode=m)
         self.set_unresolved(dict.fromkeys(UnresolvedReason, 0))
 
     def set_leader(self, leading: bool) -> None:

@@ -34,6 +34,14 @@ class PassOutcome(StrEnum):
     ERROR = "error"
 
 
+class KueueAction(StrEnum):
+    """A write on a Kueue Workload (the `action` label of gpu_steward_automator_kueue_actions_total)."""
+
+    BOOST = "boost"  # kueue.x-k8s.io/priority-boost written
+    UNBOOST = "unboost"  # the automator's boost removed
+    DEACTIVATE = "deactivate"  # spec.active: false
+
+
 class EvictionOutcome(StrEnum):
     """An Eviction API answer (the `result` label of gpu_steward_automator_evictions_total)."""
 

@@ -264,8 +264,11 @@ KUEUE_GROUP = "Kueue settings (docs/kueue.md)"
 
 
 def add_planner_arguments(parser: argparse.ArgumentParser) -> None:
-    """The planner's flags and Kueue's (plan, explain and run)."""
     spec.add_arguments(parser.add_argument_group(PLANNER_GROUP), PLANNER_SETTINGS)
+
+
+def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
+    """Kueue's flags (plan, explain and run; the backtest does not replay Kueue)."""
     spec.add_arguments(parser.add_argument_group(KUEUE_GROUP), KUEUE_SETTINGS)
 
 
@@ -273,6 +276,7 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `gpu-automator run`: the service's own, then the planner's."""
     spec.add_arguments(parser, SERVICE_SETTINGS)
     add_planner_arguments(parser)
+    add_kueue_arguments(parser)
     keda.add_arguments(parser)
 
 

@@ -317,6 +317,26 @@ def plan_kueue(
     plan = KueuePlan(settings.mode)
     if not settings.on:
         return plan
+    state = _prepare(cluster, usage, config, now, settings, budget, served, index, plan)
+    waiting = _classify(state)
+    if settings.mode is KueueMode.BOOST:
+        _boost(state, waiting)
+    else:
+        _deactivate(state, waiting)
+    return plan
+
+
+def _prepare(
+    cluster: ClusterState,
+    usage: Mapping[ObjectKey, PodUsage],
+    config: PlannerConfig,
+    now: datetime,
+    settings: KueueSettings,
+    budget: int | None,
+    served: Mapping[ObjectKey, datetime] | None,
+    index: ClusterIndex | None,
+    plan: KueuePlan,
+) -> _Pass:
     index = index if index is not None else index_cluster(cluster, usage, config, now)
     state = _Pass(
         cluster,
@@ -336,12 +356,36 @@ def plan_kueue(
         target = w.annotations.get(KUEUE_DEACTIVATED_FOR_ANNOTATION)
         if isinstance(target, str) and any(not p.finished for p in state.pods_of.get(w.key, ())):
             state.releasing.setdefault(target, w.key)
-    waiting = _classify(state)
-    if settings.mode is KueueMode.BOOST:
-        _boost(state, waiting)
-    else:
-        _deactivate(state, waiting)
-    return plan
+    return state
+
+
+def explain_holder(
+    cluster: ClusterState,
+    usage: Mapping[ObjectKey, PodUsage],
+    config: PlannerConfig,
+    now: datetime,
+    settings: KueueSettings,
+    workload: ObjectKey,
+) -> list[str]:
+    """An admitted Workload's standing for every waiting Workload that could take its quota: idle, or the
+    first pod that protects it and its rule (explain's lines)."""
+    state = _prepare(cluster, usage, config, now, settings, None, None, None, KueuePlan(settings.mode))
+    lines: list[str] = []
+    for w, _, queue in _classify(state):
+        holder = state.holders.get(workload)
+        if holder is None:
+            return [f"Workload {workload}: not an admitted Workload holding quota"]
+        if holder not in state.reachable(queue)[0]:
+            continue
+        head = f"for waiting Workload {w.key} (priority {w.priority})"
+        if not state.may_yield(holder, w):
+            lines.append(f"{head}: its priority {holder.workload.priority} does not yield")
+            continue
+        standing = state.standing(holder, w.priority)
+        lines.append(
+            f"{head}: " + (f"idle ({standing.activity})" if standing.idle else f"not idle: {standing.why}")
+        )
+    return lines
 
 
 def _classify(state: _Pass) -> list[tuple[KueueWorkload, int, ClusterQueue]]:
@@ -539,4 +583,4 @@ def _cover(
     return None, False
 
 
-__all__ = ["Served", "plan_kueue", "workload_pods"]
+__all__ = ["Served", "explain_holder", "plan_kueue", "workload_pods"]

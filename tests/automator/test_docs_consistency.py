@@ -142,12 +142,17 @@ def test_every_documented_flag_and_variable_exists() -> None:
 @pytest.mark.usefixtures("clean_env")
 @pytest.mark.parametrize(
     ("doc", "heading", "subcommand"),
-    [(SERVICE_DOC, "Configuration", "run"), (CLI_DOC, "Planner flags", "plan")],
+    [
+        (SERVICE_DOC, "Configuration", "run"),
+        (CLI_DOC, "Planner flags", "plan"),
+        (CLI_DOC, "Kueue flags", "plan"),
+    ],
 )
 def test_flag_tables_give_the_real_variable_and_default(doc: Path, heading: str, subcommand: str) -> None:
-    declared: tuple[Setting[Any], ...] = (
-        settings.PLANNER_SETTINGS if subcommand == "plan" else settings.ALL_SETTINGS
-    )
+    declared: tuple[Setting[Any], ...] = {
+        "Planner flags": settings.PLANNER_SETTINGS,
+        "Kueue flags": settings.KUEUE_SETTINGS,
+    }.get(heading, settings.ALL_SETTINGS)
     by_flag = {s.flag: s for s in declared}
     parser_flags = {f for a in options(subparsers()[subcommand]) for f in a.option_strings}
     assert set(by_flag) <= parser_flags  # the declarations are what the parser offers
