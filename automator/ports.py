@@ -98,6 +98,20 @@ class KubeAdapter(Protocol):
     ) -> None: ...
 
 
+class KueueWriter(Protocol):
+    """The Kueue writes (docs/kueue.md): a JSON merge patch of a Workload and an Event on it."""
+
+    def patch_workload(
+        self, workload: ObjectKey, api_version: str, patch: dict[str, object], uid: str | None = None
+    ) -> None:
+        """KubernetesUnavailable when the patch was not made (or its outcome is unknown)."""
+        ...
+
+    def workload_event(
+        self, workload: ObjectKey, api_version: str, uid: str | None, type_: str, reason: str, message: str
+    ) -> None: ...
+
+
 class ContainerUsage(NamedTuple):
     """A container's memory on one GPU, as Prometheus has it (the DRA check's usage)."""
 

@@ -39,6 +39,8 @@ class ActuatorState:
     evictions: deque[datetime] = field(default_factory=deque)
     # Preemptors already given a gave-up warning Event: (key, uid).
     gave_up_warned: set[tuple[ObjectKey, str]] = field(default_factory=set)
+    # Kueue: when each waiting Workload was last served (a boost or deactivation written for it).
+    kueue_served: dict[ObjectKey, datetime] = field(default_factory=dict)
 
     def evictions_last_hour(self, now: datetime) -> int:
         while self.evictions and now - self.evictions[0] >= HOUR:
