@@ -61,6 +61,8 @@ from steward_common.conventions import (
 NEVER_POLICY = "Never"
 # The deactivation set search tries at most this many sets for one waiting Workload (then says so).
 MAX_SET_STEPS = 200_000
+# An unresolved reason names at most this many of the Workloads that are not idle.
+MAX_SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,10 @@ class _Pass:
                 idle.append(holder)
             else:
                 protected.append(f"{holder.workload.key}: {standing.why}")
-        summary = f"{len(protected)} not idle" + (f" (first: {protected[0]})" if protected else "")
+        shown = "; ".join(protected[:MAX_SHOWN]) + (
+            f"; {len(protected) - MAX_SHOWN} more" if len(protected) > MAX_SHOWN else ""
+        )
+        summary = f"{len(protected)} not idle" + (f": {shown}" if protected else "")
         return idle, summary
 
     def cooldown(self, waiting: KueueWorkload) -> str | None:
