@@ -119,6 +119,10 @@ AUTOMATOR_LAST_SUCCESS: Final = _family(_AUTOMATOR.last_success)
 AUTOMATOR_IS_LEADER: Final = _family(_AUTOMATOR.is_leader)
 AUTOMATOR_UNRESOLVED: Final = _family(_AUTOMATOR.unresolved)
 AUTOMATOR_BUILD_INFO: Final = _family(_AUTOMATOR.build_info)
+AUTOMATOR_KUEUE_ACTIONS: Final = _counter(_AUTOMATOR.kueue_actions)
+AUTOMATOR_KUEUE_WAITING: Final = _family(_AUTOMATOR.kueue_waiting)
+AUTOMATOR_KUEUE_WAITING_GPUS: Final = _family(_AUTOMATOR.kueue_waiting_gpus)
+AUTOMATOR_KUEUE_IDLE_QUOTA: Final = _family(_AUTOMATOR.kueue_idle_quota)
 
 # --- the automator's KEDA endpoints (automator/keda/metrics.py) -----------------------------------------
 _KEDA: Final = KedaMetrics(CollectorRegistry())
