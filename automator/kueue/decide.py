@@ -30,6 +30,7 @@ from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.kueue import ClusterQueue, KueueWorkload
 from automator.objects.pod import NOT_CREATED, Pod
+from automator.objects.priority_class import PriorityClass
 from automator.objects.resources import FieldError
 from automator.reclaim.cluster_index import Candidate, ClusterIndex, classes_by_name, index_cluster
 from automator.reclaim.formats import fmt_measure
@@ -146,6 +147,7 @@ class _Pass:
     # waiting Workload (namespace/name) -> a Workload deactivated for it that still has pods
     releasing: dict[str, ObjectKey] = field(default_factory=dict)
     yields: dict[str | None, bool] = field(default_factory=dict)
+    classes: dict[str, PriorityClass] = field(default_factory=dict)
 
     # --- the holders' standing ---
 
@@ -194,7 +196,7 @@ class _Pass:
 
     def yields_to_equal(self, holder: _Holder) -> bool:
         """Every GPU pod's PriorityClass lets the Workload yield to a waiting one of its own priority."""
-        classes = classes_by_name(self.cluster.priority_classes)
+        classes = self.classes
         members = [self.candidates[p.key] for p in holder.pods if p.key in self.candidates]
         if not members:
             return False
@@ -354,6 +356,7 @@ def _prepare(
         plan,
     )
     state.candidates = {c.key: c for node in index.nodes.values() for c in node.candidates}
+    state.classes = classes_by_name(cluster.priority_classes)
     state.queues = {q.name: q for q in cluster.kueue.cluster_queues}
     state.local = {q.key: q.cluster_queue for q in cluster.kueue.local_queues if q.error is None}
     state.pods_of = workload_pods(cluster)
@@ -375,11 +378,12 @@ def explain_holder(
     """An admitted Workload's standing for every waiting Workload that could take its quota: idle, or the
     first pod that protects it and its rule (explain's lines)."""
     state = _prepare(cluster, usage, config, now, settings, None, None, None, KueuePlan(settings.mode))
+    waiting = _classify(state)
+    holder = state.holders.get(workload)
+    if holder is None:
+        return [f"Workload {workload}: not admitted (or finished, evicted, deactivated): it holds no quota"]
     lines: list[str] = []
-    for w, _, queue in _classify(state):
-        holder = state.holders.get(workload)
-        if holder is None:
-            return [f"Workload {workload}: not an admitted Workload holding quota"]
+    for w, _, queue in waiting:
         if holder not in state.reachable(queue)[0]:
             continue
         head = f"for waiting Workload {w.key} (priority {w.priority})"
@@ -390,7 +394,7 @@ def explain_holder(
         lines.append(
             f"{head}: " + (f"idle ({standing.activity})" if standing.idle else f"not idle: {standing.why}")
         )
-    return lines
+    return lines or [f"Workload {workload}: no waiting Workload could take its quota"]
 
 
 def _classify(state: _Pass) -> list[tuple[KueueWorkload, int, ClusterQueue]]:

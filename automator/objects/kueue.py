@@ -313,7 +313,10 @@ def _flavor_sums(groups: list[Any], path: str, key: str, into: dict[str, int]) -
                     resource = item(resource)
                     name = str(resource.get("name") or "")
                     if name and name not in CPU_AND_MEMORY and resource.get(key) is not None:
-                        _counts({name: resource[key]}, f"resources[{k}].{key}", into)
+                        try:
+                            into[name] = into.get(name, 0) + whole(resource[key], f"resources[{k}].{key}")
+                        except FieldError as exc:
+                            raise Unparsable(exc.field, exc.message) from None
             except Unparsable as exc:
                 raise exc.under(f"{where}.") from None
 
