@@ -253,12 +253,18 @@ def kueue_workload(
     }
     if job_uid is not None:
         meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid}]
-    status: dict[str, Any] = {"conditions": list(conditions or [])}
+    given = list(conditions or [])
     if admitted_in is not None:
-        status["conditions"] += [
-            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
-            {"type": "Admitted", "status": "True", "reason": "Admitted"},
+        given += [
+            {"type": "QuotaReserved", "status": "True", "message": f"reserved in {admitted_in}"},
+            {"type": "Admitted", "status": "True", "message": "admitted"},
         ]
+    # every field Kueue's CRD requires of a condition
+    since = ago(created_ago)
+    status: dict[str, Any] = {
+        "conditions": [{"reason": c["type"], "message": "", "lastTransitionTime": since, **c} for c in given]
+    }
+    if admitted_in is not None:
         status["admission"] = {
             "clusterQueue": admitted_in,
             "podSetAssignments": [
