@@ -559,6 +559,11 @@ def _deactivate(state: _Pass, waiting: list[tuple[KueueWorkload, int, ClusterQue
             )
         plan.served.append(w.key)
     plan.idle_gpus_held = sum(state.holders[k].quota for k in idle_held)
+    # Boosts the automator wrote in boost mode go: deactivate writes none (the mode was switched).
+    for hw in sorted(state.cluster.kueue.workloads, key=lambda x: x.key):
+        if hw.error is None and _is_ours(hw) and KUEUE_BOOST_ANNOTATION in hw.annotations:
+            why = f"{WORD_KUEUE_NOTHING_WAITS}: --kueue deactivate keeps no boost"
+            plan.unboost.append(Unboost(_target(hw), why))
 
 
 def _cover(

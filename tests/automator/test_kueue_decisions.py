@@ -411,3 +411,12 @@ def test_off_reads_nothing_and_the_text_says_what_each_mode_does() -> None:
         "(8 GPUs of quota, 1 pod(s))"
     ]
     assert PLUGIN_PREFIX  # the class annotations the victim rules read are the planner's own
+
+
+def test_deactivate_removes_the_boosts_boost_mode_wrote() -> None:
+    objs = base(k8s.kueue_workload("wait", priority=200), *holder("idle", annotations=OURS))
+    plan = run(objs, idle_usage("idle-0"), settings=DEACTIVATE)
+    assert [str(d.target.key) for d in plan.deactivate] == ["ml/idle"]
+    assert [(str(u.target.key), u.reason) for u in plan.unboost] == [
+        ("ml/idle", "kueue-nothing-waits: --kueue deactivate keeps no boost")
+    ]
