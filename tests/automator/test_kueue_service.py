@@ -4,17 +4,22 @@ count against the hourly budget, and a served Workload is not served again while
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from automator import cli, settings
 from automator.kube import KubernetesAdapter
 from automator.kueue.model import KueueMode, KueueSettings
 from automator.metrics import AutomatorMetrics
 from automator.objects.keys import ObjectKey
 from automator.ports import Mode
 from automator.reclaim.model import PlannerConfig
+from automator.reclaim.snapshot import load_usage
+from automator.service import main
 from automator.service.actuator import PassResult, run_pass
 from automator.service.cooldown import ActuatorState
 from automator.service.kueue import KueueStep
@@ -196,3 +201,26 @@ def test_enforce_deactivate_sets_active_false_names_the_waiting_workload_and_is_
         }
     ]
     assert actions(metrics, "deactivate", "enforce") == 1
+
+
+def test_the_wiring_reads_kueue_from_a_snapshot_file_and_decisions_show_it(clean_env: None) -> None:
+    example = Path(__file__).parent / "fixtures" / "kueue_example"
+    args = cli.build_parser().parse_args(
+        ["run", "--cluster-snapshot", str(example / "cluster.yaml"), "--kueue", "deactivate"]
+    )
+    wiring = main.build(settings.service_settings(args, {}))
+    assert wiring.service.kueue is not None and wiring.service.kueue.writer is None  # a file: dry-run only
+    wiring.service.prom = FakePrometheus(load_usage(example / "usage.yaml"))
+    wiring.service.clock = lambda: datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+    assert wiring.service.run_once() is not None
+    body = wiring.service.decisions()
+    assert body["kueue"]["deactivate"] == [
+        {"workload": "team-a/job-train-idle-1a2b3", "for": "team-a/job-urgent-7e8f9", "gpus": 8}
+    ]
+    assert body["actions"] == []
+    off = main.build(
+        settings.service_settings(
+            cli.build_parser().parse_args(["run", "--cluster-snapshot", str(example / "cluster.yaml")]), {}
+        )
+    )
+    assert off.service.kueue is None
