@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from automator.kueue.model import (
@@ -344,7 +344,9 @@ def _prepare(
     index: ClusterIndex | None,
     plan: KueuePlan,
 ) -> _Pass:
-    index = index if index is not None else index_cluster(cluster, usage, config, now)
+    pods_of = workload_pods(cluster)
+    if index is None:
+        index = index_cluster(_holders_only(cluster, pods_of), usage, config, now)
     state = _Pass(
         cluster,
         index,
@@ -359,12 +361,23 @@ def _prepare(
     state.classes = classes_by_name(cluster.priority_classes)
     state.queues = {q.name: q for q in cluster.kueue.cluster_queues}
     state.local = {q.key: q.cluster_queue for q in cluster.kueue.local_queues if q.error is None}
-    state.pods_of = workload_pods(cluster)
+    state.pods_of = pods_of
     for w in cluster.kueue.workloads:
         target = w.annotations.get(KUEUE_DEACTIVATED_FOR_ANNOTATION)
         if isinstance(target, str) and any(not p.finished for p in state.pods_of.get(w.key, ())):
             state.releasing.setdefault(target, w.key)
     return state
+
+
+def _holders_only(cluster: ClusterState, pods_of: Mapping[ObjectKey, list[Pod]]) -> ClusterState:
+    """The cluster cut down to what idleness reads: the admitted Workloads' bound pods and their nodes (a
+    pod's verdict reads its own class, usage, scope and PDBs, never its neighbours), so the Kueue step
+    indexes its holders' pods, not the whole cluster again."""
+    pods = {
+        p.key: p for w in cluster.kueue.workloads if w.admitted for p in pods_of.get(w.key, ()) if p.node_name
+    }
+    names = {p.node_name for p in pods.values()}
+    return replace(cluster, nodes=[n for n in cluster.nodes if n.name in names], pods=list(pods.values()))
 
 
 def explain_holder(

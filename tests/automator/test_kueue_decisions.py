@@ -420,3 +420,11 @@ def test_deactivate_removes_the_boosts_boost_mode_wrote() -> None:
     assert [(str(u.target.key), u.reason) for u in plan.unboost] == [
         ("ml/idle", "kueue-nothing-waits: --kueue deactivate keeps no boost")
     ]
+
+
+def test_idleness_reads_the_holders_own_pods_not_their_neighbours() -> None:
+    # a neighbour whose requests cannot be read makes its node unplannable for the reclaim, but says nothing
+    # about the holder's pod: its verdict reads its own class, usage, scope and PDBs
+    neighbour = k8s.pod("odd", gpus="abc", node_name="n1")
+    objs = base(k8s.kueue_workload("wait", priority=200), *holder("idle"), neighbour)
+    assert boosted(run(objs, idle_usage("idle-0"))) == {"ml/idle": "ml/wait"}
