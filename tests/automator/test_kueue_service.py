@@ -224,3 +224,34 @@ def test_the_wiring_reads_kueue_from_a_snapshot_file_and_decisions_show_it(clean
         )
     )
     assert off.service.kueue is None
+
+
+def test_the_hourly_budget_left_bounds_the_kueue_writes() -> None:
+    state = ActuatorState()
+    state.evictions.extend([k8s.NOW] * 59)  # 59 of the hour's 60 spent: 1 left, the boost counts 2 pods
+    with FakeApiServer(cluster(), kueue_apis=[V2]).start() as kube:
+        adapter = KubernetesAdapter(client.ApiClient(client.Configuration(host=kube.url)), kueue=True)
+        step = KueueStep(adapter, KueueSettings(KueueMode.BOOST), state, None, lambda: True)
+        result = run_pass(
+            adapter, FakePrometheus(USAGE), PlannerConfig(), Mode.ENFORCE, k8s.NOW, state=state,
+            max_evictions_per_hour=60, kueue=step,
+        )  # fmt: skip
+        assert patches(kube) == []
+    assert result.to_json()["kueue"]["unresolved"] == [
+        {
+            "workload": "ml/wait",
+            "reason": "eviction-budget: boosting ml/idle counts 2 pod(s), 1 left this pass",
+        }
+    ]
+    assert state.evictions_last_hour(k8s.NOW) == 59
+
+
+def test_a_v1beta1_only_cluster_is_written_in_v1beta1() -> None:
+    objs = [o for o in cluster()]
+    for o in objs:
+        if str(o.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
+            o["apiVersion"] = "kueue.x-k8s.io/v1beta1"
+    with FakeApiServer(objs, kueue_apis=["kueue.x-k8s.io/v1beta1"]).start() as kube:
+        run(kube, Mode.ENFORCE, KueueMode.DEACTIVATE)
+        paths = [c.path for c in kube.writes() if c.method == "PATCH"]
+    assert paths == ["/apis/kueue.x-k8s.io/v1beta1/namespaces/ml/workloads/idle"]
