@@ -20,6 +20,7 @@ from automator import settings
 from automator.backtest import cli as backtest_cli
 from automator.dra import cli as dra_cli
 from automator.keda import cli as keda_cli
+from automator.kueue.model import KueueSettings
 from automator.objects.cluster import ClusterState
 from automator.objects.keys import ObjectKey
 from automator.objects.resources import FieldError, parse_time
@@ -43,17 +44,18 @@ def _now(text: str | None) -> datetime:
 
 def _load(
     args: argparse.Namespace,
-) -> tuple[ClusterState, dict[ObjectKey, PodUsage], PlannerConfig, datetime]:
+) -> tuple[ClusterState, dict[ObjectKey, PodUsage], PlannerConfig, datetime, KueueSettings]:
     from automator.objects.files import InputError
     from automator.reclaim.snapshot import load_cluster, load_usage
 
     try:
         config = settings.planner_config(args)
+        kueue = settings.kueue_settings(args)
     except settings.SettingError as exc:
         raise InputError(f"setting {exc}") from exc
-    cluster = _read(args.cluster, lambda path: load_cluster(path, config.gpu_resources))
+    cluster = _read(args.cluster, lambda path: load_cluster(path, config.gpu_resources, kueue.on))
     usage = _read(args.usage, load_usage)
-    return cluster, usage, config, _now(args.now)
+    return cluster, usage, config, _now(args.now), kueue
 
 
 _T = TypeVar("_T")
@@ -71,15 +73,25 @@ def _read(name: str, reader: Callable[[Path], _T]) -> _T:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from automator.kueue import report as kueue_report
+    from automator.kueue.decide import plan_kueue
     from automator.reclaim import report
     from automator.reclaim.planner import plan
 
-    cluster, usage, config, now = _load(args)
+    cluster, usage, config, now, kueue = _load(args)
     result = plan(cluster, usage, config, now)
+    # Kueue's writes count against what the pass's evictions leave of the budget (docs/kueue.md).
+    left = config.max_evictions_per_pass - sum(len(d.victims) for d in result.decisions)
+    queued = plan_kueue(cluster, usage, config, now, kueue, budget=max(0, left))
     if args.output == "json":
-        print(json.dumps(report.plan_to_json(result), indent=2))
+        body = report.plan_to_json(result)
+        if kueue.on:
+            body["kueue"] = kueue_report.kueue_json(queued)
+        print(json.dumps(body, indent=2))
     else:
-        print(report.plan_to_text(result))
+        text = report.plan_to_text(result)
+        lines = kueue_report.kueue_lines(queued)
+        print("\n".join(x for x in (text, *lines) if x) if lines else text)
     return 0
 
 
@@ -92,13 +104,38 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         key = ObjectKey.parse(args.pod)
     except ValueError as exc:
         raise InputError(f"NAMESPACE/POD: {exc}") from exc
-    cluster, usage, config, now = _load(args)
+    cluster, usage, config, now, kueue = _load(args)
     result = plan(cluster, usage, config, now)
     try:
-        print(report.explain(result, cluster, key, config))
+        text = report.explain(result, cluster, key, config)
+        if kueue.on:
+            text = "\n".join([text, *_kueue_explain(cluster, usage, config, now, kueue, key)])
+        print(text)
     except LookupError as exc:
         raise InputError(str(exc.args[0])) from exc
     return 0
+
+
+def _kueue_explain(
+    cluster: ClusterState,
+    usage: dict[ObjectKey, PodUsage],
+    config: PlannerConfig,
+    now: datetime,
+    kueue: KueueSettings,
+    pod: ObjectKey,
+) -> list[str]:
+    """What the Kueue plan says of the Workloads this pod belongs to."""
+    from automator.kueue import report as kueue_report
+    from automator.kueue.decide import explain_holder, plan_kueue, workload_pods
+
+    owners = sorted(w for w, pods in workload_pods(cluster).items() if any(p.key == pod for p in pods))
+    queued = plan_kueue(cluster, usage, config, now, kueue)
+    lines: list[str] = []
+    for w in owners:
+        lines.append(f"Kueue Workload {w} (--kueue {kueue.mode})")
+        lines += explain_holder(cluster, usage, config, now, kueue, w)
+        lines += [line for line in kueue_report.kueue_lines(queued) if f" {w} " in f"{line} "]
+    return lines
 
 
 def _offline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +145,7 @@ def _offline_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--usage", required=True, metavar="FILE", help="YAML pods: [{namespace, name, ...}]")
     parser.add_argument("--now", metavar="RFC3339", help="evaluate at this time (default: now)")
     settings.add_planner_arguments(parser)
+    settings.add_kueue_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

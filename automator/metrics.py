@@ -13,7 +13,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from automator.ports import EvictionOutcome, Mode, PassOutcome
+from automator.ports import EvictionOutcome, KueueAction, Mode, PassOutcome
 from automator.reclaim.model import Unresolved
 from steward_common.conventions import NoticeWithdrawal, UnresolvedReason
 from steward_common.metrics import Kind, MetricSpec
@@ -24,6 +24,7 @@ PREFIX: Final = "gpu_steward_automator_"
 PASS_RESULTS: tuple[str, ...] = tuple(PassOutcome)
 EVICTION_RESULTS: tuple[str, ...] = tuple(EvictionOutcome)
 MODES: tuple[str, ...] = tuple(Mode)
+KUEUE_ACTIONS: tuple[str, ...] = tuple(KueueAction)
 
 Metric = Counter | Gauge | Histogram
 
@@ -204,6 +205,32 @@ TABLE: Final[tuple[Row, ...]] = (
         "pods_under_notice",
         "Pods carrying a notice (gpu-steward.io/reclaim-notice) as the last pass read them.",
     ),
+    _row(
+        "kueue_actions",
+        "counter",
+        "kueue_actions",
+        "Writes on Kueue Workloads by action (boost, unboost, deactivate): made in enforce mode, only "
+        "logged in dry-run (docs/kueue.md).",
+        ("action", "mode"),
+    ),
+    _row(
+        "kueue_waiting",
+        "gauge",
+        "kueue_waiting_workloads",
+        "Kueue Workloads waiting for GPU quota (active, not finished, no quota reserved), last pass.",
+    ),
+    _row(
+        "kueue_waiting_gpus",
+        "gauge",
+        "kueue_waiting_gpus",
+        "GPUs of quota the waiting Kueue Workloads need, last pass.",
+    ),
+    _row(
+        "kueue_idle_quota",
+        "gauge",
+        "kueue_idle_quota_gpus",
+        "GPUs of quota held by admitted Kueue Workloads idle for some waiting Workload, last pass.",
+    ),
 )
 
 
@@ -229,6 +256,10 @@ class AutomatorMetrics:
     candidates: Gauge
     candidates_usage_unknown: Gauge
     nonfinite: Counter
+    kueue_actions: Counter
+    kueue_waiting: Gauge
+    kueue_waiting_gpus: Gauge
+    kueue_idle_quota: Gauge
     build_info: Gauge
     notices: Counter
     notices_withdrawn: Counter
@@ -245,6 +276,8 @@ class AutomatorMetrics:
             self.evictions.labels(result=result)
         for m in MODES:
             self.decisions.labels(mode=m)
+            for action in KUEUE_ACTIONS:
+                self.kueue_actions.labels(action=action, mode=m)
         for reason in NoticeWithdrawal:
             self.notices_withdrawn.labels(reason=str(reason))
         self.set_unresolved(dict.fromkeys(UnresolvedReason, 0))

@@ -34,6 +34,14 @@ class PassOutcome(StrEnum):
     ERROR = "error"
 
 
+class KueueAction(StrEnum):
+    """A write on a Kueue Workload (the `action` label of gpu_steward_automator_kueue_actions_total)."""
+
+    BOOST = "boost"  # kueue.x-k8s.io/priority-boost written
+    UNBOOST = "unboost"  # the automator's boost removed
+    DEACTIVATE = "deactivate"  # spec.active: false
+
+
 class EvictionOutcome(StrEnum):
     """An Eviction API answer (the `result` label of gpu_steward_automator_evictions_total)."""
 
@@ -88,6 +96,20 @@ class KubeAdapter(Protocol):
 
     def event(
         self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None
+    ) -> None: ...
+
+
+class KueueWriter(Protocol):
+    """The Kueue writes (docs/kueue.md): a JSON merge patch of a Workload and an Event on it."""
+
+    def patch_workload(
+        self, workload: ObjectKey, api_version: str, patch: dict[str, object], uid: str | None = None
+    ) -> None:
+        """KubernetesUnavailable when the patch was not made (or its outcome is unknown)."""
+        ...
+
+    def workload_event(
+        self, workload: ObjectKey, api_version: str, uid: str | None, type_: str, reason: str, message: str
     ) -> None: ...
 
 

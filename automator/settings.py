@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from automator.keda import settings as keda
+from automator.kueue.model import DEFAULT_BOOST, MIN_BOOST, KueueMode, KueueSettings
 from automator.objects.resources import CPU_AND_MEMORY
 from automator.ports import Mode
 from automator.reclaim.model import PlannerConfig
@@ -270,18 +271,44 @@ SERVICE_SETTINGS: tuple[Setting[Any], ...] = (
     ),
 )
 
-ALL_SETTINGS: tuple[Setting[Any], ...] = SERVICE_SETTINGS + PLANNER_SETTINGS + keda.KEDA_SETTINGS
+# Kueue (docs/kueue.md): on run, plan and explain.
+KUEUE_SETTINGS: tuple[Setting[Any], ...] = (
+    Setting(
+        "--kueue",
+        spec.choice(*(m.value for m in KueueMode)),
+        KueueMode.OFF.value,
+        "Kueue Workloads: off reads none; boost writes Kueue's priority-boost on idle admitted Workloads "
+        "that waiting ones could preempt; deactivate sets spec.active: false on them (docs/kueue.md)",
+    ),
+    Setting(
+        "--kueue-boost",
+        spec.integer(MIN_BOOST, -1),
+        str(DEFAULT_BOOST),
+        "the kueue.x-k8s.io/priority-boost value boost writes (a negative 32-bit integer)",
+    ),
+)
+
+ALL_SETTINGS: tuple[Setting[Any], ...] = (
+    SERVICE_SETTINGS + PLANNER_SETTINGS + KUEUE_SETTINGS + keda.KEDA_SETTINGS
+)
 PLANNER_GROUP = "planner settings (flag, else environment variable, else default)"
+KUEUE_GROUP = "Kueue settings (docs/kueue.md)"
 
 
 def add_planner_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_arguments(parser.add_argument_group(PLANNER_GROUP), PLANNER_SETTINGS)
 
 
+def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
+    """Kueue's flags (plan, explain and run; the backtest does not replay Kueue)."""
+    spec.add_arguments(parser.add_argument_group(KUEUE_GROUP), KUEUE_SETTINGS)
+
+
 def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `gpu-automator run`: the service's own, then the planner's."""
     spec.add_arguments(parser, SERVICE_SETTINGS)
     add_planner_arguments(parser)
+    add_kueue_arguments(parser)
     keda.add_arguments(parser)
 
 
@@ -296,6 +323,12 @@ def planner_config(args: argparse.Namespace, environ: Mapping[str, str] | None =
     values["recent_window_seconds"] = values.pop("recent_window")
     values["victim_namespaces"] = values["victim_namespaces"] or ()  # unset: every namespace
     return PlannerConfig(**values)
+
+
+def kueue_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> KueueSettings:
+    """KueueSettings from flags, then GPU_STEWARD_* variables, then defaults; SettingError names it."""
+    values = spec.resolve(args, KUEUE_SETTINGS, _environ(environ))
+    return KueueSettings(KueueMode(values["kueue"]), values["kueue_boost"])
 
 
 @dataclass(frozen=True)
@@ -327,6 +360,7 @@ class ServiceSettings:
     prometheus_bearer_token_file: str | None = None
     prometheus_basic_auth_file: str | None = None
     prometheus_ca_file: str | None = None
+    kueue: KueueSettings = field(default_factory=KueueSettings)
 
 
 def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -334,7 +368,10 @@ def service_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
     values = spec.resolve(args, SERVICE_SETTINGS, _environ(environ))
     values["mode"] = Mode(values["mode"])
     settings = ServiceSettings(
-        **values, planner=planner_config(args, environ), keda=keda.keda_settings(args, _environ(environ))
+        **values,
+        planner=planner_config(args, environ),
+        keda=keda.keda_settings(args, _environ(environ)),
+        kueue=kueue_settings(args, environ),
     )
     if settings.cluster_snapshot and settings.mode is Mode.ENFORCE:
         raise SettingError(

@@ -123,6 +123,10 @@ AUTOMATOR_UNDER_NOTICE: Final = _family(_AUTOMATOR.under_notice)
 AUTOMATOR_NOTICES: Final = _counter(_AUTOMATOR.notices)
 AUTOMATOR_NOTICES_WITHDRAWN: Final = _counter(_AUTOMATOR.notices_withdrawn)
 AUTOMATOR_EVICTIONS_AFTER_NOTICE: Final = _counter(_AUTOMATOR.evictions_after_notice)
+AUTOMATOR_KUEUE_ACTIONS: Final = _counter(_AUTOMATOR.kueue_actions)
+AUTOMATOR_KUEUE_WAITING: Final = _family(_AUTOMATOR.kueue_waiting)
+AUTOMATOR_KUEUE_WAITING_GPUS: Final = _family(_AUTOMATOR.kueue_waiting_gpus)
+AUTOMATOR_KUEUE_IDLE_QUOTA: Final = _family(_AUTOMATOR.kueue_idle_quota)
 
 # --- the automator's KEDA endpoints (automator/keda/metrics.py) -----------------------------------------
 _KEDA: Final = KedaMetrics(CollectorRegistry())

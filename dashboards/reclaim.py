@@ -25,7 +25,7 @@ def build() -> Any:
         UID,
         "GPU Steward / Reclaim activity",
         "The automator's decisions, evictions by outcome, unresolved preemptors, pass and query time.",
-        [_summary, _decisions_and_evictions, _passes_and_their_cost, _keda_endpoints],
+        [_summary, _decisions_and_evictions, _kueue, _passes_and_their_cost, _keda_endpoints],
     )
 
 
@@ -154,6 +154,36 @@ def _decisions_and_evictions(lay: h.Layout) -> None:
                 p.Query(f"sum(increase({c.AUTOMATOR_NOTICES}[{h.RATE_INTERVAL}]))", "given"),
                 p.Query(f"sum(increase({c.AUTOMATOR_EVICTIONS_AFTER_NOTICE}[{h.RATE_INTERVAL}]))", "evicted"),
             ],
+            bars=True,
+        ),
+    )
+
+
+def _leader(gauge: str) -> str:
+    """A gauge of the leader's last pass (a standby keeps its last values)."""
+    return f"max({gauge} and {_LEADER})"
+
+
+def _kueue(lay: h.Layout) -> None:
+    lay.row("Kueue")
+    lay.line(
+        8,
+        p.timeseries(
+            "Kueue: GPU quota waited for and held idle",
+            "Kueue Workloads waiting for GPU quota and the GPUs they need, and the GPU quota admitted "
+            "Workloads hold while idle for one of them (the leader's last pass; 0 with --kueue off). Idle "
+            "quota next to waiting GPUs is what --kueue boost or deactivate hands over (docs/kueue.md).",
+            [
+                p.Query(_leader(c.AUTOMATOR_KUEUE_WAITING_GPUS), "GPUs waited for"),
+                p.Query(_leader(c.AUTOMATOR_KUEUE_IDLE_QUOTA), "idle GPUs of quota held"),
+                p.Query(_leader(c.AUTOMATOR_KUEUE_WAITING), "Workloads waiting"),
+            ],
+            colours={"GPUs waited for": h.ALLOCATED, "idle GPUs of quota held": h.IDLE},
+        ),
+        p.timeseries(
+            "Kueue writes",
+            "Boosts written and removed and Workloads deactivated, by mode (dry-run: only logged).",
+            [p.Query(p.increase_by(c.AUTOMATOR_KUEUE_ACTIONS, "action, mode"), "{{action}} {{mode}}")],
             bars=True,
         ),
     )

@@ -50,6 +50,21 @@ PREEMPTOR_ANNOTATIONS: Final[tuple[str, ...]] = (
 NOTICE_ANNOTATIONS: Final[tuple[str, ...]] = (RECLAIM_NOTICE_ANNOTATION, RECLAIM_NOTICE_FOR_ANNOTATION)
 # Every annotation the automator writes (the only ones its ValidatingAdmissionPolicy lets it change).
 WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = PREEMPTOR_ANNOTATIONS + NOTICE_ANNOTATIONS
+# Kueue (docs/kueue.md). On a Workload: Kueue's priority boost (KEP-7990), written with the owner annotation
+# that says the automator wrote it (a boost without it is the user's, left alone); the waiting Workload a
+# deactivated Workload gave its quota to (namespace/name). On a PriorityClass: "true" lets its Workloads
+# yield their quota to a waiting Workload of the same priority.
+KUEUE_BOOST_ANNOTATION: Final = "kueue.x-k8s.io/priority-boost"
+KUEUE_BOOST_OWNER_ANNOTATION: Final = "gpu-steward.io/priority-boost-owner"
+KUEUE_BOOST_OWNER: Final = "gpu-steward"
+KUEUE_DEACTIVATED_FOR_ANNOTATION: Final = "gpu-steward.io/deactivated-for"
+KUEUE_YIELD_TO_EQUAL_ANNOTATION: Final = "gpu-steward.io/kueue-yield-to-equal"
+# Every annotation the automator writes on a Workload.
+KUEUE_WRITTEN_ANNOTATIONS: Final[tuple[str, ...]] = (
+    KUEUE_BOOST_ANNOTATION,
+    KUEUE_BOOST_OWNER_ANNOTATION,
+    KUEUE_DEACTIVATED_FOR_ANNOTATION,
+)
 # Victim-side keys are the scheduler plugin's, so existing PriorityClasses keep working.
 PLUGIN_PREFIX: Final = "reclaim-idle-resource.scheduling.x-k8s.io/"
 ANN_MIN_PREEMPTABLE_PRIORITY: Final = PLUGIN_PREFIX + "minimum-preemptable-priority"
@@ -91,6 +106,8 @@ REASON_GAVE_UP: Final = "GpuReclaimGaveUp"
 REASON_NOTICE: Final = "GpuReclaimNotice"
 REASON_NOTICE_WITHDRAWN: Final = "GpuReclaimNoticeWithdrawn"
 EVENT_REASONS: Final[tuple[str, ...]] = _named("REASON_")
+# On a Workload the automator set spec.active: false (docs/kueue.md; not a pod's, so not in the set above).
+KUEUE_REASON_DEACTIVATED: Final = "GpuIdleWorkloadDeactivated"
 
 # --- reason words (what a user sees at the start of a verdict or an unresolved reason) -----------------
 # Victim protections (explain's [rule]):
@@ -113,6 +130,20 @@ WORD_NOTICE_BUDGET: Final = "notice-budget"
 WORD_GANG_MALFORMED: Final = "gang-malformed"
 # A preemptor gang whose members could not all be placed: nothing is evicted for it.
 WORD_GANG_DOES_NOT_FIT: Final = "gang-does-not-fit"
+# Kueue (docs/kueue.md): why a waiting Workload is not served (kueue.unresolved[].reason), why a boost
+# goes (kueue.unboost[].reason), why a Workload is left alone (kueue.left_alone[].reason).
+WORD_KUEUE_MALFORMED: Final = "kueue-malformed"
+WORD_KUEUE_QUEUE_UNKNOWN: Final = "kueue-queue-unknown"
+WORD_KUEUE_NO_PREEMPTION: Final = "kueue-no-preemption"
+WORD_KUEUE_NO_IDLE: Final = "kueue-no-idle-workload"
+WORD_KUEUE_QUOTA_FREE: Final = "kueue-quota-free"
+WORD_KUEUE_NO_SET: Final = "kueue-no-set-covers"
+WORD_KUEUE_SEARCH_CUT_OFF: Final = "kueue-search-cut-off"
+WORD_KUEUE_RELEASING: Final = "kueue-quota-releasing"
+WORD_KUEUE_BUSY: Final = "kueue-not-idle"
+WORD_KUEUE_NOT_ADMITTED: Final = "kueue-not-admitted"
+WORD_KUEUE_NOTHING_WAITS: Final = "kueue-nothing-waits"
+WORD_KUEUE_FOREIGN_BOOST: Final = "kueue-foreign-boost"
 # Written by the actuator when the preemptor read again just before its victims go is not the one planned.
 WORD_PREEMPTOR_CHANGED: Final = "preemptor-changed"
 

@@ -1,22 +1,24 @@
-"""`make demo` and `make demo-fast`: the automator's three jobs on one machine, no cluster (docs/demo.md).
+"""`make demo` and `make demo-fast`: the automator's four jobs on one machine, no cluster (docs/demo.md).
 
 Starts the fake Kubernetes API server with its simulated kubelet, scheduler, ReplicaSet controller and GPUs
 (tools/fakekube.py, tools/fakesim.py) holding deploy/demo/cluster.yaml and deploy/demo/dra-cluster.yaml, a
 mock exporter per GPU node following the fake's GPUs, a real Prometheus with the recording rules and
 alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode reaching the fake through a
 kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA (tools/kedasim.py) playing
-deploy/demo/keda.yaml against the automator's KEDA endpoint. It then narrates the three stories as they
+deploy/demo/keda.yaml against the automator's KEDA endpoint. It then narrates the four stories as they
 happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while on purpose, so that the
-ScaledObject's fallback applies), and the DRA check's broken promise; then sums up where to look, and ends
+ScaledObject's fallback applies), the DRA check's broken promise, and an idle Kueue Workload giving its
+quota to a waiting one (deploy/demo/kueue.yaml, with a stand-in for Kueue's controller, tools/kueuesim.py,
+in the fake cluster); then sums up where to look, and ends
 with a backtest over its own history (tools/demobacktest.py): the fake cluster's kube-state-metrics series
 (tools/ksm.py, scraped as job kube-state-metrics) and the GPU Steward series, read back from Prometheus.
 
 `--fast` divides the story's durations by 10 (tools/demorules.py) and exits when every story is complete:
 0, or 1 when one fails or is not complete within DEMO_TIMEOUT seconds (180), naming it.
 Environment: DEMO_API_PORT (16443), DEMO_EXPORTER_PORT (31995), DEMO_INFERENCE_EXPORTER_PORT (31996),
-DEMO_DRA_EXPORTER_PORT (31997), DEMO_PROMETHEUS_PORT (19090), DEMO_ALERTMANAGER_PORT (19093),
-DEMO_AUTOMATOR_PORT (18080), DEMO_KUBE_STATE_METRICS_PORT (18081) for `make demo` (`--fast` takes free
-ports), DEMO_DURATION (seconds; `make demo` runs until Ctrl-C without it).
+DEMO_DRA_EXPORTER_PORT (31997), DEMO_KUEUE_EXPORTER_PORT (31998), DEMO_PROMETHEUS_PORT (19090),
+DEMO_ALERTMANAGER_PORT (19093), DEMO_AUTOMATOR_PORT (18080), DEMO_KUBE_STATE_METRICS_PORT (18081) for
+`make demo` (`--fast` takes free ports), DEMO_DURATION (seconds; `make demo` runs until Ctrl-C without it).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import yaml
 from automator.dra.model import USAGE_OVER_CLAIM
 from automator.dra.report import FINDINGS_METRIC, REASONS
 from automator.settings import ALL_SETTINGS
-from steward_common.conventions import REASON_VICTIM
+from steward_common.conventions import KUEUE_REASON_DEACTIVATED, REASON_VICTIM
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools import demorules
 from tools.demobacktest import CLASSES, Backtest, run_backtest, write_priority_classes
@@ -55,7 +57,7 @@ from tools.fakesim import GpuDevices, rfc3339
 from tools.kedasim import KedaStandIn, Poll, ScaledObject, describe
 from tools.ksm import JOB as KSM_JOB
 from tools.ksm import KsmServer, of_fake
-from tools.kubeapi import is_dry_run, load_objects
+from tools.kubeapi import KUEUE_RESOURCES, is_dry_run, load_objects
 from tools.promserver import (
     ROOT,
     Alertmanager,
@@ -68,13 +70,14 @@ from tools.promserver import (
     wait_http,
 )
 
+KUEUE_API = KUEUE_RESOURCES[0].api_version  # kueue.x-k8s.io/v1beta2, as current Kueue serves it
 NORMAL = TimeScale(factor=1, idle_alert_seconds=60, dra_alert_seconds=60)
 FAST = TimeScale(factor=10, idle_alert_seconds=6, dra_alert_seconds=6)
 DEMO = ROOT / "deploy" / "demo"
 NODE = "demo-gpu-node-1"
 # The GPU nodes the exporters play: scenario file, and the Ports field of its exporter.
 SCENARIOS = {"scenario.yaml": "exporter", "inference-scenario.yaml": "inference_exporter",
-             "dra-scenario.yaml": "dra_exporter"}  # fmt: skip
+             "dra-scenario.yaml": "dra_exporter", "kueue-scenario.yaml": "kueue_exporter"}  # fmt: skip
 DRA_REASON = REASONS[USAGE_OVER_CLAIM]
 # The amounts a usage-over-claim message compares: measured, then promised (bytes, and their short form).
 _AMOUNTS = re.compile(r"uses GPU memory (\d+)(?: \(([^)]+)\))?.* consumed (\d+)(?: \(([^)]+)\))?")
@@ -93,9 +96,17 @@ STORIES = {
     ),
     "KEDA": ("keda-applied", "keda-up", "keda-fallback", "keda-down"),
     "DRA": ("dra-finding", "dra-event", "dra-alert", "dra-alertmanager"),
+    "Kueue": ("kueue-idle", "kueue-deactivated", "kueue-admitted"),
 }
 VICTIM, BUSY, PREEMPTOR = ("research", "batch-idle"), ("ml-team", "train-busy"), ("ml-team", "train-urgent")
-NEVER_EVICTED = (BUSY, ("inference", "api-a"))
+# The Kueue story (deploy/demo/kueue.yaml): the idle admitted Workload, its pod, the waiting Workload.
+NOTEBOOK, NOTEBOOK_POD, FINETUNE = (
+    ("team-a", "notebook"),
+    ("team-a", "notebook-main-0"),
+    ("team-a", "finetune"),
+)
+KUEUE_MODE = "deactivate"
+NEVER_EVICTED = (BUSY, ("inference", "api-a"), NOTEBOOK_POD)
 WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
 # Automator windows the story must fit in, passed when the automator has the flag (the
 # recent-activity window, 300 s by default: longer than the whole demo).
@@ -114,6 +125,7 @@ class Ports:
     inference_exporter: int = 0
     dra_exporter: int = 0
     kube_state_metrics: int = 0
+    kueue_exporter: int = 0
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -127,12 +139,18 @@ class Ports:
             int(env.get("DEMO_INFERENCE_EXPORTER_PORT", "31996")),
             int(env.get("DEMO_DRA_EXPORTER_PORT", "31997")),
             int(env.get("DEMO_KUBE_STATE_METRICS_PORT", "18081")),
+            int(env.get("DEMO_KUEUE_EXPORTER_PORT", "31998")),
         )
 
     def resolved(self) -> Ports:
         return Ports(*(p or free_port() for p in (self.api, self.exporter, self.prometheus, self.alertmanager,
                                                   self.automator, self.inference_exporter,
-                                                  self.dra_exporter, self.kube_state_metrics)))  # fmt: skip
+                                                  self.dra_exporter, self.kube_state_metrics,
+                                                  self.kueue_exporter)))  # fmt: skip
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return str(obj["metadata"].get("namespace")), str(obj["metadata"]["name"])
 
 
 def _pod(key: tuple[str, str]) -> str:
@@ -149,6 +167,7 @@ class Demo:
     api: FakeApiServer | None = None
     devices: GpuDevices | None = None  # the training node's GPUs (demo-gpu-node-1)
     inference_devices: GpuDevices | None = None  # the inference node's (demo-gpu-node-2)
+    kueue_devices: GpuDevices | None = None  # the Kueue story's node's (demo-gpu-node-3)
     ksm: KsmServer | None = None  # the fake cluster's kube-state-metrics series
     prometheus: Prometheus | None = None
     alertmanager: Alertmanager | None = None
@@ -186,13 +205,17 @@ class Demo:
         self.inference_devices = GpuDevices.from_file(
             self.workdir / "inference-scenario.base.yaml", self.workdir / "inference-scenario.yaml"
         )
+        self.kueue_devices = GpuDevices.from_file(
+            self.workdir / "kueue-scenario.base.yaml", self.workdir / "kueue-scenario.yaml"
+        )
         shutil.copy(self.workdir / "dra-scenario.base.yaml", self.workdir / "dra-scenario.yaml")
         self.scaled_object = demorules.scale_scaled_object(
             ScaledObject.from_manifests(load_objects(DEMO / "keda.yaml")), self.scale
         )
         (self.workdir / "keda-token").write_text(self.keda_token + "\n")
         rules = demorules.write_rule_files(ROOT, self.workdir / "rules", self.scale)
-        objects = load_objects(DEMO / "cluster.yaml") + load_objects(DEMO / "dra-cluster.yaml")
+        objects = [*load_objects(DEMO / "cluster.yaml"), *load_objects(DEMO / "dra-cluster.yaml"),
+                   *load_objects(DEMO / "kueue.yaml")]  # fmt: skip
         # The ScaledObject is in the cluster, as `kubectl apply` puts it: it declares the question asked
         objects += [o for o in load_objects(DEMO / "keda.yaml") if o.get("kind") == "ScaledObject"]
         return demorules.scale_cluster(objects, self.scale), rules
@@ -205,9 +228,10 @@ class Demo:
         self.api = FakeApiServer(
             objects,
             simulate=True,
-            devices=[d for d in (self.devices, self.inference_devices) if d is not None],
+            devices=[d for d in (self.devices, self.inference_devices, self.kueue_devices) if d is not None],
             tick=0.2,
             port=ports.api,
+            kueue_apis=[KUEUE_API],
         ).start()
         kubeconfig = self.api.kubeconfig(self.workdir / "kubeconfig")
         self.ksm = KsmServer(of_fake(self.api), port=ports.kube_state_metrics).start()
@@ -270,6 +294,9 @@ class Demo:
             "--keda-refresh-seconds", f"{max(1.0, seconds(15)):g}",
             "--keda-max-age-seconds", f"{max(1, round(seconds(120)))}",
             "--keda-pod-grace-seconds", f"{max(1, round(seconds(120)))}",
+            # Kueue's idle Workloads give their quota to waiting ones (docs/kueue.md); not a reclaim policy
+            # flag, so the closing backtest (which does not replay Kueue) is not given it.
+            "--kueue", KUEUE_MODE,
         ]  # fmt: skip
         cmd += [part for flag_value in self.policy for part in flag_value]
         log = (self.workdir / "automator.log").open("wb")
@@ -635,6 +662,61 @@ class Story:
         severity = alerts[0]["labels"].get("severity")
         return f"Alertmanager received {DRA_ALERT} (severity {severity}): {am.url}/#/alerts"
 
+    # --- Kueue ---
+
+    def _workload(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        assert self.demo.api is not None
+        return next(
+            (
+                w
+                for w in self.demo.api.objects_of("workloads")
+                if (w["metadata"].get("namespace"), w["metadata"]["name"]) == key
+            ),
+            None,
+        )
+
+    def _kueue_idle(self) -> str | None:
+        idle, waiting = self._activity(NOTEBOOK_POD), self._workload(FINETUNE)
+        if idle is None or idle > IDLE_THRESHOLD or waiting is None:
+            return None
+        return (
+            f"Kueue: {_pod(FINETUNE)} (priority {waiting['spec']['priority']}) waits for 2 GPUs of "
+            f"ClusterQueue demo-cq's quota, held by {_pod(NOTEBOOK)}, whose pod's GPU activity is {idle:.2f}"
+        )
+
+    def _kueue_deactivated(self) -> str | None:
+        assert self.demo.api is not None
+        notebook = self._workload(NOTEBOOK)
+        if notebook is None or notebook["spec"].get("active") is not False:
+            return None
+        events = [
+            e["message"]
+            for e in self.demo.api.objects_of("events")
+            if e.get("reason") == KUEUE_REASON_DEACTIVATED and e["involvedObject"].get("kind") == "Workload"
+        ]
+        if not events:
+            return None  # written right after the patch, in the same pass
+        return (
+            f"the automator (--kueue {KUEUE_MODE}) set {_pod(NOTEBOOK)}'s spec.active to false\n"
+            f"           Event {KUEUE_REASON_DEACTIVATED}: {events[0]}"
+        )
+
+    def _kueue_admitted(self) -> str | None:
+        assert self.demo.api is not None
+        finetune = self._workload(FINETUNE)
+        conditions = {
+            c["type"]: c["status"] for c in ((finetune or {}).get("status") or {}).get("conditions") or []
+        }
+        pod = self.demo.api.pod(FINETUNE[0], f"{FINETUNE[1]}-main-0")
+        if conditions.get("Admitted") != "True" or pod is None or not pod["spec"].get("nodeName"):
+            return None
+        gpus = self.demo.kueue_devices.assigned.get(_key(pod), []) if self.demo.kueue_devices else []
+        return (
+            f"Kueue (stand-in, tools/kueuesim.py) stopped {_pod(NOTEBOOK)}'s job, released its quota and "
+            f"admitted {_pod(FINETUNE)}: its pod runs on {pod['spec']['nodeName']} (GPUs "
+            f"{', '.join(map(str, gpus))})"
+        )
+
     def poll(self) -> list[str]:
         """What happened since the last poll, as timeline lines."""
         lines: list[tuple[float, str]] = []
@@ -702,6 +784,10 @@ class Story:
                 f"Event {DRA_REASON} on the claim, alert {DRA_ALERT} in Alertmanager",
                 f"             {demo.automator_url}/dra   {am}/#/alerts   "
                 f"{prom}/graph?g0.expr={q(FINDINGS_METRIC)}",
+                f"  Kueue      deactivated {_pod(NOTEBOOK)} (idle, holding 2 GPUs of ClusterQueue demo-cq's "
+                f"quota); Kueue (stand-in) released the quota and admitted {_pod(FINETUNE)}",
+                f"             {demo.automator_url}/decisions (kueue)   "
+                f"kubectl --kubeconfig {demo.workdir / 'kubeconfig'} get workloads -A",
                 f"  dashboards import {ROOT / 'dashboards' / 'json'}/*.json into Grafana "
                 f"(data source: Prometheus {prom}; docs/dashboards.md)",
             ]
@@ -739,7 +825,7 @@ def run_story(
                 print(f"demo: FAILED: the backtest: {story.backtest.failed}", flush=True)
                 return 1
             if stop_when_complete:
-                print(f"demo: all three stories are complete ({took:.0f} s)", flush=True)
+                print(f"demo: all four stories are complete ({took:.0f} s)", flush=True)
                 return 0
         if timeout is not None and time.monotonic() - story.started > timeout:
             if story.complete:

@@ -55,6 +55,7 @@ from tools.fakesim import rfc3339
 from tools.kubeapi import (
     BY_KIND,
     GANG_RESOURCES,
+    KUEUE_RESOURCES,
     RESOURCES,
     ApiError,
     JsonObj,
@@ -130,9 +131,9 @@ class Store:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
         return obj
 
-    def add(self, obj: JsonObj) -> JsonObj:
+    def add(self, obj: JsonObj, res: Resource | None = None) -> JsonObj:
         """Store an object as given (loading), filling uid, creationTimestamp and resourceVersion."""
-        res = BY_KIND.get(str(obj.get("kind")))
+        res = res or BY_KIND.get(str(obj.get("kind")))
         if res is None:
             raise ValueError(f"fakekube does not serve kind {obj.get('kind')!r}")
         obj = copy.deepcopy(obj)
@@ -144,7 +145,7 @@ class Store:
             meta.pop("namespace", None)
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", rfc3339(self.clock()))
-        self.objects[res.plural][_key(obj)] = self.stamp(obj)
+        self.objects.setdefault(res.plural, {})[_key(obj)] = self.stamp(obj)
         if res.kind == "Event":
             events = self.objects["events"]
             while len(events) > MAX_EVENTS:
@@ -225,6 +226,7 @@ class FakeApiServer:
         max_connections: int = 32,
         request_timeout: float = 10.0,
         gang_apis: Iterable[str] = (),
+        kueue_apis: Iterable[str] = (),
     ) -> None:
         self.store = Store(clock=clock)
         # The gang APIs served ("group/version"), and their objects by (group, version, plural): listed only.
@@ -233,10 +235,19 @@ class FakeApiServer:
         self.lock = threading.RLock()
         self.calls: deque[Call] = deque(maxlen=MAX_CALLS)
         self._scripted_answers: list[_Scripted] = []
+        # The Kueue versions served ("kueue.x-k8s.io/v1beta2"...): its objects are stored whatever version
+        # they were written in and read in the version asked for, as a conversion webhook would give them.
+        self.kueue_apis = tuple(r for r in KUEUE_RESOURCES if r.api_version in set(kueue_apis))
+        for r in KUEUE_RESOURCES:
+            self.store.objects.setdefault(r.plural, {})
         gang_kinds = {(r.api_version, r.kind): r for r in GANG_RESOURCES}
+        kueue_kinds = {(r.api_version, r.kind): r for r in KUEUE_RESOURCES}
         for obj in objects:
             gang = gang_kinds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
-            if gang is None:
+            kueue = kueue_kinds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+            if kueue is not None:
+                self.store.add(obj, kueue)
+            elif gang is None:
                 self.store.add(obj)
             else:
                 self.gang_objects.setdefault((gang.group, gang.version, gang.plural), []).append(obj)
@@ -410,11 +421,12 @@ class FakeApiServer:
     ) -> tuple[int, JsonObj]:
         if path in ("/version", "/healthz", "/readyz", "/livez"):
             return 200, {"major": "1", "minor": "34", "gitVersion": "v1.34.0-fakekube"}
-        if method == "GET" and (found := discovery(path.rstrip("/") or "/", self.gang_apis)) is not None:
+        extra = self.gang_apis + self.kueue_apis
+        if method == "GET" and (found := discovery(path.rstrip("/") or "/", extra)) is not None:
             return 200, found
         if method == "GET" and (listed := self._gang_list(path)) is not None:
             return 200, listed
-        res, namespace, name, sub = parse_path(path)
+        res, namespace, name, sub = parse_path(path, self.kueue_apis)
         if "watch" in query and query["watch"] != ["false"]:
             raise ApiError(405, "MethodNotAllowed", "fakekube does not serve watches")
         if sub == "eviction" and res.kind == "Pod" and method == "POST" and name is not None:

@@ -22,6 +22,8 @@
   total}` in scenario time) has that total load spread over its running pods: each of their GPUs runs at
   total / running pods (at most 1), rewritten whenever the number of running pods changes, so the
   exporter measures what a load balancer in front of the replicas would make of that load.
+- Kueue (tools/kueuesim.py), where Workloads are loaded: deactivated Workloads stopped and their quota
+  released, waiting ones admitted when their ClusterQueue's quota allows, their pods created.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import yaml
 
 from exporter.sources.scenario import parse_scenario
 from steward_common.quantity import parse_quantity
+from tools.kueuesim import KueueStandIn
 
 if TYPE_CHECKING:
     from tools.fakekube import Store
@@ -401,6 +404,14 @@ class Cluster:
     def step(self) -> None:
         self._reap()
         self._reconcile_workloads()
+        KueueStandIn(
+            self.store.objects,
+            self.store.pods,
+            self.store.add,
+            self.store.stamp,
+            lambda pod: self.terminate(pod, None),
+            lambda: rfc3339(self.store.clock()),
+        ).step()
         self._schedule()
         if self.devices:
             pods, loads = self.store.pods(), self.loads()

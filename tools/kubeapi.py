@@ -65,6 +65,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("apps", "v1", "statefulsets", "StatefulSet", True),
     # KEDA's ScaledObjects declare the questions the KEDA endpoints answer (docs/keda.md).
     Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject", True),
+    # Read (with Kueue on) to find the Jobs a Workload's job owns (docs/kueue.md); nothing runs them here.
+    Resource("batch", "v1", "jobs", "Job", True),
 )  # fmt: skip
 # The group objects of gang scheduling (CRDs or alpha APIs): served only when a FakeApiServer is told to
 # (gang_apis), as a cluster serves them only where they are installed or enabled. List only.
@@ -75,6 +77,17 @@ GANG_RESOURCES: tuple[Resource, ...] = (
     Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True),
     Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True),
     Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", True),
+)
+# Kueue's kinds, per version: served only when a FakeApiServer is told to (kueue_apis), as a cluster serves
+# them only where Kueue is installed. Listed, read and merge-patched like the built-in kinds.
+KUEUE_RESOURCES: tuple[Resource, ...] = tuple(
+    Resource("kueue.x-k8s.io", version, plural, kind, namespaced)
+    for version in ("v1beta2", "v1beta1")
+    for plural, kind, namespaced in (
+        ("workloads", "Workload", True),
+        ("clusterqueues", "ClusterQueue", False),
+        ("localqueues", "LocalQueue", True),
+    )
 )
 BY_KIND = {r.kind: r for r in RESOURCES}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
@@ -328,8 +341,9 @@ def discovery(path: str, extra: tuple[Resource, ...] = ()) -> JsonObj | None:
     return None
 
 
-def parse_path(path: str) -> tuple[Resource, str, str | None, str | None]:
-    """(resource, namespace, name, subresource) of /api/v1/... or /apis/group/version/..."""
+def parse_path(path: str, extra: tuple[Resource, ...] = ()) -> tuple[Resource, str, str | None, str | None]:
+    """(resource, namespace, name, subresource) of /api/v1/... or /apis/group/version/... (`extra`: the
+    resources served beyond RESOURCES)."""
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
@@ -340,7 +354,8 @@ def parse_path(path: str) -> tuple[Resource, str, str | None, str | None]:
     namespace = ""
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
-    res = BY_PATH.get((group, version, rest[0])) if rest else None
+    paths = {**BY_PATH, **{(r.group, r.version, r.plural): r for r in extra}} if extra else BY_PATH
+    res = paths.get((group, version, rest[0])) if rest else None
     if res is None or len(rest) > 3 or (namespace and not res.namespaced):
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     return res, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None

@@ -138,3 +138,26 @@ def evidence(prom: PrometheusAdapter, grid: Grid) -> Evidence:
         for sample in prom.query_at(evidence_query(span), "evidence", end):
             found.add(sample.get("metric") or {})
     return found
+
+
+# Kueue's own gauges (its controller's /metrics, which a cluster that queues with Kueue scrapes): Workloads
+# are not in kube-state-metrics by default, so the backtest cannot replay Kueue, and says so when these show
+# that the cluster has Workloads (docs/kueue.md, docs/backtest.md).
+KUEUE_SERIES = ("kueue_admitted_active_workloads", "kueue_pending_workloads")
+
+
+def kueue_query(seconds: int) -> str:
+    names = "|".join(KUEUE_SERIES)
+    return f'max(max_over_time({{__name__=~"{names}"}}[{seconds}s]))'
+
+
+def kueue_seen(prom: PrometheusAdapter, grid: Grid) -> bool:
+    """Whether Kueue had Workloads (admitted or pending) at some time in the window (one query)."""
+    span = max(grid.step, grid.end - grid.start + grid.step)
+    for sample in prom.query_at(kueue_query(span), "kueue", grid.end):
+        try:
+            if float((sample.get("value") or [0, "0"])[1]) > 0:
+                return True
+        except (TypeError, ValueError, IndexError):
+            continue  # an unreadable answer shows nothing
+    return False

@@ -115,8 +115,17 @@ def run_backtest(
             "planned as fitting any untainted node, which may evict more than the live service would "
             "(--strict-placement: fit no node)"
         )
+    if history.kueue_seen(prom, grid):
+        warnings.append(KUEUE_NOT_REPLAYED)
     report = report_json(start, end, step, lookahead, replays, warnings)
     return BacktestResult(report, timelines(replays), prom.queries_total - before, grid.count)
+
+
+KUEUE_NOT_REPLAYED = (
+    "the cluster has Kueue Workloads (kueue_admitted_active_workloads or kueue_pending_workloads in the "
+    "window): Kueue is not replayed, since Workloads are not in kube-state-metrics by default; what "
+    "--kueue boost or deactivate would have done is not in this report (docs/kueue.md)"
+)
 
 
 def _class_warnings(classes: Sequence[PriorityClass]) -> list[str]:

@@ -34,10 +34,12 @@ from automator.kube.client import (
     retry_after,
     status_message,
 )
+from automator.kube.kueue import kueue_version, list_kueue, patch_workload
 from automator.objects.cache import RecordCache
 from automator.objects.cluster import ClusterState
 from automator.objects.gang import GANG_APIS, GroupObject, group_object
 from automator.objects.keys import JsonObj, ObjectKey
+from automator.objects.kueue import KUEUE_GROUP, NO_KUEUE, KueueObjects
 from automator.objects.node import Node, node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, decode_one_pod, pod_page_decoder, pod_record
@@ -102,6 +104,7 @@ class KubernetesAdapter:
         request_timeout: float = 30.0,
         gpu_resources: tuple[str, ...] = (DEFAULT_GPU_RESOURCE,),
         write_timeout: float | None = None,
+        kueue: bool = False,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -110,7 +113,11 @@ class KubernetesAdapter:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.discovery = client.ApisApi(api)
+        self.batch = client.BatchV1Api(api)
         self.gang_apis_missing: set[str] | None = None  # logged when it changes
+        # Kueue's objects are listed only when --kueue is not off; the version read, logged when it changes
+        self.kueue = kueue
+        self.kueue_version_read: str | None = ""
         self.identity = identity
         self.timeout = request_timeout
         # Pod records by version across passes: a pass that lists an unchanged pod does not decode it again.
@@ -156,6 +163,7 @@ class KubernetesAdapter:
         with gc_paused():  # tens of thousands of records, no cycles: a collection would walk them all
             nodes = list(list_all("nodes", self.core.list_node, records_of(node_record), self.timeout))
             gpu_nodes = {n.name for n in nodes if self._gpu_node(n)}
+            served = self._served()
             self.pod_records.start()
             listed = list_all(
                 "pods",
@@ -174,7 +182,8 @@ class KubernetesAdapter:
                 pods=pods,
                 priority_classes=list(list_all("priorityclasses", *classes, self.timeout)),
                 pdbs=list(list_all("poddisruptionbudgets", *pdbs, self.timeout)),
-                groups=self.group_objects(),
+                groups=self.group_objects(served),
+                kueue=self.kueue_objects(served) if self.kueue else NO_KUEUE,
             )
 
     def _served(self) -> set[str]:
@@ -183,10 +192,10 @@ class KubernetesAdapter:
             groups = self.discovery.get_api_versions(_request_timeout=self.timeout).groups or []
         return {v.group_version for g in groups for v in g.versions or []}
 
-    def group_objects(self) -> list[GroupObject]:
+    def group_objects(self, served: set[str] | None = None) -> list[GroupObject]:
         """The gang group objects (PodGroups, Workloads) of every API the cluster serves, newest version of
         each first; an API not served is skipped (logged when that changes), not an error."""
-        served = self._served()
+        served = self._served() if served is None else served
         records: list[GroupObject] = []
         listed: set[tuple[str, str]] = set()
         for group, version, plural, kind in GANG_APIS:
@@ -207,6 +216,32 @@ class KubernetesAdapter:
             if missing:
                 log.info("gang group objects not served, skipped: %s", ", ".join(sorted(missing)))
         return records
+
+    def kueue_objects(self, served: set[str] | None = None) -> KueueObjects:
+        """Kueue's Workloads, ClusterQueues and LocalQueues (v1beta2, else v1beta1) and the batch Jobs; a
+        cluster that serves no Kueue API has none (one log line when that changes), not an error."""
+        version = kueue_version(self._served() if served is None else served)
+        if version != self.kueue_version_read:
+            self.kueue_version_read = version
+            if version is None:
+                log.info("Kueue (%s) not served, skipped: no Workload to read", KUEUE_GROUP)
+            else:
+                log.info("Kueue read as %s/%s", KUEUE_GROUP, version)
+        if version is None:
+            return NO_KUEUE
+        return list_kueue(self.custom, self.batch, version, self.timeout)
+
+    def patch_workload(
+        self, workload: ObjectKey, api_version: str, patch: JsonObj, uid: str | None = None
+    ) -> None:
+        """A JSON merge patch of a Kueue Workload (the automator's annotations, or spec.active)."""
+        patch_workload(self.custom, workload, api_version, patch, uid, self.write_timeout)
+
+    def workload_event(
+        self, workload: ObjectKey, api_version: str, uid: str | None, type_: str, reason: str, message: str
+    ) -> None:
+        """A core/v1 Event on a Kueue Workload (what `kubectl describe workload` shows)."""
+        self.event(workload, type_, reason, message, uid, api_version=api_version, kind="Workload")
 
     def get_pod(self, pod: ObjectKey) -> Pod | None:
         """The record of one pod, None when it does not exist."""
@@ -272,8 +307,18 @@ class KubernetesAdapter:
                 _request_timeout=self.write_timeout,
             )
 
-    def event(self, pod: ObjectKey, type_: str, reason: str, message: str, uid: str | None = None) -> None:
-        """A core/v1 Event on a pod (uid included: `kubectl describe` selects Events by it)."""
+    def event(
+        self,
+        pod: ObjectKey,
+        type_: str,
+        reason: str,
+        message: str,
+        uid: str | None = None,
+        api_version: str = "v1",
+        kind: str = "Pod",
+    ) -> None:
+        """A core/v1 Event on a pod, or another object of `kind` (uid included: `kubectl describe` selects
+        Events by it)."""
         now = datetime.now(UTC).replace(microsecond=0)
         body = client.CoreV1Event(
             api_version="v1",
@@ -281,7 +326,7 @@ class KubernetesAdapter:
             # client-go names Events <object>.<unique hex>; random bits avoid clashes between replicas.
             metadata=client.V1ObjectMeta(name=f"{pod.name}.{secrets.token_hex(8)}", namespace=pod.namespace),
             involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", namespace=pod.namespace, name=pod.name, uid=uid
+                api_version=api_version, kind=kind, namespace=pod.namespace, name=pod.name, uid=uid
             ),
             type=type_,
             reason=reason,

@@ -55,6 +55,7 @@ class Pod(msgspec.Struct, frozen=True):
     labels: Mapping[str, Any] = {}
     annotations: Mapping[str, Any] = {}
     owners: tuple[tuple[str, str], ...] = ()  # (kind, name) of each ownerReference
+    owner_uids: tuple[str, ...] = ()  # the uid of each ownerReference that has one (Kueue finds pods by it)
     start_time: Any = None  # status.startTime, else metadata.creationTimestamp, as given
     node_name: str = ""
     phase: Any = "unknown"  # status.phase as given ("unknown" when absent)
@@ -268,6 +269,7 @@ def pod_record(obj: Mapping[str, Any]) -> Pod:
         labels=labels,
         annotations=annotations,
         owners=_owners(meta.get("ownerReferences")),
+        owner_uids=_owner_uids(meta.get("ownerReferences")),
         start_time=status.get("startTime") or meta.get("creationTimestamp"),
         node_name=str(spec.get("nodeName") or ""),
         phase=status.get("phase", "unknown"),
@@ -357,6 +359,16 @@ def _owners(references: Any) -> tuple[tuple[str, str], ...]:
         (str(ref.get("kind") or ""), str(ref.get("name") or ""))
         for ref in references
         if isinstance(ref, dict)
+    )
+
+
+def _owner_uids(references: Any) -> tuple[str, ...]:
+    if not references or not isinstance(references, list):
+        return ()
+    return tuple(
+        ref["uid"]
+        for ref in references
+        if isinstance(ref, dict) and isinstance(ref.get("uid"), str) and ref["uid"]
     )
 
 

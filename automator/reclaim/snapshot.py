@@ -15,6 +15,7 @@ from automator.objects.cluster import ClusterState
 from automator.objects.files import Decoded, InputError, documents, flatten
 from automator.objects.gang import GroupObject, group_object
 from automator.objects.keys import JsonObj, ObjectKey
+from automator.objects.kueue import NO_KUEUE, ClusterQueue, kueue_objects, kueue_record
 from automator.objects.node import node_record
 from automator.objects.pdb import pdb_record
 from automator.objects.pod import Pod, pod_record
@@ -110,10 +111,20 @@ def _made(obj: JsonObj, kind: str, where: str, gpu_resources: tuple[str, ...]) -
     return Decoded(kind, label, made)
 
 
-def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)) -> ClusterState:
+def _kueue_label(record: Any) -> str:
+    kind = type(record).__name__.removeprefix("Kueue")
+    return f"{kind} {record.name if isinstance(record, ClusterQueue) else record.key}"
+
+
+def load_cluster(
+    path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",), kueue: bool = False
+) -> ClusterState:
+    """The cluster of a file. kueue: Kueue's Workloads, ClusterQueues and LocalQueues and the batch Jobs
+    are read too (--kueue on); a field of theirs that does not parse is an InputError naming it."""
     lists: dict[str, list[Any]] = {kind: [] for kind in KINDS}
     seen: set[str] = set()
     groups: list[GroupObject] = []
+    kueue_found: list[Any] = []
 
     def keep(obj: JsonObj) -> Any:
         """An object of the kinds the planner reads becomes its record as it is parsed, so the file is never
@@ -133,6 +144,18 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
                 made = item if isinstance(item, Decoded) else None
                 if made is None and item.get("kind") in KINDS:
                     made = _made(item, str(item["kind"]), where, gpu_resources)
+                if made is None and kueue:
+                    record = kueue_record(item)
+                    if record is not None:
+                        label = f"{_kueue_label(record)} ({where})"
+                        error = getattr(record, "error", None)  # a Job is read for its owners only
+                        if error is not None:
+                            raise InputError(f"{label}: {error}")
+                        if _kueue_label(record) in seen:
+                            raise InputError(f"{label}: listed twice")
+                        seen.add(_kueue_label(record))
+                        kueue_found.append(record)
+                        continue
                 if made is None:
                     group = group_object(item)
                     if group is not None:  # a PodGroup or Workload: how many members a gang needs
@@ -147,7 +170,14 @@ def load_cluster(path: Path, gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",
                 seen.add(made.label)
                 lists[made.kind].append(made.record)
         return ClusterState(
-            lists["Node"], lists["Pod"], lists["PriorityClass"], lists["PodDisruptionBudget"], groups
+            lists["Node"],
+            lists["Pod"],
+            lists["PriorityClass"],
+            lists["PodDisruptionBudget"],
+            groups,
+            kueue_objects(kueue_found, served=any(type(r).__name__ != "Job" for r in kueue_found))
+            if kueue
+            else NO_KUEUE,
         )
 
 

@@ -93,22 +93,38 @@ def gang_protection(unit: Unit, priority: int, exclude: frozenset[ObjectKey]) ->
     gang = unit.gang
     if gang.problem is not None:
         return (Rule.GANG_MALFORMED, f"{gang.problem}: protected")
-    for member in unit.members:
-        rule: str
-        if member.priority >= priority:
+    found = first_protected(unit.members, priority, exclude)
+    if found is None:
+        return (Rule.GANG_MEMBER_PROTECTED, f"{Rule.GANG_MEMBER_PROTECTED}: gang {gang.name}")
+    member, rule, why = found
+    return (
+        Rule.GANG_MEMBER_PROTECTED,
+        f"{Rule.GANG_MEMBER_PROTECTED}: gang {gang.name}: {member.key} [{rule}] {why}",
+    )
+
+
+def first_protected(
+    members: Iterable[Candidate],
+    priority: int,
+    exclude: frozenset[ObjectKey] = frozenset(),
+    *,
+    own_priority: bool = True,
+) -> tuple[Candidate, str, str] | None:
+    """The first of a unit's members (in the order given) that is not a victim for a preemptor of this
+    priority, with its rule and reason; None when every one is. own_priority False leaves out the
+    comparison of the member's own priority (a Kueue Workload's priority is compared instead)."""
+    for member in members:
+        if own_priority and member.priority >= priority:
             rule, why = "priority", f"priority {member.priority} is not lower than {priority}"
         elif exclude and member.key in exclude:
             rule, why = _EXCLUDED
-        elif member.floor > priority:
+        elif (member.floor if own_priority else member.assessment.eligible_from) > priority:
             rule = verdict_rule(member.assessment, priority)[1]
             why = verdict_reason(member.assessment, priority)
         else:
             continue
-        return (
-            Rule.GANG_MEMBER_PROTECTED,
-            f"{Rule.GANG_MEMBER_PROTECTED}: gang {gang.name}: {member.key} [{rule}] {why}",
-        )
-    return (Rule.GANG_MEMBER_PROTECTED, f"{Rule.GANG_MEMBER_PROTECTED}: gang {gang.name}")
+        return member, rule, why
+    return None
 
 
 NO_SPLIT = Split([], 0, frozenset())

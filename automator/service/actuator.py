@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from automator.kueue.model import KueuePlan
+from automator.kueue.report import kueue_json
 from automator.metrics import AutomatorMetrics, unresolved_by_reason
+from automator.objects.cluster import ClusterState
 from automator.objects.resources import rfc3339
 from automator.ports import (
     EvictionOutcome,
@@ -25,6 +28,7 @@ from automator.ports import (
     Mode,
     PassOutcome,
     PrometheusUnavailable,
+    Usage,
     UsageSource,
 )
 from automator.reclaim import planner, report
@@ -38,6 +42,7 @@ from automator.service.cooldown import (
 from automator.service.enforcer import Enforcer
 from automator.service.eviction import Action, ClusterWriter
 from automator.service.fencing import with_replacements
+from automator.service.kueue import KueueStep
 
 __all__ = ["Action", "ActuatorState", "PassResult", "run_pass", "skew_verdict"]
 
@@ -59,6 +64,7 @@ class PassResult:
     prometheus_queries: int = 0
     replans: int = 0
     duration_seconds: float = 0.0
+    kueue: KueuePlan | None = None  # with --kueue boost or deactivate (docs/kueue.md)
 
     @property
     def ok(self) -> bool:
@@ -89,6 +95,8 @@ class PassResult:
             replans=self.replans,
             duration_seconds=round(self.duration_seconds, 6),
         )
+        if self.kueue is not None:
+            body["kueue"] = kueue_json(self.kueue)
         return body
 
 
@@ -100,6 +108,7 @@ class _Limits:
     max_replans: int
     max_evictions_per_hour: int | None
     fence: Callable[[], None] | None = None  # the Lease record, written before each eviction
+    kueue: KueueStep | None = None
 
 
 def run_pass(
@@ -114,12 +123,14 @@ def run_pass(
     max_replans: int = 5,
     max_evictions_per_hour: int | None = None,
     fence: Callable[[], None] | None = None,
+    kueue: KueueStep | None = None,
 ) -> PassResult:
-    """One pass. Never raises; never evicts without usage data, past the clock-skew bound or in dry-run."""
+    """One pass. Never raises; never evicts without usage data, past the clock-skew bound or in dry-run.
+    kueue: the Kueue step, after the reclaim's (docs/kueue.md)."""
     state = state if state is not None else ActuatorState()
     started = time.monotonic()
     result = PassResult(mode=mode, at=now, result=PassOutcome.OK)
-    limits = _Limits(should_continue, max_replans, max_evictions_per_hour, fence)
+    limits = _Limits(should_continue, max_replans, max_evictions_per_hour, fence, kueue)
     try:
         _run(kube, prom, config, mode, now, state, metrics, limits, result)
     except KubernetesUnavailable as e:
@@ -194,8 +205,11 @@ def _run(
         metrics.under_notice.set(len(plan.under_notice))
     if not may_evict:
         result.result, result.reason = PassOutcome.CLOCK_SKEW, skew_note
+        _kueue(limits, result, cluster, usage, config, mode, now, 0, may_write=False)
         return
     result.reason = skew_note
+    left = budget - sum(len(d.victims) for d in plan.decisions)  # dry-run: what the plan would evict
+    stopped = False
     if mode is Mode.ENFORCE:
         writer = ClusterWriter(
             kube, {p.key: p for p in cluster.pods}, metrics, limits.should_continue, fence=limits.fence
@@ -205,8 +219,28 @@ def _run(
         result.plan = plan = enforcer.run(plan)  # the decisions acted on
         result.actions = writer.actions
         result.replans = enforcer.replans
+        left, stopped = enforcer.budget, enforcer.stopped is not None
         if enforcer.stopped:
             result.reason = "; ".join(x for x in (result.reason, enforcer.stopped) if x)
+    _kueue(limits, result, cluster, usage, config, mode, now, left, may_write=not stopped)
     if metrics is not None:
         metrics.decisions.labels(mode=str(mode)).inc(len(plan.decisions))
         metrics.set_unresolved(unresolved_by_reason(plan.unresolved))
+
+
+def _kueue(
+    limits: _Limits,
+    result: PassResult,
+    cluster: ClusterState,
+    usage: Usage,
+    config: PlannerConfig,
+    mode: Mode,
+    now: datetime,
+    budget: int,
+    may_write: bool,
+) -> None:
+    """The Kueue step with what the pass's budgets left (a write on n pods counts n)."""
+    if limits.kueue is None:
+        return
+    result.kueue, actions = limits.kueue.run(cluster, usage, config, mode, now, max(0, budget), may_write)
+    result.actions.extend(actions)

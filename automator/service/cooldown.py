@@ -42,6 +42,8 @@ class ActuatorState:
     # The controller (kind, name) of each remembered preemptor: its replacement shares the cooldown
     # (service/fencing.py).
     controllers: dict[ObjectKey, tuple[str, str]] = field(default_factory=dict)
+    # Kueue: when each waiting Workload was last served (a boost or deactivation written for it).
+    kueue_served: dict[ObjectKey, datetime] = field(default_factory=dict)
 
     def evictions_last_hour(self, now: datetime) -> int:
         while self.evictions and now - self.evictions[0] >= HOUR:

@@ -21,6 +21,7 @@ from automator.ports import EvictionResult, KubeAdapter, KubernetesUnavailable, 
 from automator.reclaim.model import PlannerConfig
 from automator.reclaim.snapshot import load_cluster
 from automator.service.actuator import ActuatorState, PassResult, run_pass
+from automator.service.kueue import KueueStep
 
 # A pass older than this many intervals makes a leader unready.
 STALE_INTERVALS = 3
@@ -29,12 +30,12 @@ STALE_INTERVALS = 3
 class SnapshotKube:
     """The cluster from a file, re-read every pass; writing is impossible (dry-run only)."""
 
-    def __init__(self, path: Path, gpu_resources: tuple[str, ...]) -> None:
-        self.path, self.gpu_resources = path, gpu_resources
+    def __init__(self, path: Path, gpu_resources: tuple[str, ...], kueue: bool = False) -> None:
+        self.path, self.gpu_resources, self.kueue = path, gpu_resources, kueue
 
     def snapshot(self) -> ClusterState:
         try:
-            return load_cluster(self.path, self.gpu_resources)
+            return load_cluster(self.path, self.gpu_resources, self.kueue)
         except (InputError, OSError) as e:
             raise KubernetesUnavailable(f"snapshot {self.path}: {e}") from e
 
@@ -74,6 +75,7 @@ class Service:
     fence: Callable[[], None] | None = None
     clock: Callable[[], datetime] = _now
     state: ActuatorState = field(default_factory=ActuatorState)
+    kueue: KueueStep | None = None  # --kueue boost or deactivate (docs/kueue.md)
     last: PassResult | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -95,6 +97,7 @@ class Service:
             max_replans=self.max_replans,
             max_evictions_per_hour=self.max_evictions_per_hour,
             fence=self.fence,
+            kueue=self.kueue,
         )
         with self._lock:
             self.last = result

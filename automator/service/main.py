@@ -37,6 +37,7 @@ from automator.ports import KubeAdapter
 from automator.prom import DraMemoryReader, PrometheusAdapter, PrometheusCredentials, read_credentials
 from automator.service.cooldown import ActuatorState
 from automator.service.fencing import lease_record, restore
+from automator.service.kueue import KueueStep
 from automator.service.loop import STALE_INTERVALS, Service, SnapshotKube
 from automator.service.scheduling import Job, Wiring, serve
 from automator.service.web import (
@@ -131,12 +132,16 @@ def _cluster(
     """The cluster adapter (the snapshot file, or the API) and, when on, the leader elector."""
     gpu_resources = settings.planner.gpu_resources
     if settings.cluster_snapshot:
-        return SnapshotKube(Path(settings.cluster_snapshot), gpu_resources), None
+        return SnapshotKube(Path(settings.cluster_snapshot), gpu_resources, settings.kueue.on), None
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     api = api_client(settings.kubeconfig)
     if settings.leader_election is False:
         kube = KubernetesAdapter(
-            api, identity=identity, request_timeout=settings.api_timeout, gpu_resources=gpu_resources
+            api,
+            identity=identity,
+            request_timeout=settings.api_timeout,
+            gpu_resources=gpu_resources,
+            kueue=settings.kueue.on,
         )
         return kube, None
     elector = LeaderElector(
@@ -156,6 +161,7 @@ def _cluster(
         request_timeout=settings.api_timeout,
         gpu_resources=gpu_resources,
         write_timeout=elector.write_timeout,
+        kueue=settings.kueue.on,
     )
     return kube, elector
 
@@ -225,6 +231,9 @@ def build(settings: ServiceSettings, registry: CollectorRegistry | None = None) 
         max_replans=settings.max_replans,
         max_evictions_per_hour=settings.max_evictions_per_hour,
     )
+    if settings.kueue.on:  # docs/kueue.md; a snapshot file is written to by no one
+        writer = kube if isinstance(kube, KubernetesAdapter) else None
+        service.kueue = KueueStep(writer, settings.kueue, state, metrics, service.is_leader)
     app = create_app(service, access)
     keda.attach(app, settings, metrics.registry, prom.keda_query)  # docs/keda.md
     wiring = Wiring(service, app, elector, [Job("reclaim-pass", service.run_once, service.interval)])

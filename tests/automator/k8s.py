@@ -202,3 +202,150 @@ def pod_group(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"minMember": min_member},
     }
+
+
+# --- Kueue (docs/kueue.md) ---------------------------------------------------------------------------------
+
+KUEUE_V1BETA2 = "kueue.x-k8s.io/v1beta2"
+
+
+def kueue_workload(
+    name: str,
+    namespace: str = "ml",
+    *,
+    gpus: int = 8,
+    count: int = 1,
+    priority: int | None = 100,
+    queue: str = "q",
+    admitted_in: str | None = None,
+    job_uid: str | None = None,
+    annotations: dict[str, str] | None = None,
+    active: bool | None = None,
+    created_ago: float = 3600,
+    conditions: list[dict[str, str]] | None = None,
+    requests: dict[str, Any] | None = None,
+    api: str = KUEUE_V1BETA2,
+) -> JsonObj:
+    """A Kueue Workload of `count` pods of `gpus` GPUs each: waiting (no condition) unless admitted_in names
+    the ClusterQueue that admitted it; job_uid: the Job that owns it."""
+    spec: dict[str, Any] = {
+        "queueName": queue,
+        "podSets": [
+            {
+                "name": "main",
+                "count": count,
+                "template": {
+                    "spec": {"containers": [{"name": "main", "resources": {"requests": {GPU: str(gpus)}}}]}
+                },
+            }
+        ],
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    if active is not None:
+        spec["active"] = active
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-wl-{namespace}-{name}",
+        "creationTimestamp": ago(created_ago),
+        "annotations": dict(annotations or {}),
+    }
+    if job_uid is not None:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid}]
+    given = list(conditions or [])
+    if admitted_in is not None:
+        given += [
+            {"type": "QuotaReserved", "status": "True", "message": f"reserved in {admitted_in}"},
+            {"type": "Admitted", "status": "True", "message": "admitted"},
+        ]
+    # every field Kueue's CRD requires of a condition
+    since = ago(created_ago)
+    status: dict[str, Any] = {
+        "conditions": [{"reason": c["type"], "message": "", "lastTransitionTime": since, **c} for c in given]
+    }
+    if admitted_in is not None:
+        status["admission"] = {
+            "clusterQueue": admitted_in,
+            "podSetAssignments": [
+                {"name": "main", "count": count, "resourceUsage": {GPU: str(gpus * count)}}
+            ],
+        }
+    if requests is not None:
+        status["resourceRequests"] = [{"name": "main", "resources": requests}]
+    return {"apiVersion": api, "kind": "Workload", "metadata": meta, "spec": spec, "status": status}
+
+
+def cluster_queue(
+    name: str,
+    nominal: int = 16,
+    used: int = 16,
+    *,
+    within: str | None = "LowerPriority",
+    reclaim: str | None = None,
+    cohort: str | None = None,
+    api: str = KUEUE_V1BETA2,
+) -> JsonObj:
+    preemption: dict[str, str] = {}
+    if within is not None:
+        preemption["withinClusterQueue"] = within
+    if reclaim is not None:
+        preemption["reclaimWithinCohort"] = reclaim
+    spec: dict[str, Any] = {
+        "preemption": preemption,
+        "resourceGroups": [
+            {
+                "coveredResources": [GPU],
+                "flavors": [{"name": "h100", "resources": [{"name": GPU, "nominalQuota": str(nominal)}]}],
+            }
+        ],
+    }
+    if cohort is not None:
+        spec["cohortName" if api.endswith("v1beta2") else "cohort"] = cohort
+    status = {
+        "flavorsUsage": [{"name": "h100", "resources": [{"name": GPU, "total": str(used), "borrowed": "0"}]}]
+    }
+    return {
+        "apiVersion": api,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def local_queue(
+    name: str, cluster_queue_name: str, namespace: str = "ml", api: str = KUEUE_V1BETA2
+) -> JsonObj:
+    return {
+        "apiVersion": api,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue_name},
+    }
+
+
+def job(name: str, uid: str, namespace: str = "ml", owner_uid: str | None = None) -> JsonObj:
+    """A batch/v1 Job (owned by owner_uid: a JobSet's Jobs are owned by the JobSet)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if owner_uid is not None:
+        meta["ownerReferences"] = [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name,
+                                    "uid": owner_uid}]  # fmt: skip
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}}
+
+
+def owned(obj: JsonObj, owner_uid: str, kind: str = "Job") -> JsonObj:
+    """The pod owned by the object of that uid."""
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": kind, "name": "owner", "uid": owner_uid}
+    ]
+    return obj
+
+
+def with_kueue(objs: list[JsonObj]) -> ClusterState:
+    """The cluster of the objects (cluster_objects' list), Kueue's objects and Jobs read as Kueue's."""
+    kueue_kinds = ("Workload", "ClusterQueue", "LocalQueue", "Job")
+    rest = [o for o in objs if o["kind"] not in kueue_kinds]
+    return ClusterState.from_objects(
+        *_by_kind(rest).values(), kueue=[o for o in objs if o["kind"] in kueue_kinds]
+    )

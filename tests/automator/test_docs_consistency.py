@@ -142,12 +142,17 @@ def test_every_documented_flag_and_variable_exists() -> None:
 @pytest.mark.usefixtures("clean_env")
 @pytest.mark.parametrize(
     ("doc", "heading", "subcommand"),
-    [(SERVICE_DOC, "Configuration", "run"), (CLI_DOC, "Planner flags", "plan")],
+    [
+        (SERVICE_DOC, "Configuration", "run"),
+        (CLI_DOC, "Planner flags", "plan"),
+        (CLI_DOC, "Kueue flags", "plan"),
+    ],
 )
 def test_flag_tables_give_the_real_variable_and_default(doc: Path, heading: str, subcommand: str) -> None:
-    declared: tuple[Setting[Any], ...] = (
-        settings.PLANNER_SETTINGS if subcommand == "plan" else settings.ALL_SETTINGS
-    )
+    declared: tuple[Setting[Any], ...] = {
+        "Planner flags": settings.PLANNER_SETTINGS,
+        "Kueue flags": settings.KUEUE_SETTINGS,
+    }.get(heading, settings.ALL_SETTINGS)
     by_flag = {s.flag: s for s in declared}
     parser_flags = {f for a in options(subparsers()[subcommand]) for f in a.option_strings}
     assert set(by_flag) <= parser_flags  # the declarations are what the parser offers
@@ -532,8 +537,8 @@ def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Re
         }
     )
     api = client.ApiClient(client.Configuration(host=fake_kube.url))
-    kube = KubernetesAdapter(api, identity="replica-0")
-    kube.snapshot()
+    kube = KubernetesAdapter(api, identity="replica-0", kueue=True)
+    kube.snapshot()  # with Kueue on: its objects and the Jobs are listed too
     pod = ObjectKey("ml", "train-a")
     assert kube.get_pod(pod) is not None
     assert kube.evict(pod, uid="u-1", dry_run=True).outcome is EvictionOutcome.OK
@@ -575,8 +580,49 @@ GANG_APIS_SERVED = (
 
 
 def test_rbac_allows_exactly_the_writes_the_adapter_makes() -> None:
-    with FakeApiServer(gang_apis=GANG_APIS_SERVED).start() as fake_kube:
+    with FakeApiServer(
+        gang_apis=GANG_APIS_SERVED, kueue_apis=["kueue.x-k8s.io/v1beta2"]
+    ).start() as fake_kube:
         check_rbac(fake_kube)
+
+
+def test_rbac_of_kueue_writes_is_the_kueue_component_and_nothing_else() -> None:
+    """`--kueue boost|deactivate` write one thing, a merge patch of a Workload (and Events, the base's):
+    deploy/components/kueue grants exactly that, the base ClusterRole never does (`off` grants nothing)."""
+    component = [
+        doc for doc in yaml.safe_load_all((DEPLOY.parent / "components" / "kueue" / "rbac.yaml").read_text())
+    ]
+    (role,) = [d for d in component if d["kind"] == "ClusterRole"]
+    (binding,) = [d for d in component if d["kind"] == "ClusterRoleBinding"]
+    deployment, _ = container(manifests())
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = deployment["metadata"]["namespace"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    (base,) = manifests()["ClusterRole"]
+    assert not allows(base["rules"], "kueue.x-k8s.io", "workloads", "patch")
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "w-1"},
+        "spec": {"active": True},
+    }
+    with FakeApiServer([workload], kueue_apis=["kueue.x-k8s.io/v1beta2"]).start() as fake_kube:
+        kube = KubernetesAdapter(client.ApiClient(client.Configuration(host=fake_kube.url)), kueue=True)
+        key, version = ObjectKey("ml", "train"), "kueue.x-k8s.io/v1beta2"
+        kube.patch_workload(key, version, {"metadata": {"annotations": {"a": "b"}}}, uid="w-1")
+        kube.patch_workload(key, version, {"spec": {"active": False}}, uid="w-1")
+        kube.workload_event(key, version, "w-1", "Normal", conventions.KUEUE_REASON_DEACTIVATED, "test")
+        writes = {rbac_request(c.method, c.path) for c in fake_kube.writes()}
+    assert {(g, r, v) for g, r, v, _ in writes} == {
+        ("kueue.x-k8s.io", "workloads", "patch"),
+        ("", "events", "create"),
+    }
+    for group, resource, verb, _ in writes:
+        assert allows(role["rules"] + base["rules"], group, resource, verb), (group, resource, verb)
+    assert role["rules"] == [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["patch"]}
+    ]
 
 
 def check_rbac(fake_kube: FakeApiServer) -> None:
@@ -604,7 +650,8 @@ def check_rbac(fake_kube: FakeApiServer) -> None:
         ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "deviceclasses"),
         ("scheduling.k8s.io", "podgroups"), ("scheduling.k8s.io", "workloads"),
         ("scheduling.x-k8s.io", "podgroups"), ("scheduling.volcano.sh", "podgroups"),
-        ("scheduling.run.ai", "podgroups"),
+        ("scheduling.run.ai", "podgroups"), ("kueue.x-k8s.io", "workloads"),
+        ("kueue.x-k8s.io", "clusterqueues"), ("kueue.x-k8s.io", "localqueues"), ("batch", "jobs"),
     }  # fmt: skip
     assert resources == expected  # the recorder saw every kind of call, so the check below is complete
     for group, resource, verb, ns in calls:

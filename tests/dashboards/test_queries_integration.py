@@ -117,6 +117,10 @@ def _automator_activity(
         metrics.reclaimed_gpus.inc(2)
         metrics.reclaimed_gpus_held.set(2)
         metrics.last_success.set(time.time())
+        metrics.kueue_actions.labels(action="deactivate", mode="enforce").inc()
+        metrics.kueue_waiting.set(1)
+        metrics.kueue_waiting_gpus.set(8)
+        metrics.kueue_idle_quota.set(8)
 
 
 @pytest.fixture(scope="module")

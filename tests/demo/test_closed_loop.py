@@ -21,8 +21,22 @@ from datetime import datetime
 
 import pytest
 
+from steward_common.conventions import KUEUE_DEACTIVATED_FOR_ANNOTATION, KUEUE_REASON_DEACTIVATED
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
-from tools.demo import DRA_REASON, FAST, PREEMPTOR, VICTIM, Demo, Ports, Story, run_story
+from tools.demo import (
+    DRA_REASON,
+    FAST,
+    FINETUNE,
+    KUEUE_API,
+    NOTEBOOK,
+    NOTEBOOK_POD,
+    PREEMPTOR,
+    VICTIM,
+    Demo,
+    Ports,
+    Story,
+    run_story,
+)
 from tools.demobacktest import SUBCOMMAND
 from tools.demorules import DRA_ALERT, IDLE_ALERT
 from tools.kubeapi import is_dry_run
@@ -235,3 +249,35 @@ def test_the_demo_ends_with_a_backtest_over_its_own_history(story: Story) -> Non
     page = backtest.html.read_text()
     assert "<html" in page.lower()
     assert not re.search(r"<(script|link|img|iframe)[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", page, re.I)
+
+
+def test_the_idle_kueue_workload_gave_its_quota_to_the_waiting_one(story: Story) -> None:
+    demo = story.demo
+    assert demo.api is not None
+    assert story.told["kueue-idle"] <= story.told["kueue-deactivated"] <= story.told["kueue-admitted"]
+    # the automator's one write on Kueue: the idle Workload deactivated for the waiting one, with its uid
+    patches = [c for c in demo.api.writes() if c.method == "PATCH" and "/workloads/" in c.path]
+    assert [(c.path, c.code) for c in patches] == [
+        (f"/apis/{KUEUE_API}/namespaces/{NOTEBOOK[0]}/workloads/{NOTEBOOK[1]}", 200)
+    ]
+    (notebook,) = [w for w in demo.api.objects_of("workloads") if w["metadata"]["name"] == NOTEBOOK[1]]
+    assert patches[0].body == {
+        "metadata": {
+            "annotations": {KUEUE_DEACTIVATED_FOR_ANNOTATION: f"{FINETUNE[0]}/{FINETUNE[1]}"},
+            "uid": notebook["metadata"]["uid"],
+        },
+        "spec": {"active": False},
+    }
+    (event,) = [e for e in demo.api.objects_of("events") if e.get("reason") == KUEUE_REASON_DEACTIVATED]
+    assert event["involvedObject"]["name"] == NOTEBOOK[1] and "team-a/finetune" in event["message"]
+    # the stand-in's part: the notebook's pod gone (never evicted), its quota released, finetune admitted
+    assert demo.api.pod(*NOTEBOOK_POD) is None
+    assert not any(NOTEBOOK_POD[1] in path for path in evictions(demo))
+    conditions = {c["type"]: c["status"] for c in notebook["status"]["conditions"]}
+    assert conditions["Evicted"] == "True" and conditions["QuotaReserved"] == "False"
+    (finetune,) = [w for w in demo.api.objects_of("workloads") if w["metadata"]["name"] == FINETUNE[1]]
+    assert {c["type"]: c["status"] for c in finetune["status"]["conditions"]}["Admitted"] == "True"
+    pod = demo.api.pod(FINETUNE[0], f"{FINETUNE[1]}-main-0")
+    assert pod is not None and pod["spec"]["nodeName"] == "demo-gpu-node-3"
+    with urllib.request.urlopen(f"{demo.automator_url}/decisions", timeout=30) as r:
+        assert json.load(r)["kueue"]["mode"] == "deactivate"

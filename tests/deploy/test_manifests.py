@@ -34,6 +34,7 @@ KUSTOMIZATIONS = [
     "overlays/no-operator",
     "overlays/keda-grpc",
     "overlays/keda-tls",
+    "overlays/kueue",
     "namespace",
     "exporter",
     "automator",
@@ -131,6 +132,22 @@ def test_enforce_overlay_only_changes_the_mode() -> None:
     base, enforce = render(""), render("overlays/enforce")
     assert _automator_env(enforce)["GPU_STEWARD_MODE"] == "enforce"
     assert len(base) == len(enforce)
+
+
+def test_kueue_overlay_adds_the_workload_patch_and_the_mode_only() -> None:
+    base, kueue = render(""), render("overlays/kueue")
+    assert _automator_env(kueue)["GPU_STEWARD_KUEUE"] == "deactivate"
+    assert "GPU_STEWARD_KUEUE" not in _automator_env(base)  # off: nothing written, nothing granted
+    added = [
+        o
+        for o in kueue
+        if (o["kind"], o["metadata"]["name"]) not in {(b["kind"], b["metadata"]["name"]) for b in base}
+    ]
+    assert sorted(o["kind"] for o in added) == ["ClusterRole", "ClusterRoleBinding"]
+    role = next(o for o in added if o["kind"] == "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["patch"]}
+    ]
 
 
 def test_no_operator_overlay_has_no_operator_objects_and_carries_rules_and_jobs() -> None:

@@ -190,6 +190,18 @@ def _keda_mtls(objects: Objects, ctx: Context) -> None:
     assert scaled["spec"]["triggers"][0]["metadata"]["authMode"] == "tls"
 
 
+def _kueue(objects: Objects, _: Context) -> None:
+    assert _env(objects)["GPU_STEWARD_KUEUE"] == "deactivate"
+    writes = [
+        rule
+        for role in objects
+        if role["kind"] == "ClusterRole"
+        for rule in role["rules"]
+        if "kueue.x-k8s.io" in rule["apiGroups"] and set(rule["verbs"]) - {"list", "get", "watch"}
+    ]
+    assert [(r["resources"], r["verbs"]) for r in writes] == [(["workloads"], ["patch"])]
+
+
 def _keda_grpc(objects: Objects, _: Context) -> None:
     assert _env(objects)["GPU_STEWARD_KEDA_GRPC_PORT"] == "9000"
 
@@ -217,6 +229,7 @@ CHECKS: dict[str, Check] = {
     "keda-token": _keda_token,
     "keda-mtls": _keda_mtls,
     "keda-grpc": _keda_grpc,
+    "kueue": _kueue,
     "no-operator": _no_operator,
     "image": _image,
 }

@@ -13,7 +13,7 @@ from tools.promserver import ROOT
 def test_missing_names_each_incomplete_story_and_its_steps(tmp_path: Path) -> None:
     story = Story(Demo(tmp_path, FAST))
     assert [m.split(" ")[0] for m in story.missing()] == list(STORIES)
-    for step in STORIES["reclaim"] + STORIES["DRA"]:
+    for step in STORIES["reclaim"] + STORIES["DRA"] + STORIES["Kueue"]:
         story.told[step] = 0.0
     assert story.missing() == ["KEDA (" + ", ".join(STORIES["KEDA"]) + ")"]
     story.told["keda-up"] = story.told["keda-applied"] = 0.0

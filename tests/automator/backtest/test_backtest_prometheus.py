@@ -109,6 +109,7 @@ def test_known_answers(
     report = _backtest(prometheus, classes_file, capsys)
     assert set(report) == {"from", "to", "step_seconds", "lookahead_seconds", "policies", "warnings"}
     assert report["step_seconds"] == STEP and report["lookahead_seconds"] == 30 * M
+    assert not any("Kueue" in w for w in report["warnings"])  # no Kueue in this history
     [policy] = report["policies"]
     evictions = {e["victim"]: e for e in policy["evictions"]}
     assert set(evictions) == {"ml/regret", "ml/done"}  # nothing for hi/p3: the gap, then history bound it
@@ -159,7 +160,7 @@ def test_threshold_sweep(
     result = run_backtest(
         prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
     )
-    assert result.queries == 2 * (WINDOW // STEP + 1) + len(KSM_QUERIES) + 1 + 2
+    assert result.queries == 2 * (WINDOW // STEP + 1) + len(KSM_QUERIES) + 1 + 2 + 1  # + Kueue's
 
 
 @pytest.mark.integration
@@ -188,7 +189,7 @@ def test_queries_per_step_do_not_grow_with_the_cluster(prometheus: Prometheus, c
     # per step: the live adapter's recent and GPU-window queries; per chunk (one here): a range query per
     # kube-state-metrics metric and the evidence query; per step with evictions (two): one look-ahead.
     assert result.steps == steps
-    assert result.queries == 2 * steps + len(KSM_QUERIES) + 1 + 2
+    assert result.queries == 2 * steps + len(KSM_QUERIES) + 1 + 2 + 1  # + Kueue's
     assert result.queries_per_step == result.queries / steps
 
 
@@ -234,7 +235,7 @@ def test_chunks_change_nothing_but_the_query_count(
     result = run_backtest(
         prom, F, F + WINDOW, STEP, 30 * M, policies(args), load_cluster(classes_file).priority_classes
     )
-    assert result.queries == 2 * (WINDOW // STEP + 1) + 7 * (len(KSM_QUERIES) + 1) + 2
+    assert result.queries == 2 * (WINDOW // STEP + 1) + 7 * (len(KSM_QUERIES) + 1) + 2 + 1  # + Kueue's
 
 
 def test_a_prometheus_without_kube_state_metrics_is_named_as_the_cause(
