@@ -7,6 +7,7 @@ recorded GPU activity every 30 s at 15 s past (never on a step).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,10 @@ class Pod:
     owner: tuple[str, str] = ("<none>", "<none>")
     # (from, to, activity) of its recorded GPU activity; nothing outside them
     activity: list[tuple[int, int, float]] = field(default_factory=list)
+    # its labels and annotations as kube-state-metrics exports them (label_<key>, annotation_<key>,
+    # sanitized), for the keys its allow-lists name
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def uid(self) -> str:
@@ -98,6 +103,13 @@ def _pod(om: OpenMetrics, pod: Pod, gap: tuple[int, int] | None) -> None:
     om.series("kube_pod_info", {**info, "node": ""}, ((t, 1) for t in alive if t < bound))
     om.series("kube_pod_info", {**info, "node": pod.node}, ((t, 1) for t in alive if t >= bound))
     om.series("kube_pod_created", ident, ((t, om.f + pod.created) for t in alive))
+    for metric, prefix, keys in (
+        ("kube_pod_labels", "label_", pod.labels),
+        ("kube_pod_annotations", "annotation_", pod.annotations),
+    ):
+        if keys:
+            exported = {prefix + re.sub(r"[^a-zA-Z0-9_]", "_", k): v for k, v in keys.items()}
+            om.series(metric, {**ident, **exported}, ((t, 1) for t in alive))
     ended = pod.ended if pod.ended is not None else END
 
     def phase(t: int) -> str:
