@@ -288,6 +288,7 @@ class Demo:
             "--interval", f"{self.pass_interval:g}",
             "--listen-address", "127.0.0.1",
             "--port", str(port),
+            "--probe-port", str(free_port()),  # not the default 8081, which may be taken on this machine
             # The DRA check as often as the service allows in the fast demo (10 s at least).
             "--dra-check-interval", f"{max(10, round(seconds(20)))}",
             "--keda-bearer-token-file", str(self.workdir / "keda-token"),

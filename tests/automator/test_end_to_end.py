@@ -230,6 +230,7 @@ def start_automator(tmp_path: Path, kubeconfig: Path) -> Iterator[Callable[..., 
             "--interval", "1",
             "--listen-address", "127.0.0.1",
             "--port", str(port),
+            "--probe-port", str(free_port()),  # the default 8081 may be taken on a shared machine
             *extra,
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)

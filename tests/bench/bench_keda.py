@@ -254,6 +254,7 @@ def main() -> str:
             [
                 sys.executable, "-m", "automator", "run", "--cluster-snapshot", str(snapshot),
                 "--prometheus-url", prom.url, "--listen-address", "127.0.0.1", "--port", str(port),
+                "--probe-port", str(free_port()),
                 "--no-leader-election", "--interval", "86400", "--keda-max-age-seconds", "86400",
                 "--keda-refresh-seconds", "3600", "--max-connections-per-source", "64",
             ],
