@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import yaml
 
-from tools.promserver import Prometheus, free_port, wait_http
+from tools.fakes.promserver import Prometheus, free_port, wait_http
 
 
 class Victoria(Prometheus):

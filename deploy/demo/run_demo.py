@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.demo import main
+from tools.demo.run import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,8 +41,8 @@ from automator.service.actuator import run_pass
 from steward_common.series import POD_ACTIVITY
 from tests.automator.backtest.backfill import Pod
 from tests.automator.backtest.test_backtest_prometheus import CLASSES as KNOWN_CLASSES
-from tools.fakekube import FakeApiServer
-from tools.promserver import Prometheus, start_prometheus
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.promserver import Prometheus, start_prometheus
 
 H, M, D = 3600, 60, 86400
 STEP = 5 * M

@@ -20,7 +20,7 @@ from automator.objects.cache import RecordCache
 from tests.automator.dra.test_dra_checks import hami_objects, hami_usage
 from tests.automator.dra.test_dra_service import api_for
 from tests.automator.fixtures.dra import builders as b
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 Obj = dict[str, Any]
 

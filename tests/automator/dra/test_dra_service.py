@@ -38,8 +38,8 @@ from automator.service import main as service
 from steward_common.metrics import CONTAINER_MEMORY_USED
 from steward_common.series import CONTAINER_MEMORY
 from tests.fakeclock import Clock
-from tools.fakekube import FakeApiServer
-from tools.promserver import Prometheus, free_port, rules_on_mock_exporter
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.promserver import Prometheus, free_port, rules_on_mock_exporter
 
 REPO = Path(__file__).resolve().parents[3]
 DEMO = REPO / "deploy" / "demo"

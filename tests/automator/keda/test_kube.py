@@ -15,7 +15,7 @@ from automator.keda.table import DeclaredTable, ScaledObjectsAbsent
 from automator.keda.workloads import resolve
 from automator.ports import KubernetesUnavailable
 from tests.automator.keda.fakes import FakePrometheus, fresh_result, pod, replicaset, scaled_object
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 CORE, APPS = "/api/v1/namespaces/inference", "/apis/apps/v1/namespaces/inference"
 

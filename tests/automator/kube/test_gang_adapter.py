@@ -11,7 +11,7 @@ from kubernetes import client
 
 from automator.kube.adapter import KubernetesAdapter
 from automator.objects.gang import GangSource
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 ALL = (
     "scheduling.k8s.io/v1alpha2",

@@ -19,8 +19,8 @@ from automator.objects.keys import ObjectKey
 from automator.ports import EvictionOutcome, KubernetesUnavailable
 from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_NODE_ANNOTATION
 from tests.fakeclock import FakeClock
-from tools.fakekube import FakeApiServer
-from tools.promserver import free_port
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.promserver import free_port
 
 
 def api_for(url: str) -> client.ApiClient:

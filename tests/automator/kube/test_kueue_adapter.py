@@ -14,7 +14,7 @@ from automator.kube.adapter import KubernetesAdapter
 from automator.objects.keys import ObjectKey
 from automator.ports import KubernetesUnavailable
 from tests.automator import k8s
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 V2, V1 = "kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"
 

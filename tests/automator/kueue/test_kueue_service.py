@@ -31,7 +31,7 @@ from steward_common.conventions import (
 )
 from tests.automator import k8s
 from tests.automator.fakes import FakePrometheus
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 V2 = "kueue.x-k8s.io/v1beta2"
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml/workloads/"

@@ -27,7 +27,7 @@ from automator.prom import (
 from automator.reclaim import planner
 from automator.reclaim.model import PlannerConfig, PodUsage, UsageWindow
 from tests.automator import k8s
-from tools.promserver import Prometheus, free_port, start_backfilled_prometheus
+from tools.fakes.promserver import Prometheus, free_port, start_backfilled_prometheus
 
 RULE_INTERVAL = 30
 # Query instant: samples sit at T - 15 - 30*i, so range boundaries never fall on a sample.

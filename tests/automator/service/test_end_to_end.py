@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from automator.prom import GPU_SERIES
 from steward_common.conventions import LAST_RECLAIM_ANNOTATION, RECLAIM_ANNOTATION
-from tools.fakekube import FakeApiServer
-from tools.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus, stop
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.promserver import ROOT, Prometheus, free_port, start_backfilled_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

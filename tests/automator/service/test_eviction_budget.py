@@ -21,7 +21,7 @@ from steward_common.conventions import EVICTIONS_ANNOTATION
 from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.automator.reclaim.test_reclaim_safety import two_nodes_cluster
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 NOW = k8s.NOW
 

@@ -16,7 +16,7 @@ from automator.service.actuator import run_pass
 from tests.automator import k8s
 from tests.automator.fakes import FakePrometheus
 from tests.automator.reclaim.test_reclaim_safety import two_nodes_objects
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 EVICTION = r"/api/v1/namespaces/ml/pods/[^/]+/eviction"
 

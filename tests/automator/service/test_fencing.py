@@ -28,7 +28,7 @@ from tests.automator import k8s
 from tests.automator.fakes import FakeKube, FakePrometheus
 from tests.automator.reclaim.test_reclaim_safety import two_nodes_cluster
 from tests.automator.service.test_eviction_budget import _elector as budget_elector
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 NOW = k8s.NOW
 X, Y, P = ObjectKey("ml", "x"), ObjectKey("ml", "y"), ObjectKey("ml", "p")

@@ -14,7 +14,7 @@ from automator.service.actuator import run_pass
 from steward_common.conventions import GANG_COSCHEDULING_LABEL, LAST_RECLAIM_ANNOTATION
 from tests.automator import k8s
 from tests.automator.fakes import FakePrometheus
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 GANG = {GANG_COSCHEDULING_LABEL: "train"}
 

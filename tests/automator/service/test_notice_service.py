@@ -26,7 +26,7 @@ from steward_common.conventions import (
 )
 from tests.automator import k8s
 from tests.automator.fakes import FakePrometheus
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 NOW = k8s.NOW
 CONFIG = PlannerConfig(notice_seconds=600)

@@ -432,7 +432,7 @@ def test_http_server_is_waitress_with_a_bounded_pool() -> None:
     import threading
     import urllib.request
 
-    from tools.promserver import free_port
+    from tools.fakes.promserver import free_port
 
     svc, _, _ = make_service()
     port = free_port()
@@ -455,7 +455,7 @@ def test_trickling_clients_are_cut_at_the_head_deadline_and_probes_answer() -> N
     import threading
     import urllib.request
 
-    from tools.promserver import free_port
+    from tools.fakes.promserver import free_port
 
     svc, _, _ = make_service()
     port = free_port()

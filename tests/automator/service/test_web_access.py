@@ -13,7 +13,7 @@ from automator import settings
 from automator.service import main as service
 from automator.service.web import DecisionsAccess
 from tests.automator.service.test_service import make_service, resolved
-from tools.promserver import free_port
+from tools.fakes.promserver import free_port
 
 ACCESS = DecisionsAccess(token="s3cret")
 

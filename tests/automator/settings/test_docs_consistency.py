@@ -46,7 +46,7 @@ from steward_common.conventions import (
 )
 from steward_common.settingspec import Setting
 from tests.automator.fakes import FakeKube, FakePrometheus
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 REPO = Path(__file__).resolve().parents[3]
 DOCS = REPO / "docs"

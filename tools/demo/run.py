@@ -49,16 +49,16 @@ from automator.dra.report import FINDINGS_METRIC, REASONS
 from automator.settings import ALL_SETTINGS
 from steward_common.conventions import KUEUE_REASON_DEACTIVATED, REASON_VICTIM
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
-from tools import demorules
-from tools.demobacktest import CLASSES, Backtest, run_backtest, write_priority_classes
-from tools.demorules import DRA_ALERT, IDLE_ALERT, TimeScale
-from tools.fakekube import FakeApiServer
-from tools.fakesim import GpuDevices, rfc3339
-from tools.kedasim import KedaStandIn, Poll, ScaledObject, describe
-from tools.ksm import JOB as KSM_JOB
-from tools.ksm import KsmServer, of_fake
-from tools.kubeapi import KUEUE_RESOURCES, is_dry_run, load_objects
-from tools.promserver import (
+from tools.demo import rules as demorules
+from tools.demo.backtest import CLASSES, Backtest, run_backtest, write_priority_classes
+from tools.demo.rules import DRA_ALERT, IDLE_ALERT, TimeScale
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.fakesim import GpuDevices, rfc3339
+from tools.fakes.kedasim import KedaStandIn, Poll, ScaledObject, describe
+from tools.fakes.ksm import JOB as KSM_JOB
+from tools.fakes.ksm import KsmServer, of_fake
+from tools.fakes.kubeapi import KUEUE_RESOURCES, is_dry_run, load_objects
+from tools.fakes.promserver import (
     ROOT,
     Alertmanager,
     Prometheus,

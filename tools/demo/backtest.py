@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from tools.fakesim import rfc3339
-from tools.promserver import ROOT
+from tools.fakes.fakesim import rfc3339
+from tools.fakes.promserver import ROOT
 
 SUBCOMMAND = "backtest"
 REPORT = "backtest.html"

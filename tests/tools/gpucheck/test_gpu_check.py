@@ -19,11 +19,11 @@ import pytest
 
 from exporter.loop import CollectionLoop
 from exporter.server import HttpServer, make_handler
-from tests.tools.gpucheck_fakes import FakeGpu, FullNvml, GiB, alive, exporter_scrape
+from tests.tools.gpucheck.gpucheck_fakes import FakeGpu, FullNvml, GiB, alive, exporter_scrape
 from tools.gpucheck import checks, children, run, workload
 from tools.gpucheck.cuda import KERNEL, PTX, PTX_TARGET, PTX_VERSION
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 
@@ -56,7 +56,8 @@ def test_utilization_order_and_idle_threshold() -> None:
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="an NVML library is here")
 def test_without_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--out", str(tmp_path)],
+        [sys.executable, "-m", "tools.gpucheck", "--out", str(tmp_path)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
@@ -106,7 +107,8 @@ def test_main_without_a_gpu_exits_0_claiming_nothing(
 
 def test_bad_command_line_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--duration", "1000"],
+        [sys.executable, "-m", "tools.gpucheck", "--duration", "1000"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
@@ -276,7 +278,7 @@ def test_docs_state_the_checks_numbers_and_that_no_gpu_run_is_recorded() -> None
     text = (ROOT / "docs" / "exporter.md").read_text()
     section = text.split("## Verified on real hardware\n", 1)[1].split("\n## ", 1)[0]
     assert section.lstrip().startswith("Not yet:")  # until a run on a GPU is recorded here
-    assert "`make gpu-check`" in section and "python tools/gpu_check.py" in section
+    assert "`make gpu-check`" in section and "python -m tools.gpucheck" in section
     assert f"(default {run.DEFAULT_DURATION:g})" in section
     assert f"`--duration` is {run.MIN_DURATION:g} to {run.MAX_DURATION:g} seconds" in section
     assert f"a deadline at {run.DEADLINE:g} s" in section
@@ -297,7 +299,7 @@ def test_make_gpu_check_installs_nothing() -> None:
         timeout=60,
         env=env,
     )
-    assert with_venv.stdout.splitlines() == [".venv/bin/python tools/gpu_check.py"]
+    assert with_venv.stdout.splitlines() == [".venv/bin/python -m tools.gpucheck"]
     without = subprocess.run(
         ["make", "-s", "--no-print-directory", "-n", "gpu-check", "VENV=/nonexistent/venv"],
         capture_output=True,
@@ -306,12 +308,13 @@ def test_make_gpu_check_installs_nothing() -> None:
         timeout=60,
         env=env,
     )
-    assert without.returncode == 0 and without.stdout.splitlines() == ["python3 tools/gpu_check.py"]
+    assert without.returncode == 0 and without.stdout.splitlines() == ["python3 -m tools.gpucheck"]
 
 
 def test_a_python_without_the_projects_packages_says_which_is_missing() -> None:
     done = subprocess.run(  # -S: no site-packages, so no pynvml
-        [sys.executable, "-S", str(ROOT / "tools" / "gpu_check.py")],
+        [sys.executable, "-S", "-m", "tools.gpucheck"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from tools.demo import FAST, NORMAL, OUTAGE_SECONDS, STORIES, Demo, Ports
-from tools.demobacktest import CLASSES, REPORT, REPORT_JSON
-from tools.kedasim import ScaledObject
-from tools.kubeapi import RESOURCES, load_objects
-from tools.promserver import ROOT
+from tools.demo.backtest import CLASSES, REPORT, REPORT_JSON
+from tools.demo.run import FAST, NORMAL, OUTAGE_SECONDS, STORIES, Demo, Ports
+from tools.fakes.kedasim import ScaledObject
+from tools.fakes.kubeapi import RESOURCES, load_objects
+from tools.fakes.promserver import ROOT
 
 DOC = (ROOT / "docs" / "demo.md").read_text()
 README = (ROOT / "README.md").read_text()

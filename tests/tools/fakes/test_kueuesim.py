@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.automator import k8s
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 
 def _conditions(kube: FakeApiServer, name: str) -> dict[str, tuple[str, str]]:

@@ -19,7 +19,7 @@ from exporter.sources.nvml import NvmlSource
 from steward_common import metrics as m
 from steward_common import series
 from steward_common.series import IDLE_THRESHOLD
-from tests.tools.gpucheck_fakes import FakeGpu, FullNvml, GiB, exporter_scrape
+from tests.tools.gpucheck.gpucheck_fakes import FakeGpu, FullNvml, GiB, exporter_scrape
 from tools.gpucheck import checks, survey
 from tools.gpucheck.checks import Child, GpuFacts, Series, Trace
 from tools.gpucheck.run import Check, facts, parse_compute_apps, parse_query_gpu, parse_scrape

@@ -17,10 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakeclock import FakeClock
-from tests.tools.test_fakekube import pod as fake_pod
-from tools import ksm
-from tools.fakekube import FakeApiServer
-from tools.promserver import start_prometheus
+from tests.tools.fakes.test_fakekube import pod as fake_pod
+from tools.fakes import ksm
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.promserver import start_prometheus
 
 GPU = "nvidia.com/gpu"
 T0 = 1_800_000_000.0

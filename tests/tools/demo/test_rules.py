@@ -13,8 +13,7 @@ import yaml
 from exporter.sources.scenario import parse_scenario
 from steward_common.conventions import ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
 from steward_common.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
-from tools.demo import FAST, NORMAL
-from tools.demorules import (
+from tools.demo.rules import (
     DRA_ALERT,
     IDLE_ALERT,
     DemoRulesError,
@@ -25,9 +24,10 @@ from tools.demorules import (
     scale_scenario,
     write_rule_files,
 )
-from tools.fakesim import LOAD_ANNOTATION, parse_load
-from tools.kubeapi import load_objects
-from tools.promserver import ROOT
+from tools.demo.run import FAST, NORMAL
+from tools.fakes.fakesim import LOAD_ANNOTATION, parse_load
+from tools.fakes.kubeapi import load_objects
+from tools.fakes.promserver import ROOT
 
 RULES = ROOT / "rules" / "gpu-steward.yaml"
 ALERTS = ROOT / "alerts" / "gpu-steward.yaml"

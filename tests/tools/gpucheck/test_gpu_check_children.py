@@ -17,11 +17,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from tests.tools.gpucheck_fakes import alive
+from tests.tools.gpucheck.gpucheck_fakes import alive
 from tools.gpucheck import children, run
 from tools.gpucheck.children import Children
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WAIT = 30.0  # the longest any condition below is waited for (a bound, not a speed goal)
 
 # Installs its SIGTERM handler, then says so with `<marker>.ready`; on SIGTERM writes `<marker>` and exits.

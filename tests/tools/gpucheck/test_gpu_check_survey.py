@@ -12,7 +12,7 @@ import pytest
 from exporter.sources.mock import MockSource
 from exporter.sources.scenario import load_scenario
 from exporter.sources.scenario_model import MOCK_FIELDS
-from tests.tools.gpucheck_fakes import FakeGpu, FullNvml, GiB
+from tests.tools.gpucheck.gpucheck_fakes import FakeGpu, FullNvml, GiB
 from tools.gpucheck import checks, report, survey
 from tools.gpucheck.run import Check
 

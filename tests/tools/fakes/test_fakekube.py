@@ -22,8 +22,8 @@ import yaml
 
 from exporter.sources.scenario import load_scenario
 from tests.fakeclock import FakeClock
-from tools.fakekube import FakeApiServer
-from tools.fakesim import LOAD_ANNOTATION, MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GpuDevices
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.fakesim import LOAD_ANNOTATION, MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GpuDevices
 
 GPU = "nvidia.com/gpu"
 

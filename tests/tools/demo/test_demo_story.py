@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.demo import FAST, STORIES, Demo, Story
-from tools.kedasim import Poll, ScaledObject
-from tools.kubeapi import load_objects
-from tools.promserver import ROOT
+from tools.demo.run import FAST, STORIES, Demo, Story
+from tools.fakes.kedasim import Poll, ScaledObject
+from tools.fakes.kubeapi import load_objects
+from tools.fakes.promserver import ROOT
 
 
 def test_missing_names_each_incomplete_story_and_its_steps(tmp_path: Path) -> None:

@@ -44,11 +44,11 @@ import yaml
 
 from exporter.sources.scenario import parse_scenario
 from steward_common.quantity import parse_quantity
-from tools.kueuesim import KueueStandIn
+from tools.fakes.kueuesim import KueueStandIn
 
 if TYPE_CHECKING:
-    from tools.fakekube import Store
-    from tools.kubeapi import JsonObj
+    from tools.fakes.fakekube import Store
+    from tools.fakes.kubeapi import JsonObj
 
 log = logging.getLogger("fakekube.sim")
 

@@ -28,7 +28,7 @@ from tools.gpucheck.cuda import (
     SpinKernel,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 UUID_BYTES = bytes(range(0x10, 0x20))
 ERRORS = {
     100: "CUDA_ERROR_NO_DEVICE",

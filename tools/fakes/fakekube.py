@@ -50,9 +50,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from tools import fakesim
-from tools.fakesim import rfc3339
-from tools.kubeapi import (
+from tools.fakes import fakesim
+from tools.fakes.fakesim import rfc3339
+from tools.fakes.kubeapi import (
     BY_KIND,
     GANG_RESOURCES,
     KUEUE_RESOURCES,
@@ -691,7 +691,7 @@ def _handler(kube: FakeApiServer, timeout: float) -> type[BaseHTTPRequestHandler
 
 
 def main() -> int:
-    """`python -m tools.fakekube --objects FILE [--port N]`: serve a cluster file until interrupted."""
+    """`python -m tools.fakes.fakekube --objects FILE [--port N]`: serve a cluster file until interrupted."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])

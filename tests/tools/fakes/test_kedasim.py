@@ -14,11 +14,11 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from tools.fakekube import FakeApiServer
-from tools.kedasim import Hpa, KedaStandIn, ScaledObject, ScaledObjectError, describe, raw_replicas
-from tools.kubeapi import load_objects
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.kedasim import Hpa, KedaStandIn, ScaledObject, ScaledObjectError, describe, raw_replicas
+from tools.fakes.kubeapi import load_objects
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEMO_KEDA = REPO / "deploy" / "demo" / "keda.yaml"
 
 

@@ -27,8 +27,8 @@ import yaml
 
 from steward_common.conventions import ANN_CPU_IDLE_SECONDS, ANN_GPU_IDLE_SECONDS, ANN_TOLERATION_SECONDS
 from steward_common.series import POD_IDLE_SECONDS, RULE_INTERVAL_SECONDS
-from tools.fakesim import LOAD_ANNOTATION, parse_load
-from tools.kedasim import ScaledObject
+from tools.fakes.fakesim import LOAD_ANNOTATION, parse_load
+from tools.fakes.kedasim import ScaledObject
 
 IDLE_ALERT = "GpuStewardGpuAllocatedIdle"
 DRA_ALERT = "GpuStewardDraUsageOverClaim"

@@ -48,7 +48,7 @@ from prometheus_client.registry import Collector
 from steward_common.quantity import parse_quantity
 
 if TYPE_CHECKING:
-    from tools.fakekube import FakeApiServer
+    from tools.fakes.fakekube import FakeApiServer
 
 JsonObj = dict[str, Any]
 JOB = "kube-state-metrics"  # the scrape job's name, as kube-state-metrics' own manifests name it
