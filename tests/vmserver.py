@@ -1,7 +1,7 @@
 """Start VictoriaMetrics single-node (scraping like Prometheus) and vmalert for the portability tests.
 
 Debian's `victoria-metrics` package (installed by `make deps`) ships both binaries. Victoria is a
-tools/promserver.Prometheus (`query`, `wait_for`), so a test reads both stores the same way.
+tools/fakes/promserver.Prometheus (`query`, `wait_for`), so a test reads both stores the same way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`make demo` / `make demo-fast`: the closed-loop demo (tools/demo.py, docs/demo.md)."""
+"""`make demo` / `make demo-fast`: the closed-loop demo (tools/demo/run.py, docs/demo.md)."""
 
 from __future__ import annotations
 

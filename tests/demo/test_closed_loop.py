@@ -1,5 +1,5 @@
 """`make demo-fast`, end to end: the fake cluster, the mock exporters, a real Prometheus and Alertmanager,
-the real automator enforcing through its Kubernetes adapter, and the KEDA stand-in (tools/demo.py,
+the real automator enforcing through its Kubernetes adapter, and the KEDA stand-in (tools/demo/run.py,
 docs/demo.md).
 
 The three stories are driven to completion with their narrator; every claim is then checked again here,

@@ -1,5 +1,5 @@
 """Container id / pod UID -> pod from the Kubernetes API: listing against the fake API server
-(tools/fakekube.py), broken answers (non-JSON, no items) against pytest-httpserver."""
+(tools/fakes/fakekube.py), broken answers (non-JSON, no items) against pytest-httpserver."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Once its stories are told the demo asks the backtest what the policy it ran would have done over the same
 time, read back from its Prometheus alone: the GPU Steward series its exporters and rules wrote and the
-kube-state-metrics series of its fake cluster (tools/ksm.py). The PriorityClasses come from a file, as
+kube-state-metrics series of its fake cluster (tools/fakes/ksm.py). The PriorityClasses come from a file, as
 `kubectl get priorityclasses -o yaml` writes it. Three runs of the real command line: the JSON report (to
 set each eviction beside the live automator's), the text table, printed, and the self-contained HTML
 report, whose path is printed. An automator without the `backtest` subcommand skips this part, saying so;

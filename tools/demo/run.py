@@ -1,19 +1,19 @@
 """`make demo` and `make demo-fast`: the automator's four jobs on one machine, no cluster (docs/demo.md).
 
 Starts the fake Kubernetes API server with its simulated kubelet, scheduler, ReplicaSet controller and GPUs
-(tools/fakekube.py, tools/fakesim.py) holding deploy/demo/cluster.yaml and deploy/demo/dra-cluster.yaml, a
-mock exporter per GPU node following the fake's GPUs, a real Prometheus with the recording rules and
-alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode reaching the fake through a
-kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA (tools/kedasim.py) playing
-deploy/demo/keda.yaml against the automator's KEDA endpoint. It then narrates the four stories as they
-happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while on purpose, so that the
-ScaledObject's fallback applies), the DRA check's broken promise, and an idle Kueue Workload giving its
-quota to a waiting one (deploy/demo/kueue.yaml, with a stand-in for Kueue's controller, tools/kueuesim.py,
-in the fake cluster); then sums up where to look, and ends
-with a backtest over its own history (tools/demobacktest.py): the fake cluster's kube-state-metrics series
-(tools/ksm.py, scraped as job kube-state-metrics) and the GPU Steward series, read back from Prometheus.
+(tools/fakes/fakekube.py, tools/fakes/fakesim.py) holding deploy/demo/cluster.yaml and
+deploy/demo/dra-cluster.yaml, a mock exporter per GPU node following the fake's GPUs, a real Prometheus with
+the recording rules and alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode
+reaching the fake through a kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA
+(tools/fakes/kedasim.py) playing deploy/demo/keda.yaml against the automator's KEDA endpoint. It then
+narrates the four stories as they happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while
+on purpose, so that the ScaledObject's fallback applies), the DRA check's broken promise, and an idle Kueue
+Workload giving its quota to a waiting one (deploy/demo/kueue.yaml, with a stand-in for Kueue's controller,
+tools/fakes/kueuesim.py, in the fake cluster); then sums up where to look, and ends with a backtest over its
+own history (tools/demo/backtest.py): the fake cluster's kube-state-metrics series (tools/fakes/ksm.py,
+scraped as job kube-state-metrics) and the GPU Steward series, read back from Prometheus.
 
-`--fast` divides the story's durations by 10 (tools/demorules.py) and exits when every story is complete:
+`--fast` divides the story's durations by 10 (tools/demo/rules.py) and exits when every story is complete:
 0, or 1 when one fails or is not complete within DEMO_TIMEOUT seconds (180), naming it.
 Environment: DEMO_API_PORT (16443), DEMO_EXPORTER_PORT (31995), DEMO_INFERENCE_EXPORTER_PORT (31996),
 DEMO_DRA_EXPORTER_PORT (31997), DEMO_KUEUE_EXPORTER_PORT (31998), DEMO_PROMETHEUS_PORT (19090),
@@ -334,7 +334,7 @@ class Demo:
 
     def backtest(self, timeout: float = BACKTEST_TIMEOUT) -> Backtest:
         """`gpu-automator backtest` over the demo's history so far, with its automator's policy and the fake
-        cluster's PriorityClasses (tools/demobacktest.py)."""
+        cluster's PriorityClasses (tools/demo/backtest.py)."""
         assert self.prometheus is not None and self.api is not None
         classes = write_priority_classes(self.workdir / CLASSES, self.api.objects_of("priorityclasses"))
         return run_backtest(self.prometheus.url, self.started_at, time.time(), self.scrape_seconds, classes,
@@ -383,7 +383,7 @@ class Demo:
                 f"  automator      {self.automator_url}/decisions   (enforce; log: {work / 'automator.log'})",
                 f"                 {self.automator_url}/dra   (the DRA check's last report)",
                 f"  KEDA           {self.keda_url}",
-                f"                 (bearer token in {work / 'keda-token'}; stand-in: tools/kedasim.py)",
+                f"                 (bearer token in {work / 'keda-token'}; stand-in: tools/fakes/kedasim.py)",
                 f"  exporters      {'  '.join(self.exporter_urls)}",
                 f"  fake cluster   {self.api.url}   kubectl --kubeconfig {work / 'kubeconfig'} get pods -A",
                 f"                 {self.ksm.url if self.ksm else ''}   (its kube-state-metrics series)",
@@ -548,8 +548,8 @@ class Story:
         assert so is not None
         demo.start_keda()
         return (
-            f"KEDA stand-in (tools/kedasim.py, not KEDA): ScaledObject {so.namespace}/{so.name} applied; "
-            f"its metrics-api trigger answers value {body['value']:.2f} ({body.get('unit')}) for "
+            f"KEDA stand-in (tools/fakes/kedasim.py, not KEDA): ScaledObject {so.namespace}/{so.name} "
+            f"applied; its metrics-api trigger answers value {body['value']:.2f} ({body.get('unit')}) for "
             f"{body.get('pods')} pod(s); polling every {so.polling_interval:g} s "
             f"({so.metric_type}, target {so.target:g}, replicas {so.min_replicas}-{so.max_replicas}, "
             f"fallback {so.fallback_replicas} after {so.failure_threshold} failures)"
@@ -712,8 +712,8 @@ class Story:
             return None
         gpus = self.demo.kueue_devices.assigned.get(_key(pod), []) if self.demo.kueue_devices else []
         return (
-            f"Kueue (stand-in, tools/kueuesim.py) stopped {_pod(NOTEBOOK)}'s job, released its quota and "
-            f"admitted {_pod(FINETUNE)}: its pod runs on {pod['spec']['nodeName']} (GPUs "
+            f"Kueue (stand-in, tools/fakes/kueuesim.py) stopped {_pod(NOTEBOOK)}'s job, released its quota "
+            f"and admitted {_pod(FINETUNE)}: its pod runs on {pod['spec']['nodeName']} (GPUs "
             f"{', '.join(map(str, gpus))})"
         )
 

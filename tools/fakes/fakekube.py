@@ -12,9 +12,9 @@ It speaks the JSON subset of the API the project's adapters call, through the of
   (deletionTimestamp = now + grace period) and it still holds its resources until it is gone;
 - every error is a v1 Status with the real server's reason and code; every object has a resourceVersion;
 - discovery documents, so kubectl works against it.
-The API's vocabulary (resources, Status errors, selectors, patches, paths) is tools/kubeapi.py.
+The API's vocabulary (resources, Status errors, selectors, patches, paths) is tools/fakes/kubeapi.py.
 
-`FakeApiServer.step()` is the cluster's kubelet, scheduler and ReplicaSet controller (tools/fakesim.py):
+`FakeApiServer.step()` is the cluster's kubelet, scheduler and ReplicaSet controller (tools/fakes/fakesim.py):
 terminating pods disappear after their grace period, a Deployment's ReplicaSet keeps its number of pods,
 and pending pods are bound to a node where they fit. `simulate=True` runs it in
 a background thread; tests call it themselves. Every request is recorded (`calls`, `requests()`,
@@ -296,7 +296,7 @@ class FakeApiServer:
                 log.exception("simulation step failed")
 
     def step(self) -> None:
-        """One round of kubelet and scheduler (tools/fakesim.py)."""
+        """One round of kubelet and scheduler (tools/fakes/fakesim.py)."""
         with self.lock:
             self.cluster.step()
 

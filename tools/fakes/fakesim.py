@@ -22,7 +22,7 @@
   total}` in scenario time) has that total load spread over its running pods: each of their GPUs runs at
   total / running pods (at most 1), rewritten whenever the number of running pods changes, so the
   exporter measures what a load balancer in front of the replicas would make of that load.
-- Kueue (tools/kueuesim.py), where Workloads are loaded: deactivated Workloads stopped and their quota
+- Kueue (tools/fakes/kueuesim.py), where Workloads are loaded: deactivated Workloads stopped and their quota
   released, waiting ones admitted when their ClusterQueue's quota allows, their pods created.
 """
 

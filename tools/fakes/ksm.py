@@ -1,4 +1,4 @@
-"""kube-state-metrics' series for a simulated cluster: the demo's fake cluster (tools/fakekube.py) and
+"""kube-state-metrics' series for a simulated cluster: the demo's fake cluster (tools/fakes/fakekube.py) and
 tests that backfill history.
 
 A simulation, not product code: it plays what kube-state-metrics would export for the Pods, Nodes and

@@ -1,4 +1,4 @@
-"""The Kubernetes API's vocabulary for the fake API server (tools/fakekube.py): the resources it serves,
+"""The Kubernetes API's vocabulary for the fake API server (tools/fakes/fakekube.py): the resources it serves,
 Status errors, paths, discovery, field and label selectors, patches, preconditions, dry runs."""
 
 from __future__ import annotations

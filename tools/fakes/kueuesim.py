@@ -1,4 +1,4 @@
-"""A stand-in for Kueue's controller in the fake cluster (tools/fakesim.py runs it every step): what the
+"""A stand-in for Kueue's controller in the fake cluster (tools/fakes/fakesim.py runs it every step): what the
 demo's Kueue story needs of Kueue, written from shared/reference/kueue.md (sections 2, 5 and 7.2), not
 from Kueue's code. docs/demo.md says what it does and does not do.
 

@@ -1,7 +1,7 @@
 """Start a real Prometheus server (and Alertmanager, the mock exporter) for the integration tests and
 `make demo`.
 
-Not test code: the demo (tools/demo.py) imports it as well as tests/. Writes a config, starts `prometheus`
+Not test code: the demo (tools/demo/run.py) imports it as well as tests/. Writes a config, starts `prometheus`
 on a free local port, waits for /-/ready and offers small query helpers.
 """
 

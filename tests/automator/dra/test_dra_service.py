@@ -1,5 +1,5 @@
 """The DRA check in `gpu-automator run`: the Kubernetes adapter's DRA reads and Events against the fake API
-server (tools/fakekube.py, a real HTTP server speaking the Kubernetes API), measured memory from a real
+server (tools/fakes/fakekube.py, a real HTTP server speaking the Kubernetes API), measured memory from a real
 Prometheus (the demo's DRA scenario played by the mock exporter, the recording rules loaded), metrics,
 Events written once, the /dra endpoint, settings."""
 
@@ -91,7 +91,7 @@ def api_for(url: str) -> client.ApiClient:
 
 @pytest.fixture
 def api(fake_kube: FakeApiServer) -> FakeApiServer:
-    """The fake API server (tools/fakekube.py) holding the demo's DRA cluster."""
+    """The fake API server (tools/fakes/fakekube.py) holding the demo's DRA cluster."""
     for obj in demo_objects():
         fake_kube.put(obj)
     return fake_kube

@@ -1,4 +1,5 @@
-"""The KEDA cache's Kubernetes adapter against the fake API server (tools/fakekube.py, a real HTTP server)."""
+"""The KEDA cache's Kubernetes adapter against the fake API server (tools/fakes/fakekube.py, a real HTTP
+server)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Kubernetes adapter reads gang group objects where the cluster serves their API (against the fake API
-server, tools/fakekube.py, which serves only the gang APIs it is told to)."""
+server, tools/fakes/fakekube.py, which serves only the gang APIs it is told to)."""
 
 from __future__ import annotations
 

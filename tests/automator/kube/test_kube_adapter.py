@@ -1,4 +1,4 @@
-"""The Kubernetes adapter against a real HTTP server speaking the Kubernetes API (tools/fakekube.py, the
+"""The Kubernetes adapter against a real HTTP server speaking the Kubernetes API (tools/fakes/fakekube.py, the
 `fake_kube` fixture of tests/conftest.py): its objects answer the reads, its Evictions, patches, Events and
 Leases the writes, and `answer()`/`fail()` script the errors a real API server gives."""
 

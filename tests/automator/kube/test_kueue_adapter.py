@@ -1,6 +1,6 @@
 """The Kubernetes adapter reads Kueue's objects where the cluster serves kueue.x-k8s.io (v1beta2, else
-v1beta1) and merge-patches Workloads, against the fake API server (tools/fakekube.py), which serves Kueue's
-APIs only when told to."""
+v1beta1) and merge-patches Workloads, against the fake API server (tools/fakes/fakekube.py), which serves
+Kueue's APIs only when told to."""
 
 from __future__ import annotations
 

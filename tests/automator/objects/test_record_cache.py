@@ -2,7 +2,7 @@
 
 An unchanged object version is not decoded again, a changed one is, one not listed in a pass is forgotten at
 the pass's end, one without a uid or a resourceVersion is never kept, and the cache is bounded. The DRA
-loader's use of it: tests/automator/test_dra_cache.py."""
+loader's use of it: tests/automator/dra/test_dra_cache.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Giving notice, the stable choice, eviction after the deadline on fresh data, each withdrawal reason, the
 owner's deferral and its bounds, --max-notices, gangs, and the output only changing when notice is in use.
-The service's side (writes, Events, restarts) is tests/automator/test_notice_service.py.
+The service's side (writes, Events, restarts) is tests/automator/service/test_notice_service.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Issue 7, one test per failure of its Why list (each fails on the code before it, both sides tested).
 
 Planner rules black-box through the CLI (`plan --output json`, `explain`), the service's acting through the
-in-memory fakes. The Prometheus and Kubernetes halves run against real servers in test_prom_adapter.py
-(bursts after 28 idle minutes, newest samples missing, Prometheus-time windows) and test_kube_adapter.py
-(uid preconditions, 429 kinds, a timeout after the server accepted, a hanging Lease renewal).
+in-memory fakes. The Prometheus and Kubernetes halves run against real servers in
+tests/automator/prom/test_prom_adapter.py (bursts after 28 idle minutes, newest samples missing,
+Prometheus-time windows) and tests/automator/kube/test_kube_adapter.py (uid preconditions, 429 kinds, a
+timeout after the server accepted, a hanging Lease renewal).
 """
 
 from __future__ import annotations

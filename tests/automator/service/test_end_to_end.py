@@ -1,7 +1,7 @@
 """End to end: the real `python -m automator run` process against a fake API server and a real Prometheus.
 
-The API server is tools/fakekube.py, the project's one Kubernetes API fake: a real HTTP server holding the
-cluster in memory (lists, Evictions with dry runs and uid preconditions, merge patches, Events), reached
+The API server is tools/fakes/fakekube.py, the project's one Kubernetes API fake: a real HTTP server holding
+the cluster in memory (lists, Evictions with dry runs and uid preconditions, merge patches, Events), reached
 through a kubeconfig file as a cluster would be; it records every request. Prometheus is Debian's, holding
 backfilled recorded series for the last 40 minutes.
 """
@@ -127,8 +127,8 @@ def cluster_objects() -> dict[str, list[dict[str, Any]]]:
 
 @pytest.fixture
 def api() -> Iterator[FakeApiServer]:
-    """The fake API server (tools/fakekube.py) holding the cluster; nothing runs its kubelet or scheduler, so
-    an evicted pod stays terminating (holding its GPUs) and the preemptor stays pending."""
+    """The fake API server (tools/fakes/fakekube.py) holding the cluster; nothing runs its kubelet or
+    scheduler, so an evicted pod stays terminating (holding its GPUs) and the preemptor stays pending."""
     objects = [obj for kind in cluster_objects().values() for obj in kind]
     with FakeApiServer(objects).start() as fake:
         yield fake

@@ -1,6 +1,6 @@
 """The hourly eviction budget survives a restart and a failover: it is kept on the leader election Lease.
 
-The elector runs against the fake API server (tools/fakekube.py); the record's arithmetic is pure.
+The elector runs against the fake API server (tools/fakes/fakekube.py); the record's arithmetic is pure.
 """
 
 from __future__ import annotations

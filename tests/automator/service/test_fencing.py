@@ -2,7 +2,7 @@
 sent, the next leader reads it (the budget and the preemptor's cooldown), and a preemptor's replacement
 from the same controller waits while the first victims terminate.
 
-The elector runs against the fake API server (tools/fakekube.py); the cluster is FakeKube's.
+The elector runs against the fake API server (tools/fakes/fakekube.py); the cluster is FakeKube's.
 """
 
 from __future__ import annotations

@@ -360,7 +360,7 @@ def test_service_doc_says_what_is_real_and_what_is_fake() -> None:
     needed_words = (
         "real Prometheus",
         "pytest-httpserver",
-        "tools/fakekube.py",
+        "tools/fakes/fakekube.py",
         "Against fakes",
         "Against real parts",
     )
@@ -527,7 +527,8 @@ Request = tuple[str, str, str, str | None]
 
 
 def recorded_api_calls(fake_kube: FakeApiServer, lease_namespace: str) -> set[Request]:
-    """Every call the adapters make, against the fake API server (tools/fakekube.py), which records them."""
+    """Every call the adapters make, against the fake API server (tools/fakes/fakekube.py), which records
+    them."""
     fake_kube.put(
         {
             "kind": "Pod",

@@ -91,7 +91,7 @@ def test_readme_gives_both_demo_commands_and_the_tour() -> None:
 def test_the_keda_story_is_documented_as_a_stand_in_with_the_demo_scaled_objects_numbers() -> None:
     so = ScaledObject.from_manifests(load_objects(ROOT / "deploy" / "demo" / "keda.yaml"))
     keda = " ".join(section(DOC, "### KEDA: a stand-in").split())
-    assert "stand-in" in keda and "tools/kedasim.py" in keda
+    assert "stand-in" in keda and "tools/fakes/kedasim.py" in keda
     assert f"({so.failure_threshold})" in keda and f"`fallback.replicas` ({so.fallback_replicas})" in keda
     assert f"{so.polling_interval:g} s `pollingInterval`" in keda
     assert f"{so.min_replicas}..{so.max_replicas}" in keda

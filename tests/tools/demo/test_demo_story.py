@@ -1,4 +1,4 @@
-"""The demo's narrator without its parts: it names the story that is not complete (tools/demo.py)."""
+"""The demo's narrator without its parts: it names the story that is not complete (tools/demo/run.py)."""
 
 from __future__ import annotations
 

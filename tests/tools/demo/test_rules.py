@@ -1,4 +1,4 @@
-"""The demo's time-compressed copies of the rules, alerts, cluster and scenario (tools/demorules.py)."""
+"""The demo's time-compressed copies of the rules, alerts, cluster and scenario (tools/demo/rules.py)."""
 
 from __future__ import annotations
 

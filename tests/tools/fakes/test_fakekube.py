@@ -1,4 +1,5 @@
-"""The fake API server (tools/fakekube.py) and its simulated cluster (tools/fakesim.py), over real HTTP.
+"""The fake API server (tools/fakes/fakekube.py) and its simulated cluster (tools/fakes/fakesim.py), over
+real HTTP.
 
 Time is a fake clock moved by the tests, and the simulation runs only when a test calls step().
 """

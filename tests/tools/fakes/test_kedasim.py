@@ -1,5 +1,5 @@
-"""The demo's KEDA stand-in (tools/kedasim.py): its replica count held to the HPA's formula on a table of
-cases, and its polling held to KEDA's metrics-api scaler against a real HTTP endpoint and the fake API
+"""The demo's KEDA stand-in (tools/fakes/kedasim.py): its replica count held to the HPA's formula on a table
+of cases, and its polling held to KEDA's metrics-api scaler against a real HTTP endpoint and the fake API
 server (GET with the bearer token, one retry, fallback only past failureThreshold failures)."""
 
 from __future__ import annotations

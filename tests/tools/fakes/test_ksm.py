@@ -1,6 +1,6 @@
-"""kube-state-metrics' series of a simulated cluster (tools/ksm.py): names and labels as kube-state-metrics
-documents them, values as it writes them, a pod's lifecycle in the fake cluster changing them, and both
-ways into a real Prometheus: scraped from /metrics and backfilled with promtool."""
+"""kube-state-metrics' series of a simulated cluster (tools/fakes/ksm.py): names and labels as
+kube-state-metrics documents them, values as it writes them, a pod's lifecycle in the fake cluster changing
+them, and both ways into a real Prometheus: scraped from /metrics and backfilled with promtool."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The fake cluster's Kueue stand-in (tools/kueuesim.py): a deactivated Workload is stopped and its quota
-released, and a waiting one is admitted when its ClusterQueue's quota allows, its pods created."""
+"""The fake cluster's Kueue stand-in (tools/fakes/kueuesim.py): a deactivated Workload is stopped and its
+quota released, and a waiting one is admitted when its ClusterQueue's quota allows, its pods created."""
 
 from __future__ import annotations
 
