@@ -86,7 +86,7 @@ protos: $(STAMP)
 # else build/gpu-check. Without a GPU it says so and exits 0. It installs nothing (a GPU machine may be
 # offline): the venv's Python where there is one, else python3 with the packages it has.
 gpu-check:
-	$(if $(wildcard $(PY)),$(PY),python3) tools/gpu_check.py
+	$(if $(wildcard $(PY)),$(PY),python3) -m tools.gpucheck
 
 bench: deps wrk-bin
 	$(PY) -m tests.bench.run_all

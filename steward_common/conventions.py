@@ -1,7 +1,7 @@
 """Every annotation and label key, Event reason and component name the automator reads or writes.
 
-One home: the planner, the adapters, the docs tables (tests/automator/test_docs_consistency.py) and the
-tests take them from here. Pure: constants only.
+One home: the planner, the adapters, the docs tables (tests/automator/settings/test_docs_consistency.py)
+and the tests take them from here. Pure: constants only.
 """
 
 from __future__ import annotations

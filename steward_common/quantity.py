@@ -7,8 +7,8 @@ importing the Kubernetes client for one function. Grammar (k8s.io/apimachinery r
     number    ::= digits | digits "." digits? | "." digits
     suffix    ::= "" | binarySI (Ki Mi Gi Ti Pi Ei) | decimalSI (n u m k M G T P E) | ("e"|"E") sign? digits
 
-tests/automator/test_quantity.py compares it with the client's `parse_quantity` on a table of cases. Unlike
-the client, it refuses what the API server refuses ("NaN", "Infinity", "1K", " 1", "1ki").
+tests/automator/objects/test_quantity.py compares it with the client's `parse_quantity` on a table of
+cases. Unlike the client, it refuses what the API server refuses ("NaN", "Infinity", "1K", " 1", "1ki").
 """
 
 from __future__ import annotations

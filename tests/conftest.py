@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 
 @pytest.fixture
 def fake_kube() -> Iterator[FakeApiServer]:
-    """An empty fake Kubernetes API server (tools/fakekube.py), started; `put()` objects into it."""
+    """An empty fake Kubernetes API server (tools/fakes/fakekube.py), started; `put()` objects into it."""
     kube = FakeApiServer().start()
     try:
         yield kube

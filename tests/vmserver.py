@@ -1,7 +1,7 @@
 """Start VictoriaMetrics single-node (scraping like Prometheus) and vmalert for the portability tests.
 
 Debian's `victoria-metrics` package (installed by `make deps`) ships both binaries. Victoria is a
-tools/promserver.Prometheus (`query`, `wait_for`), so a test reads both stores the same way.
+tools/fakes/promserver.Prometheus (`query`, `wait_for`), so a test reads both stores the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import yaml
 
-from tools.promserver import Prometheus, free_port, wait_http
+from tools.fakes.promserver import Prometheus, free_port, wait_http
 
 
 class Victoria(Prometheus):

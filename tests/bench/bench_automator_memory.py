@@ -460,8 +460,8 @@ def main() -> str:
         f"{'met' if snap + planned < 1 else 'NOT met'}), {decisions} decisions; "
         f"{queries} Prometheus queries (the recent window, which also reads Prometheus' clock, and one per "
         "distinct GPU window).\n\n"
-        "The records are the same either way (tests/automator/test_records.py); those read the old way "
-        f"retain {json_records:,.0f} MiB at 10,000 pods against {rows_after[0]:,.0f} MiB: `json.loads` "
+        "The records are the same either way (tests/automator/objects/test_records.py); those read the old "
+        f"way retain {json_records:,.0f} MiB at 10,000 pods against {rows_after[0]:,.0f} MiB: `json.loads` "
         "shares each key string within a page, msgspec makes one per record.\n"
     )
 

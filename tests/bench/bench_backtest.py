@@ -3,8 +3,8 @@ history backfilled by promtool, its time per step against one live pass on the s
 the same run, and the Prometheus queries per step at 1,000 and 10,000 GPUs over one window.
 
 The live pass is the service's own (`run_pass` in dry-run): the Kubernetes adapter listing the same
-cluster from the fake API server (tools/fakekube.py) and the live Prometheus adapter's usage queries on the
-same Prometheus, evaluated at the last step's time (the history is in the past), then the planner.
+cluster from the fake API server (tools/fakes/fakekube.py) and the live Prometheus adapter's usage queries on
+the same Prometheus, evaluated at the last step's time (the history is in the past), then the planner.
 
 `main()` returns a markdown section for docs/benchmarks.md (tests/bench/run_all.py).
 """
@@ -41,8 +41,8 @@ from automator.service.actuator import run_pass
 from steward_common.series import POD_ACTIVITY
 from tests.automator.backtest.backfill import Pod
 from tests.automator.backtest.test_backtest_prometheus import CLASSES as KNOWN_CLASSES
-from tools.fakekube import FakeApiServer
-from tools.promserver import Prometheus, start_prometheus
+from tools.fakes.fakekube import FakeApiServer
+from tools.fakes.promserver import Prometheus, start_prometheus
 
 H, M, D = 3600, 60, 86400
 STEP = 5 * M
@@ -472,9 +472,9 @@ def main() -> str:
         f"{live['seconds'] * 1000:.1f} ms | {live['seconds'] * 1000:.1f} ms | {live['queries']} | "
         f"{live['queries']} |\n\n"
         f"Time per step against a live pass: **{ratio:.2f}x** (goal: at most {GOAL_RATIO:g}x: {goal_time}). "
-        f"The live pass lists the cluster from the API ({live['pods']} pods; tools/fakekube.py) and makes "
-        "the live adapter's usage queries; a backtest step replaces the listing by its share of the range "
-        "queries over kube-state-metrics and adds a look-ahead query at a step that evicts. The week's "
+        f"The live pass lists the cluster from the API ({live['pods']} pods; tools/fakes/fakekube.py) and "
+        "makes the live adapter's usage queries; a backtest step replaces the listing by its share of the "
+        "range queries over kube-state-metrics and adds a look-ahead query at a step that evicts. The week's "
         "totals: "
         f"{totals['evictions']} evictions, {totals['regret_evictions']} of them regret, "
         f"{totals['gpu_hours_reclaimed']:.1f} GPU-hours reclaimed, {totals['steps_without_data']} steps "

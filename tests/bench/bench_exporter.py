@@ -51,7 +51,7 @@ from exporter.loop import CollectionLoop
 from exporter.model import Attribution, ContainerRef, GpuSample, ProcessSample
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.scenario import load_scenario
-from tools.promserver import free_port, start_mock_exporter, stop
+from tools.fakes.promserver import free_port, start_mock_exporter, stop
 
 GPUS = 8
 CONTAINER_COUNTS = (16, 128, 1024)  # over 8 GPUs: 2, 16 and 128 per GPU

@@ -29,7 +29,7 @@ from typing import Any
 
 from automator.keda.signals import GATES, Base
 from steward_common.series import CONTAINER_UTILIZATION, RULE_INTERVAL_SECONDS
-from tools.promserver import ROOT, free_port, start_backfilled_prometheus, stop, wait_http
+from tools.fakes.promserver import ROOT, free_port, start_backfilled_prometheus, stop, wait_http
 
 WORKLOADS = 1000
 NAMESPACE = "bench"

@@ -48,7 +48,7 @@ import yaml
 
 from steward_common import series
 from tests.bench import fleet
-from tools.promserver import ROOT, Prometheus, free_port, start_prometheus, stop, wait_http
+from tools.fakes.promserver import ROOT, Prometheus, free_port, start_prometheus, stop, wait_http
 
 RULES = ROOT / "rules" / "gpu-steward.yaml"
 WORK = ROOT / ".bench" / "rules"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.bench import fleet
-from tools.promserver import free_port
+from tools.fakes.promserver import free_port
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.fakes.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO.parent / "shared" / "reference" / "schemas" / "dcgm-exporter" / "dashboard.json"

@@ -32,7 +32,7 @@ from automator.metrics import AutomatorMetrics
 from automator.ports import ContainerUsage
 from dashboards import contracts
 from tests.dashboards.queries import PanelQuery, panel_queries, variable_queries
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.fakes.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """`make demo-fast`, end to end: the fake cluster, the mock exporters, a real Prometheus and Alertmanager,
-the real automator enforcing through its Kubernetes adapter, and the KEDA stand-in (tools/demo.py,
+the real automator enforcing through its Kubernetes adapter, and the KEDA stand-in (tools/demo/run.py,
 docs/demo.md).
 
 The three stories are driven to completion with their narrator; every claim is then checked again here,
@@ -23,7 +23,9 @@ import pytest
 
 from steward_common.conventions import KUEUE_DEACTIVATED_FOR_ANNOTATION, KUEUE_REASON_DEACTIVATED
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
-from tools.demo import (
+from tools.demo.backtest import SUBCOMMAND
+from tools.demo.rules import DRA_ALERT, IDLE_ALERT
+from tools.demo.run import (
     DRA_REASON,
     FAST,
     FINETUNE,
@@ -37,9 +39,7 @@ from tools.demo import (
     Story,
     run_story,
 )
-from tools.demobacktest import SUBCOMMAND
-from tools.demorules import DRA_ALERT, IDLE_ALERT
-from tools.kubeapi import is_dry_run
+from tools.fakes.kubeapi import is_dry_run
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from automator.keda.metrics import KedaMetrics
 from automator.metrics import TARGET_LABELS, TRANSPORT_LABEL, AutomatorMetrics, declare, row
 from tests.deploy.test_manifests import DEPLOY, _generator, render
 from tests.deploy.test_target_labels import operator_job
-from tools.promserver import Prometheus, free_port, start_prometheus
+from tools.fakes.promserver import Prometheus, free_port, start_prometheus
 
 AUTOMATOR_POD = "gpu-steward-automator-5d9c7b6f4-q2x8r"
 SERVICE = "gpu-steward-automator"

@@ -21,7 +21,7 @@ import yaml
 
 from tests.deploy.test_manifests import DEPLOY, _generator, render
 from tests.deploy.test_target_labels import EXPORTER_POD, NODE, SCENARIO
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.fakes.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "gpu-steward"

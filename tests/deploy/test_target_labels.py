@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.deploy.test_manifests import render
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.fakes.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 # The exporter names the node it runs on, which is the target's node: the mock source plays this one.
 NODE = "demo-gpu-node-1"

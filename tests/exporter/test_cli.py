@@ -24,7 +24,7 @@ from exporter.cli import build_source, run
 from exporter.settings import SETTINGS, Config, parse_config
 from exporter.sources.mock import MockSource
 from steward_common.settingspec import SettingError
-from tools.promserver import free_port, wait_http
+from tools.fakes.promserver import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """Container id / pod UID -> pod from the Kubernetes API: listing against the fake API server
-(tools/fakekube.py), broken answers (non-JSON, no items) against pytest-httpserver."""
+(tools/fakes/fakekube.py), broken answers (non-JSON, no items) against pytest-httpserver."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from exporter.attribution.kubelet import KubeletAttributor
 from exporter.attribution.pods import index_pods, strip_runtime
 from exporter.model import Attribution, ContainerRef
 from exporter.ports import KubeApiError
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 NODE = "gpu-node-7"
 UID_A = "0b3f5c2e-8d1a-4f6b-9c7e-1a2b3c4d5e6f"

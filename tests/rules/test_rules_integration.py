@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tools.promserver import Prometheus, rules_on_mock_exporter
+from tools.fakes.promserver import Prometheus, rules_on_mock_exporter
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,7 @@ import yaml
 from steward_common import series
 from tests.rules.timescale import write_scaled_rules
 from tests.vmserver import Victoria, start_victoria_metrics, start_vmalert
-from tools.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
+from tools.fakes.promserver import Prometheus, free_port, start_mock_exporter, start_prometheus, stop
 
 pytestmark = pytest.mark.integration
 

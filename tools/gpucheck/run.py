@@ -1,4 +1,4 @@
-"""`make gpu-check` / tools/gpu_check.py: prove the NVML source on a real GPU in under three minutes.
+"""`make gpu-check` / `python -m tools.gpucheck`: prove the NVML source on a real GPU in under three minutes.
 
 1. Survey every NVML read of every GPU while idle (tools/gpucheck/survey.py).
 2. Start three children on one GPU (tools/gpucheck/workload.py): busy, duty cycle, memory-only.

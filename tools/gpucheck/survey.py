@@ -132,7 +132,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("compute_processes", None, _nvml("nvmlDeviceGetComputeRunningProcesses")),
     Probe("graphics_processes", None, _nvml("nvmlDeviceGetGraphicsRunningProcesses")),
     # the exporter's reads, in exporter/sources/nvml.py's order, by the scenario field they stand for
-    # (every MOCK_FIELDS member has one: tests/tools/test_gpu_check.py)
+    # (every MOCK_FIELDS member has one: tests/tools/gpucheck/test_gpu_check.py)
     Probe("utilization", "utilization", _nvml("nvmlDeviceGetUtilizationRates")),
     Probe("memory_v2", "memory", _memory_v2),
     Probe("memory", "memory", _nvml("nvmlDeviceGetMemoryInfo")),

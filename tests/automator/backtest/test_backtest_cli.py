@@ -6,7 +6,7 @@ import pytest
 
 from automator import cli
 from automator.backtest.cli import BacktestError, duration, instant, options
-from tools.promserver import free_port
+from tools.fakes.promserver import free_port
 
 BASE = ["backtest", "--prometheus", "http://127.0.0.1:1", "--from", "1780000000", "--to", "1780003600"]
 

@@ -28,7 +28,7 @@ from automator.backtest.run import run_backtest
 from automator.prom import PrometheusAdapter
 from tests.automator.backtest.backfill import END, Pod, build
 from tests.automator.backtest.test_reconstruction import CLASSES as CLASS_ITEMS
-from tools.promserver import Prometheus, start_backfilled_prometheus, start_prometheus
+from tools.fakes.promserver import Prometheus, start_backfilled_prometheus, start_prometheus
 
 H, M = 3600, 60
 F = (int(time.time()) // H) * H - 6 * H

@@ -20,7 +20,7 @@ from tests.automator.backtest.test_backtest_prometheus import (  # noqa: F401 (f
     classes_file,
     prometheus,
 )
-from tools.promserver import Prometheus
+from tools.fakes.promserver import Prometheus
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "backtest.md"
 EXAMPLE_FROM = "2026-12-02T13:00:00Z"

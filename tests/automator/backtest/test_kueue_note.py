@@ -16,7 +16,7 @@ from automator.backtest.run import KUEUE_NOT_REPLAYED, run_backtest
 from automator.prom import PrometheusAdapter
 from tests.automator.backtest.backfill import END, OpenMetrics, build
 from tests.automator.backtest.test_reconstruction import CLASSES
-from tools.promserver import Prometheus, start_backfilled_prometheus
+from tools.fakes.promserver import Prometheus, start_backfilled_prometheus
 
 H = 3600
 F = (int(time.time()) // H) * H - 6 * H

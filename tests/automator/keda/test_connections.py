@@ -25,7 +25,7 @@ from steward_common.settingspec import SettingError
 from tests.automator.keda.certs import Certs, make_certs
 from tests.automator.keda.test_hostile import _cache
 from tests.automator.keda.test_wiring import QUERY, settings
-from tools.promserver import free_port
+from tools.fakes.promserver import free_port
 
 
 @pytest.fixture(scope="module")

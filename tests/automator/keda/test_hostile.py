@@ -42,7 +42,7 @@ from automator.service.web import create_app, http_server
 from tests.automator.keda.certs import Certs, make_certs
 from tests.automator.keda.fakes import NOW, FakeKube, FakePrometheus, cluster, fresh_result, pod
 from tests.automator.keda.test_wiring import settings
-from tools.promserver import free_port
+from tools.fakes.promserver import free_port
 
 URL = METRICS_PATH + "?namespace=inference&deployment=api&profile=training"
 SECRET = "k3y-that-must-never-be-logged"

@@ -29,7 +29,7 @@ from automator.keda.signals import GATES
 from automator.keda.wiring import EXTENSION, KedaRuntime
 from automator.service.main import build
 from automator.settings import service_settings
-from tools.promserver import Prometheus, free_port, rules_on_mock_exporter
+from tools.fakes.promserver import Prometheus, free_port, rules_on_mock_exporter
 
 pytestmark = pytest.mark.integration
 

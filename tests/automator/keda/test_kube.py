@@ -1,4 +1,5 @@
-"""The KEDA cache's Kubernetes adapter against the fake API server (tools/fakekube.py, a real HTTP server)."""
+"""The KEDA cache's Kubernetes adapter against the fake API server (tools/fakes/fakekube.py, a real HTTP
+server)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from automator.keda.table import DeclaredTable, ScaledObjectsAbsent
 from automator.keda.workloads import resolve
 from automator.ports import KubernetesUnavailable
 from tests.automator.keda.fakes import FakePrometheus, fresh_result, pod, replicaset, scaled_object
-from tools.fakekube import FakeApiServer
+from tools.fakes.fakekube import FakeApiServer
 
 CORE, APPS = "/api/v1/namespaces/inference", "/apis/apps/v1/namespaces/inference"
 

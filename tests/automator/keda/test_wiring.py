@@ -24,7 +24,7 @@ from automator.keda.wiring import EXTENSION, KedaRuntime
 from automator.service.main import build
 from automator.settings import service_settings
 from steward_common.settingspec import SettingError
-from tools.promserver import free_port
+from tools.fakes.promserver import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 PROTO = "automator/keda/externalscaler/externalscaler.proto"

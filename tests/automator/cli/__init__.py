@@ -1,0 +1,1 @@
+"""Tests of automator/cli.py: the command line, its input files and what it prints."""

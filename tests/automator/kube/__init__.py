@@ -1,0 +1,1 @@
+"""Tests of automator/kube/: the Kubernetes adapter against the fake API server."""

@@ -1,0 +1,1 @@
+"""Tests of automator/objects/: the Kubernetes object records and their readers."""

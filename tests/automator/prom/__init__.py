@@ -1,0 +1,1 @@
+"""Tests of automator/prom.py: the Prometheus adapter against real and hostile servers."""

@@ -1,0 +1,1 @@
+"""Tests of automator/service/: the run service, its pass, actions, fencing and endpoints."""
