@@ -23,7 +23,7 @@ from automator import cli
 from steward_common.conventions import GANG_COSCHEDULING_LABEL
 from tests.automator.backtest.backfill import END, Pod, build
 from tests.automator.backtest.test_reconstruction import CLASSES as CLASS_ITEMS
-from tools.promserver import Prometheus, start_backfilled_prometheus
+from tools.fakes.promserver import Prometheus, start_backfilled_prometheus
 
 H, M = 3600, 60
 F = (int(time.time()) // H) * H - 6 * H
