@@ -303,6 +303,9 @@ class Demo:
             "--interval", f"{self.pass_interval:g}",
             "--listen-address", "127.0.0.1",
             "--port", str(port),
+            # No probe listener of its own (its 8081 default): the main port serves /healthz, and two demos
+            # (or the demo and its closed-loop test) do not collide on a fixed port.
+            "--probe-port", "0",
             # The DRA check as often as the service allows in the fast demo (10 s at least).
             "--dra-check-interval", f"{max(10, round(seconds(20)))}",
             "--keda-bearer-token-file", str(self.workdir / "keda-token"),
