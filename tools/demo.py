@@ -6,7 +6,8 @@ mock exporter per GPU node following the fake's GPUs, a real Prometheus with the
 alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode reaching the fake through a
 kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA (tools/kedasim.py) playing
 deploy/demo/keda.yaml against the automator's KEDA endpoint. It then narrates the four stories as they
-happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while on purpose, so that the
+happen (Story): reclaim (the idle pod given notice, --notice-seconds scaled, then evicted after the
+deadline), KEDA scaling (with Prometheus stopped for a while on purpose, so that the
 ScaledObject's fallback applies), the DRA check's broken promise, and an idle Kueue Workload giving its
 quota to a waiting one (deploy/demo/kueue.yaml, with a stand-in for Kueue's controller, tools/kueuesim.py,
 in the fake cluster); then sums up where to look, and ends
