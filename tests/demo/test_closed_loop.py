@@ -21,7 +21,13 @@ from datetime import datetime
 
 import pytest
 
-from steward_common.conventions import KUEUE_DEACTIVATED_FOR_ANNOTATION, KUEUE_REASON_DEACTIVATED
+from steward_common.conventions import (
+    KUEUE_DEACTIVATED_FOR_ANNOTATION,
+    KUEUE_REASON_DEACTIVATED,
+    REASON_NOTICE,
+    RECLAIM_NOTICE_ANNOTATION,
+    RECLAIM_NOTICE_FOR_ANNOTATION,
+)
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools.demo.backtest import SUBCOMMAND
 from tools.demo.rules import DRA_ALERT, IDLE_ALERT
@@ -85,6 +91,28 @@ def test_the_idle_pod_is_evicted_and_the_busy_one_never(demo: Demo) -> None:
     assert demo.api.pod(*VICTIM) is None
     busy = demo.api.pod("ml-team", "train-busy")
     assert busy is not None and "deletionTimestamp" not in busy["metadata"]
+
+
+def test_the_victim_was_given_notice_then_evicted_after_its_deadline(story: Story) -> None:
+    demo = story.demo
+    assert demo.api is not None
+    victim = f"/api/v1/namespaces/{VICTIM[0]}/pods/{VICTIM[1]}"
+    writes = [(c.method, c.path, c.body) for c in demo.api.writes() if c.path.startswith(victim)]
+    # the notice (one merge patch of both annotations), before any eviction request for the victim
+    noticed = [i for i, (m, path, body) in enumerate(writes) if m == "PATCH" and path == victim
+               and RECLAIM_NOTICE_ANNOTATION in body["metadata"]["annotations"]]  # fmt: skip
+    asked = [i for i, (_, path, _) in enumerate(writes) if path == f"{victim}/eviction"]
+    assert len(noticed) == 1 and asked and noticed[0] < asked[0]
+    written = writes[noticed[0]][2]["metadata"]["annotations"]
+    assert written[RECLAIM_NOTICE_FOR_ANNOTATION] == f"{PREEMPTOR[0]}/{PREEMPTOR[1]}"
+    deadline = _unix(written[RECLAIM_NOTICE_ANNOTATION])
+    (notice,) = [e for e in demo.api.objects_of("events") if e.get("reason") == REASON_NOTICE]
+    assert (notice["type"], notice["involvedObject"]["name"]) == ("Warning", VICTIM[1])
+    assert written[RECLAIM_NOTICE_ANNOTATION] in notice["message"] and PREEMPTOR[1] in notice["message"]
+    # the deadline is --notice-seconds after the notice (whole seconds), the eviction not before it
+    assert abs(deadline - _unix(notice["firstTimestamp"]) - demo.notice_seconds) <= 1
+    assert _unix(story.live_evictions()[f"{VICTIM[0]}/{VICTIM[1]}"]) >= deadline
+    assert story.told["notice"] <= story.told["evicted"]
 
 
 def test_the_preemptor_ends_running_on_the_freed_gpus(demo: Demo) -> None:
@@ -241,6 +269,9 @@ def test_the_demo_ends_with_a_backtest_over_its_own_history(story: Story) -> Non
             <= demo.pass_interval + demo.ksm_scrape_seconds + step
         )
     assert totals["evictions"] == len(backtest.evictions) and totals["regret_evictions"] == 0
+    # The notice is replayed as the live automator gave it: one, never withdrawn.
+    assert policy["settings"]["notice-seconds"] == demo.notice_seconds
+    assert (totals["notices"], totals["notices_withdrawn"]) == (1, 0)
     # The table and the report's path are printed; the report is one file with nothing to fetch.
     assert backtest.html is not None and backtest.html.parent == demo.workdir
     lines = backtest.lines(live)

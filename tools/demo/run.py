@@ -6,9 +6,10 @@ deploy/demo/dra-cluster.yaml, a mock exporter per GPU node following the fake's 
 the recording rules and alerts, Alertmanager receiving the alerts, `gpu-automator run` in enforce mode
 reaching the fake through a kubeconfig and its real Kubernetes adapter, and a stand-in for KEDA
 (tools/fakes/kedasim.py) playing deploy/demo/keda.yaml against the automator's KEDA endpoint. It then
-narrates the four stories as they happen (Story): reclaim, KEDA scaling (with Prometheus stopped for a while
-on purpose, so that the ScaledObject's fallback applies), the DRA check's broken promise, and an idle Kueue
-Workload giving its quota to a waiting one (deploy/demo/kueue.yaml, with a stand-in for Kueue's controller,
+narrates the four stories as they happen (Story): reclaim (the idle pod given notice, --notice-seconds
+scaled, then evicted after the deadline), KEDA scaling (with Prometheus stopped for a while on purpose, so
+that the ScaledObject's fallback applies), the DRA check's broken promise, and an idle Kueue Workload giving
+its quota to a waiting one (deploy/demo/kueue.yaml, with a stand-in for Kueue's controller,
 tools/fakes/kueuesim.py, in the fake cluster); then sums up where to look, and ends with a backtest over its
 own history (tools/demo/backtest.py): the fake cluster's kube-state-metrics series (tools/fakes/ksm.py,
 scraped as job kube-state-metrics) and the GPU Steward series, read back from Prometheus.
@@ -47,7 +48,13 @@ import yaml
 from automator.dra.model import USAGE_OVER_CLAIM
 from automator.dra.report import FINDINGS_METRIC, REASONS
 from automator.settings import ALL_SETTINGS
-from steward_common.conventions import KUEUE_REASON_DEACTIVATED, REASON_VICTIM
+from steward_common.conventions import (
+    KUEUE_REASON_DEACTIVATED,
+    REASON_NOTICE,
+    REASON_VICTIM,
+    RECLAIM_NOTICE_ANNOTATION,
+    RECLAIM_NOTICE_FOR_ANNOTATION,
+)
 from steward_common.series import IDLE_THRESHOLD, NAMESPACE_IDLE_GPU_SECONDS_TOTAL, POD_ACTIVITY
 from tools.demo import rules as demorules
 from tools.demo.backtest import CLASSES, Backtest, run_backtest, write_priority_classes
@@ -88,6 +95,7 @@ STORIES = {
         "idle",
         "alert",
         "alertmanager",
+        "notice",
         "evicted",
         "gone",
         "scheduled",
@@ -111,6 +119,9 @@ WASTE = f"sum({NAMESPACE_IDLE_GPU_SECONDS_TOTAL})"
 # Automator windows the story must fit in, passed when the automator has the flag (the
 # recent-activity window, 300 s by default: longer than the whole demo).
 OPTIONAL_WINDOWS = {"--recent-window": 120}
+# The notice the automator gives a victim before it evicts it (docs/reclaim.md "Notice"; 600 s recommended in
+# production): demo seconds, scaled like the rest, so that the story shows the notice, then the eviction.
+NOTICE_SECONDS = 60
 FLAT_EVALUATIONS = 2  # the waste total unchanged over this many more rule evaluations counts as stopped
 BACKTEST_TIMEOUT = 300  # seconds for each run of the closing backtest
 
@@ -155,6 +166,11 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
 
 def _pod(key: tuple[str, str]) -> str:
     return "/".join(key)
+
+
+def _instant(text: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time as the API and the automator write it."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass
@@ -288,7 +304,9 @@ class Demo:
             "--interval", f"{self.pass_interval:g}",
             "--listen-address", "127.0.0.1",
             "--port", str(port),
-            "--probe-port", str(free_port()),  # not the default 8081, which may be taken on this machine
+            # No probe listener of its own (its 8081 default): the main port serves /healthz, and two demos
+            # (or the demo and its closed-loop test) do not collide on a fixed port.
+            "--probe-port", "0",
             # The DRA check as often as the service allows in the fast demo (10 s at least).
             "--dra-check-interval", f"{max(10, round(seconds(20)))}",
             "--keda-bearer-token-file", str(self.workdir / "keda-token"),
@@ -324,9 +342,15 @@ class Demo:
         return self.scale.rule_interval_seconds
 
     @property
+    def notice_seconds(self) -> int:
+        """The automator's --notice-seconds: NOTICE_SECONDS, scaled."""
+        return max(1, round(self.scale.seconds(NOTICE_SECONDS)))
+
+    @property
     def policy(self) -> list[tuple[str, str]]:
         """The policy flags of the demo's automator, which the closing backtest replays."""
-        flags = [("--rule-interval", f"{self.scale.rule_interval_seconds:g}")]
+        flags = [("--rule-interval", f"{self.scale.rule_interval_seconds:g}"),
+                 ("--notice-seconds", f"{self.notice_seconds}")]  # fmt: skip
         known = {s.flag for s in ALL_SETTINGS}
         for flag, window in OPTIONAL_WINDOWS.items():  # windows of automator versions that have them
             if flag in known:
@@ -476,19 +500,57 @@ class Story:
         self.received = alerts  # it resolves once the pod is gone: keep what Alertmanager showed
         return f"Alertmanager received it: {am.url}/#/alerts"
 
+    def notice_given(self) -> dict[str, str] | None:
+        """The notice annotations the automator first wrote on the victim (its merge patch, in the fake's
+        request log: the pod may be gone by the time one looks)."""
+        assert self.demo.api is not None
+        path = f"/api/v1/namespaces/{VICTIM[0]}/pods/{VICTIM[1]}"
+        for c in self.demo.api.writes():
+            written = ((c.body or {}).get("metadata") or {}).get("annotations") or {}
+            if c.method == "PATCH" and c.path == path and written.get(RECLAIM_NOTICE_ANNOTATION):
+                return {k: str(v) for k, v in written.items()}
+        return None
+
+    def _victim_events(self, reason: str) -> list[dict[str, Any]]:
+        assert self.demo.api is not None
+        return [
+            e
+            for e in self.demo.api.objects_of("events")
+            if e.get("reason") == reason and _key({"metadata": e["involvedObject"]}) == VICTIM
+        ]
+
+    def _notice(self) -> str | None:
+        notice, events = self.notice_given(), self._victim_events(REASON_NOTICE)
+        if notice is None or not events:
+            return None  # the Event is written right after the annotations, in the same pass
+        return (
+            f"the automator gave {_pod(VICTIM)} notice instead of evicting it (--notice-seconds "
+            f"{self.demo.notice_seconds}): {RECLAIM_NOTICE_ANNOTATION}={notice[RECLAIM_NOTICE_ANNOTATION]}, "
+            f"{RECLAIM_NOTICE_FOR_ANNOTATION}={notice.get(RECLAIM_NOTICE_FOR_ANNOTATION)}\n"
+            f"           Event {REASON_NOTICE} ({events[0].get('type')}): {events[0]['message']}"
+        )
+
     def _evicted_step(self) -> str | None:
-        api, prom = self.demo.api, self.demo.prometheus
-        assert api is not None and prom is not None
         if VICTIM not in self._evicted():
             return None
-        events = [e["message"] for e in api.objects_of("events") if e.get("reason") == REASON_VICTIM]
-        if not events:
-            return None  # written right after the eviction, in the same pass
-        waste = prom.query(WASTE)
+        notice = self.notice_given()
+        if notice is None:
+            self.failed = f"{_pod(VICTIM)} was evicted without notice"
+            return None
+        deadline = notice[RECLAIM_NOTICE_ANNOTATION]
+        evicted, events = self.live_evictions().get(_pod(VICTIM)), self._victim_events(REASON_VICTIM)
+        if evicted is None or not events or "notice" not in self.told:
+            return None  # the Event is written right after the eviction, in the same pass
+        if _instant(evicted) < _instant(deadline):
+            self.failed = f"{_pod(VICTIM)} was evicted at {evicted}, before its notice's deadline {deadline}"
+            return None
+        assert self.demo.prometheus is not None
+        waste = self.demo.prometheus.query(WASTE)
         spent = f"; idle GPU-seconds so far: {float(waste[0]['value'][1]):.0f}" if waste else ""
         return (
-            f"the automator evicted {_pod(VICTIM)} (Eviction API, enforce){spent}\n"
-            f"           Event {REASON_VICTIM}: {events[0]}"
+            f"the automator evicted {_pod(VICTIM)} at {evicted}, after its notice's deadline {deadline}: "
+            f"a pass on fresh data still chose it (Eviction API, enforce){spent}\n"
+            f"           Event {REASON_VICTIM}: {events[0]['message']}"
         )
 
     def _gone(self) -> str | None:
@@ -743,7 +805,7 @@ class Story:
         assert self.demo.api is not None
         return {
             f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}": rfc3339(
-                datetime.fromisoformat(str(e["firstTimestamp"]).replace("Z", "+00:00")).timestamp()
+                _instant(str(e["firstTimestamp"]))
             )
             for e in self.demo.api.objects_of("events")
             if e.get("reason") == REASON_VICTIM and e["involvedObject"].get("kind", "Pod") == "Pod"
@@ -771,7 +833,8 @@ class Story:
         return "\n".join(
             [
                 "What each job did, and where to look:",
-                f"  reclaim    evicted {_pod(VICTIM)} (idle, holding 2 GPUs) for {_pod(PREEMPTOR)}, "
+                f"  reclaim    gave {_pod(VICTIM)} (idle, holding 2 GPUs) {demo.notice_seconds} s of notice, "
+                f"then evicted it for {_pod(PREEMPTOR)}, "
                 f"now busy on GPUs {', '.join(map(str, gpus))}"
                 + (f"; {waste:.0f} idle GPU-seconds in all" if waste is not None else ""),
                 f"             {demo.automator_url}/decisions   {prom}/graph?g0.expr={q(WASTE)}",

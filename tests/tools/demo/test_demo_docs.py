@@ -46,6 +46,15 @@ def test_the_documented_numbers_are_the_code() -> None:
     fast = section(DOC, "## `make demo-fast`")
     assert f"divided by {FAST.factor:g}" in fast and f"fires after {FAST.idle_alert_seconds} s" in fast
     assert f"after {NORMAL.idle_alert_seconds} s of idleness" in DOC
+    # the notice the story shows, scaled like the rest
+    notice_fast, notice = (
+        Demo(ROOT / ".unused", FAST).notice_seconds,
+        Demo(ROOT / ".unused", NORMAL).notice_seconds,
+    )
+    assert f"`--notice-seconds {notice_fast}` ({notice} in `make demo`)" in " ".join(fast.split())
+    assert f"--notice-seconds {notice}` (600 is recommended in production)" in " ".join(DOC.split())
+    reclaim = " ".join((ROOT / "docs" / "reclaim.md").read_text().split())
+    assert f"(`--notice-seconds {notice}`, {notice_fast} in `make demo-fast`)" in reclaim
     ports = Ports.from_env()
     for port in (ports.api, ports.exporter, ports.prometheus, ports.alertmanager, ports.automator,
                  ports.kube_state_metrics):  # fmt: skip
@@ -83,7 +92,8 @@ def test_readme_gives_both_demo_commands_and_the_tour() -> None:
     assert "make demo " in README and "make demo-fast" in README and "docs/demo.md" in README
     tour = section(README, "### What the demo shows")
     steps = ("went idle", "alert GpuStewardGpuAllocatedIdle fires", "Alertmanager received it",
-             "the automator evicted", "the scheduler started", "busy", "waste counter stopped")  # fmt: skip
+             "notice instead of evicting it", "the automator evicted", "after its notice's deadline",
+             "the scheduler started", "busy", "waste counter stopped")  # fmt: skip
     for step in steps:
         assert step in tour and step in DOC, step
 
