@@ -39,7 +39,7 @@ class ActuatorState:
     evictions: deque[datetime] = field(default_factory=deque)
     # Preemptors already given a gave-up warning Event: (key, uid).
     gave_up_warned: set[tuple[ObjectKey, str]] = field(default_factory=set)
-    # The controller (kind, name) of each remembered preemptor: its replacement shares the cooldown
+    # The controller (kind, uid) of each remembered preemptor: its replacement shares the cooldown
     # (service/fencing.py).
     controllers: dict[ObjectKey, tuple[str, str]] = field(default_factory=dict)
     # Kueue: when each waiting Workload was last served (a boost or deactivation written for it).

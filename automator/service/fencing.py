@@ -40,18 +40,19 @@ class _Reclaim(msgspec.Struct, forbid_unknown_fields=True):
     pod: str  # namespace/name
     at: float  # Unix seconds
     annotations: dict[str, str]
-    owner: tuple[str, str] | None = None  # (kind, name) of its controller
+    owner: tuple[str, str] | None = None  # (kind, uid) of its controller
 
 
 _RECORD = msgspec.json.Decoder(list[_Reclaim])
 
 
 def controller(pod: Pod | None) -> tuple[str, str] | None:
-    """The (kind, name) of the pod's first owner: its controller, which recreates it under a new name."""
-    if pod is None or not pod.owners:
+    """The (kind, uid) of the pod's first owner: its controller, which recreates it under a new name. The
+    uid, not the name: a controller deleted and created again under the same name is another one."""
+    if pod is None or not pod.owners or not pod.owner_uids:
         return None
-    kind, name = pod.owners[0]
-    return (kind, name) if kind and name else None
+    kind, uid = pod.owners[0][0], pod.owner_uids[0]
+    return (kind, uid) if kind and uid else None
 
 
 def reclaims_record(state: ActuatorState) -> dict[str, str]:

@@ -149,7 +149,8 @@ def _cluster_with_owned_preemptor() -> ClusterState:
     """two_nodes_cluster, its preemptor p made by a Job (as its replacement will be)."""
     cluster = two_nodes_cluster()
     cluster.pods[:] = [
-        msgspec.structs.replace(p, owners=(("Job", "train"),)) if p.key == P else p for p in cluster.pods
+        msgspec.structs.replace(p, owners=(("Job", "train"),), owner_uids=("uid-train",)) if p.key == P else p
+        for p in cluster.pods
     ]
     return cluster
 
