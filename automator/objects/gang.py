@@ -120,23 +120,27 @@ class GangWarning(msgspec.Struct, frozen=True):
 
 class GroupObject(msgspec.Struct, frozen=True):
     """A group object (PodGroup of one of the four APIs, or a Workload): how many members each of its pod
-    groups needs. needed: pod group ("" for the kinds with one group) -> the count as given, or None when
-    its policy is not a gang (`basic`)."""
+    groups needs. needed: pod group ("" for the kinds with one group) -> the count as given (None when
+    absent: not a positive integer); basic: the pod groups whose policy is not a gang."""
 
     source: GangSource
     namespace: str
     name: str
     needed: Mapping[str, Any] = {}
+    basic: frozenset[str] = frozenset()
 
 
 def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _is_basic(policy: Mapping[str, Any]) -> bool:
+    """A Workload API policy that is not a gang (`basic`, and no `gang`)."""
+    return "gang" not in policy and "basic" in policy
+
+
 def _policy_count(policy: Mapping[str, Any]) -> Any:
-    """A Workload API policy's gang count: None for `basic` (no gang), the minCount as given otherwise."""
-    if "gang" not in policy and "basic" in policy:
-        return None
+    """A Workload API policy's gang minCount as given (None when absent)."""
     return _map(policy.get("gang")).get("minCount")
 
 
@@ -148,19 +152,23 @@ def group_object(obj: Mapping[str, Any]) -> GroupObject | None:
         return None
     meta = _map(obj.get("metadata"))
     spec = _map(obj.get("spec"))
-    needed: dict[str, Any]
+    policies: dict[str, Mapping[str, Any]] = {}  # pod group -> its Workload API policy
     if source is GangSource.POD_GROUP:
-        needed = {"": _policy_count(_map(spec.get("schedulingPolicy")))}
+        policies = {"": _map(spec.get("schedulingPolicy"))}
     elif source is GangSource.WORKLOAD:
         groups = spec.get("podGroups")
-        needed = {
-            str(g.get("name")): _policy_count(_map(g.get("policy")))
+        policies = {
+            str(g.get("name")): _map(g.get("policy"))
             for g in (groups if isinstance(groups, list) else [])
             if isinstance(g, Mapping)
         }
+    if source in (GangSource.POD_GROUP, GangSource.WORKLOAD):
+        needed = {k: _policy_count(p) for k, p in policies.items()}
     else:
         needed = {"": spec.get("minMember")}
-    return GroupObject(source, str(meta.get("namespace") or "default"), str(meta.get("name") or ""), needed)
+    basic = frozenset(k for k, p in policies.items() if _is_basic(p))
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    return GroupObject(source, namespace, name, needed, basic)
 
 
 def group_objects(objs: Iterable[GroupObject | Mapping[str, Any]]) -> list[GroupObject]:

@@ -106,9 +106,9 @@ def _gang(
     obj = objects.get((source, namespace, ref.group))
     if obj is None or ref.pod_group not in obj.needed:
         return Gang(name, source, keys, len(keys), counted=True)
+    if ref.pod_group in obj.basic:
+        return None  # a pod group whose policy is not a gang: its pods are single pods
     value = obj.needed[ref.pod_group]
-    if value is None:
-        return None
     field = "minCount" if source in (GangSource.POD_GROUP, GangSource.WORKLOAD) else "minMember"
     needed, problem = _count(value, f"{source} {namespace}/{ref.group} {field}")
     return _malformed(name, source, keys, problem) if needed is None else Gang(name, source, keys, needed)

@@ -284,7 +284,8 @@ def _gang_lines(plan: Plan, cluster: ClusterState, key: ObjectKey) -> list[str]:
         states.setdefault(d.preemptor, f"fits on {d.node}")
     for u in plan.unresolved:
         states.setdefault(u.preemptor, "unresolved")
-    pods = {p.key: p for p in cluster.pods if p.key in set(gang.members)}
+    keys = set(gang.members)
+    pods = {p.key: p for p in cluster.pods if p.key in keys}
     members = ", ".join(
         f"{m} ({pods[m].node_name or 'pending'}: {states.get(m, 'not planned')})" for m in gang.members
     )

@@ -122,7 +122,9 @@ def _with_units(
             if still[0] > 0 or still[1] > 0 or still[2] > 0:
                 if still[0] > singles_reclaimable or not split.eligible:
                     continue
-                left = PdbIndex(remaining={b: n - taken[b] for b, n in remaining.items()})
+                # what the gangs' members leave of the budgets (a copy only when they take from one)
+                spent = {b: remaining[b] - n for b, n in taken.items()}
+                left = PdbIndex(remaining={**remaining, **spent}) if spent else pdbs
                 singles = best_set(split.eligible, still, left)
                 if singles is CUT_OFF:
                     cut = True

@@ -202,7 +202,7 @@ def test_every_membership_key_makes_a_gang(member: Any, group: dict[str, Any] | 
     assert result.gang_warnings == []  # the count came from the group object or the pods' own keys
 
 
-@pytest.mark.parametrize("count", [0, -1, "two", "1_0", True])
+@pytest.mark.parametrize("count", [0, -1, "two", "1_0", True, None])
 def test_a_malformed_count_protects_and_leaves_unresolved(count: Any) -> None:
     members = [_member(f"big-{i}", "", labels={GANG_COSCHEDULING_LABEL: "big"}) for i in (0, 1)]
     victims = [
